@@ -1,0 +1,281 @@
+"""Checkpoint conversion: transformers Qwen3/Llama <-> rlk, streamed tensor by tensor.
+
+``convert(src, dst, to="rlk"|"hf")`` validates everything it can before writing a byte
+(config fields, the exact tensor set and every shape, read from safetensors headers), then
+streams: each output shard is assembled from lazily read source tensors, written, and dropped,
+so a model never sits in RAM twice. Output goes to a temporary sibling directory that is
+renamed into place at the end; on any error it is removed, and an existing ``dst`` is only
+replaced with ``force=True``. Pickle ``.bin`` weights are refused unless ``allow_pickle``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tqdm.auto import tqdm
+
+from ..modeling.config import UnsupportedConfig, validate_config
+from .maps import ARCHITECTURES, FUSED, IGNORED_SUFFIXES, MODEL_TYPES, hf_tensor_shapes, hf_to_rlk_plan
+
+DEFAULT_MAX_SHARD_BYTES = 2 * 1024**3
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
+
+
+class ConversionError(ValueError):
+    pass
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConversionError(f"{path}: not found") from None
+    except (OSError, ValueError) as e:
+        raise ConversionError(f"{path}: unreadable JSON ({e})") from None
+
+
+def _config_for(raw: dict, to: str):
+    """The rlk config object describing ``raw`` (an HF or rlk config.json dict)."""
+    from .. import FAMILIES
+
+    mt = raw.get("model_type")
+    rlk_types = {v: k for k, v in MODEL_TYPES.items()}
+    if to == "rlk" and mt not in MODEL_TYPES:
+        raise ConversionError(f"unsupported architecture: model_type {mt!r} (supported: {sorted(MODEL_TYPES)})")
+    if to == "hf" and mt not in rlk_types:
+        raise ConversionError(f"not an rlk checkpoint: model_type {mt!r} (expected one of {sorted(rlk_types)})")
+    family = mt if to == "rlk" else rlk_types[mt]
+    cfg_cls = FAMILIES[family][0]
+    fields = {k: v for k, v in raw.items() if k not in ("model_type", "architectures", "transformers_version")}
+    try:
+        cfg = cfg_cls(**fields)
+        validate_config(cfg)
+    except UnsupportedConfig as e:
+        raise ConversionError(str(e)) from None
+    except (TypeError, ValueError) as e:
+        raise ConversionError(f"invalid config.json: {e}") from None
+    return family, cfg
+
+
+class _Source:
+    """Lazy reader over a checkpoint's weight files: name -> (file, shape, dtype)."""
+
+    def __init__(self, src: Path, allow_pickle: bool):
+        self.entries: dict[str, tuple[Path, tuple[int, ...]]] = {}
+        self._pickled: dict[str, torch.Tensor] = {}
+        index, single = src / "model.safetensors.index.json", src / "model.safetensors"
+        if index.exists():
+            files = sorted({src / f for f in _read_json(index).get("weight_map", {}).values()})
+        elif single.exists():
+            files = [single]
+        else:
+            files = sorted(src.glob("*.safetensors"))
+        if files:
+            for f in files:
+                try:
+                    with safe_open(f, framework="pt") as h:
+                        for k in h.keys():
+                            self.entries[k] = (f, tuple(h.get_slice(k).get_shape()))
+                except FileNotFoundError:
+                    raise ConversionError(f"{f}: listed in the index but missing") from None
+                except Exception as e:  # safetensors raises its own error types for corrupt headers
+                    raise ConversionError(f"{f}: unreadable safetensors file ({e})") from None
+            return
+        bins = sorted(src.glob("*.bin"))
+        if not bins:
+            raise ConversionError(f"{src}: no weights found (*.safetensors or *.bin)")
+        if not allow_pickle:
+            raise ConversionError(f"{src}: weights are pickle .bin files ({bins[0].name}); loading them can run "
+                                  "arbitrary code. Convert them to safetensors, or pass allow_pickle=True "
+                                  "(--allow-pickle) if you trust the source")
+        for f in bins:
+            try:
+                sd = torch.load(f, map_location="cpu", weights_only=True)
+            except Exception as e:
+                raise ConversionError(f"{f}: unreadable pickle checkpoint ({e})") from None
+            for k, t in sd.items():
+                self.entries[k] = (f, tuple(t.shape))
+                self._pickled[k] = t
+
+    def get(self, name: str) -> torch.Tensor:
+        if name in self._pickled:
+            return self._pickled[name]
+        f, _ = self.entries[name]
+        with safe_open(f, framework="pt") as h:
+            return h.get_tensor(name)
+
+    def nbytes(self, name: str) -> int:
+        f, shape = self.entries[name]
+        if name in self._pickled:
+            return self._pickled[name].numel() * self._pickled[name].element_size()
+        with safe_open(f, framework="pt") as h:
+            dtype = h.get_slice(name).get_dtype()
+        size = {"F64": 8, "F32": 4, "I64": 8, "I32": 4, "BF16": 2, "F16": 2, "I16": 2, "I8": 1, "U8": 1,
+                "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}.get(dtype, 4)
+        n = 1
+        for s in shape:
+            n *= s
+        return n * size
+
+
+def _check_tensors(src: _Source, expected: dict[str, tuple[int, ...]], what: str) -> None:
+    present = {k for k in src.entries if not k.endswith(IGNORED_SUFFIXES)}
+    missing = sorted(set(expected) - present)
+    unexpected = sorted(present - set(expected))
+    if missing:
+        raise ConversionError(f"missing tensor(s) in {what}: {', '.join(missing[:5])}"
+                              + (f" (+{len(missing) - 5} more)" if len(missing) > 5 else ""))
+    if unexpected:
+        hint = " (tie_word_embeddings is true, so lm_head.weight must be absent)" if "lm_head.weight" in unexpected else ""
+        raise ConversionError(f"unexpected tensor(s) in {what}: {', '.join(unexpected[:5])}"
+                              + (f" (+{len(unexpected) - 5} more)" if len(unexpected) > 5 else "") + hint)
+    for k, shape in expected.items():
+        if src.entries[k][1] != tuple(shape):
+            raise ConversionError(f"wrong shape for tensor {k}: {list(src.entries[k][1])}, "
+                                  f"config implies {list(shape)}")
+
+
+Step = tuple[str, tuple[str, ...], "tuple[list[int], int] | None"]
+
+
+def _plan(to: str, cfg) -> tuple[dict[str, tuple[int, ...]], list[Step]]:
+    """(expected source tensors and shapes, steps). A step is (output name, source names,
+    split): sources are concatenated along dim 0, or, with split (sizes, i), the single
+    source is cut into ``sizes`` and part i kept."""
+    hf_shapes = hf_tensor_shapes(cfg)
+    fuse = hf_to_rlk_plan(cfg)
+    if to == "rlk":
+        return hf_shapes, [(out, srcs, None) for out, srcs in fuse.items()]
+    rlk_shapes = {out: (sum(hf_shapes[s][0] for s in srcs), *hf_shapes[srcs[0]][1:]) for out, srcs in fuse.items()}
+    steps: dict[str, Step] = {}
+    for out, srcs in fuse.items():
+        sizes = [hf_shapes[s][0] for s in srcs]
+        for i, s in enumerate(srcs):
+            steps[s] = (s, (out,), (sizes, i) if len(srcs) > 1 else None)
+    return rlk_shapes, [steps[name] for name in hf_shapes]
+
+
+def _shard_names(n: int) -> list[str]:
+    if n == 1:
+        return ["model.safetensors"]
+    return [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+
+
+def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str = "rlk", *, force: bool = False,
+            allow_pickle: bool = False, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+            rlk_backend: str | None = None, progress: bool = True) -> Path:
+    """Convert checkpoint directory ``src`` into ``dst`` (``to='rlk'`` from transformers,
+    ``to='hf'`` back). Returns ``dst``. Raises ``ConversionError`` naming the problem; on error
+    nothing is left at ``dst`` (an existing ``dst`` is untouched)."""
+    if to not in ("rlk", "hf"):
+        raise ConversionError(f"to must be 'rlk' or 'hf', got {to!r}")
+    src, dst = Path(src), Path(dst)
+    if not src.is_dir():
+        raise ConversionError(f"{src}: not a checkpoint directory")
+    if dst.resolve() == src.resolve():
+        raise ConversionError("source and destination are the same directory")
+    if dst.exists() and not force:
+        raise ConversionError(f"{dst} exists; pass force=True (--force) to replace it")
+    raw = _read_json(src / "config.json")
+    family, cfg = _config_for(raw, to)
+    source = _Source(src, allow_pickle)
+    expected, steps = _plan(to, cfg)
+    _check_tensors(source, expected, f"{src} ({family}, {'HF' if to == 'rlk' else 'rlk'} layout)")
+
+    # sizes are known from headers, so shards are planned before anything is read
+    out_bytes = [sum(source.nbytes(s) for s in srcs) if split is None else
+                 source.nbytes(srcs[0]) * split[0][split[1]] // sum(split[0])
+                 for _, srcs, split in steps]
+    shards: list[list[int]] = [[]]
+    size = 0
+    for i, nb in enumerate(out_bytes):
+        if shards[-1] and size + nb > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(i)
+        size += nb
+    names = _shard_names(len(shards))
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+    try:
+        weight_map = {}
+        bar = tqdm(total=len(steps), desc=f"convert -> {to}", unit="tensor", disable=not progress)
+        for shard_name, idxs in zip(names, shards):
+            tensors = {}
+            for i in idxs:
+                name, srcs, split = steps[i]
+                if split is None:
+                    parts = [source.get(s) for s in srcs]
+                    t = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+                else:
+                    sizes, j = split
+                    t = source.get(srcs[0]).split(sizes, dim=0)[j]
+                tensors[name] = t.contiguous()
+                weight_map[name] = shard_name
+                bar.update(1)
+            save_file(tensors, str(tmp / shard_name), metadata={"format": "pt"})
+            del tensors
+        bar.close()
+        if len(names) > 1:
+            total = sum(out_bytes)
+            (tmp / "model.safetensors.index.json").write_text(
+                json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+        (tmp / "config.json").write_text(json.dumps(_out_config(raw, to, rlk_backend), indent=2) + "\n")
+        for f in src.iterdir():  # tokenizer, generation config, chat template, ...
+            if f.is_file() and f.name != "config.json" and not _is_weight_file(f):
+                shutil.copy2(f, tmp / f.name)
+        _replace(tmp, dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dst
+
+
+def _is_weight_file(f: Path) -> bool:
+    return f.name in _WEIGHT_FILES or f.suffix in (".safetensors", ".bin") or f.name.endswith(".index.json")
+
+
+def _out_config(raw: dict, to: str, rlk_backend: str | None) -> dict:
+    out = dict(raw)
+    if to == "rlk":
+        out["model_type"] = MODEL_TYPES[raw["model_type"]]
+        out["architectures"] = [ARCHITECTURES.get(a, a) for a in raw.get("architectures") or []] or \
+            [ARCHITECTURES[{"qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM"}[raw["model_type"]]]]
+        out["rlk_backend"] = rlk_backend or raw.get("rlk_backend", "reference")
+    else:
+        back_types = {v: k for k, v in MODEL_TYPES.items()}
+        back_archs = {v: k for k, v in ARCHITECTURES.items()}
+        out["model_type"] = back_types[raw["model_type"]]
+        out["architectures"] = [back_archs.get(a, a) for a in raw.get("architectures") or []]
+        for k in [k for k in out if k.startswith("rlk_")]:
+            del out[k]
+    return out
+
+
+def _replace(tmp: Path, dst: Path) -> None:
+    """Move the finished ``tmp`` to ``dst``; an old ``dst`` is removed only after the swap."""
+    if not dst.exists():
+        os.replace(tmp, dst)
+        return
+    old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
+    os.replace(dst, old)
+    try:
+        os.replace(tmp, dst)
+    except BaseException:
+        os.replace(old, dst)
+        raise
+    with contextlib.suppress(OSError):
+        shutil.rmtree(old) if old.is_dir() else old.unlink()
+
+
+__all__ = ["ConversionError", "FUSED", "convert"]

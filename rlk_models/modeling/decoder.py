@@ -1,0 +1,181 @@
+"""The shared decoder stack over packed tokens: one definition for training and rollout.
+
+Tokens of all sequences are packed: hidden states are [T, D], with ``positions [T]`` and
+an attention-metadata object that only the inner attention reads. What differs between the
+HF training class and the vLLM class is injected through a *builder*: how linears, the
+embedding and the inner attention are made (plain parameters and varlen attention for
+training; vLLM's tensor-parallel layers and paged attention for rollout). The arithmetic
+around them -- norms, RoPE, SiLU-mul, residual adds in the model dtype -- is written once,
+here, with the op backend.
+
+Qwen3 = Llama + per-head q/k RMSNorm before RoPE (``config.rlk_qk_norm``) + explicit head_dim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers.modeling_layers import GradientCheckpointingLayer
+
+from ..ops import get_backend, rope_table
+from .config import rope_parameters
+
+
+class Linear(nn.Module):
+    """Training-side linear: parameters plus the backend's linear."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, backend: str):
+        super().__init__()
+        self.backend = backend
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return get_backend(self.backend).linear(x, self.weight, self.bias)
+
+
+class Embedding(nn.Module):
+    def __init__(self, num_embeddings: int, dim: int, backend: str):
+        super().__init__()
+        self.backend = backend
+        self.weight = nn.Parameter(torch.empty(num_embeddings, dim))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return get_backend(self.backend).embedding(ids, self.weight)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float, backend: str):
+        super().__init__()
+        self.backend, self.eps = backend, eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return get_backend(self.backend).rms_norm(x, self.weight, self.eps)
+
+
+@dataclass
+class VarlenMeta:
+    """Attention metadata of the training path: sequence s is tokens cu_seqlens[s]:cu_seqlens[s+1]."""
+    cu_seqlens: torch.Tensor
+
+
+class VarlenAttention(nn.Module):
+    """Training-side inner attention: causal, within each packed sequence."""
+
+    def __init__(self, scale: float, backend: str):
+        super().__init__()
+        self.scale, self.backend = scale, backend
+
+    def forward(self, q, k, v, meta: VarlenMeta):
+        return get_backend(self.backend).varlen_attention(q, k, v, meta.cu_seqlens, self.scale)
+
+
+class TrainingBuilder:
+    """Makes the layers of the training class (tensor-parallel size 1, plain parameters)."""
+    tp_size = 1
+
+    def __init__(self, backend: str):
+        self.backend = backend
+
+    def embedding(self, vocab_size, dim, prefix):
+        return Embedding(vocab_size, dim, self.backend)
+
+    def qkv(self, hidden, head_dim, n_heads, n_kv_heads, bias, prefix):
+        return Linear(hidden, (n_heads + 2 * n_kv_heads) * head_dim, bias, self.backend)
+
+    def merged(self, in_features, out_sizes, bias, prefix):
+        return Linear(in_features, sum(out_sizes), bias, self.backend)
+
+    def row(self, in_features, out_features, bias, prefix):
+        return Linear(in_features, out_features, bias, self.backend)
+
+    def attention(self, layer_idx, n_heads, n_kv_heads, head_dim, scale, prefix):
+        return VarlenAttention(scale, self.backend)
+
+
+class Attention(nn.Module):
+    def __init__(self, config, build, prefix: str, layer_idx: int):
+        super().__init__()
+        self.backend = config.rlk_backend
+        d, hq, hkv = config.head_dim, config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = d
+        self.n_heads = hq // build.tp_size
+        self.n_kv_heads = max(1, hkv // build.tp_size)
+        bias = config.attention_bias
+        self.qkv_proj = build.qkv(config.hidden_size, d, hq, hkv, bias, f"{prefix}.qkv_proj")
+        self.o_proj = build.row(hq * d, config.hidden_size, bias, f"{prefix}.o_proj")
+        if config.rlk_qk_norm:
+            self.q_norm = RMSNorm(d, config.rms_norm_eps, self.backend)
+            self.k_norm = RMSNorm(d, config.rms_norm_eps, self.backend)
+        self.attn = build.attention(layer_idx, self.n_heads, self.n_kv_heads, d, d ** -0.5, f"{prefix}.attn")
+
+    def forward(self, x_TD, positions_T, rope_PD, meta):
+        ops, T, d = get_backend(self.backend), x_TD.shape[0], self.head_dim
+        qkv = self.qkv_proj(x_TD)
+        q, k, v = qkv.split([self.n_heads * d, self.n_kv_heads * d, self.n_kv_heads * d], dim=-1)
+        q_TNH, k_TKH, v_TKH = q.view(T, -1, d), k.view(T, -1, d), v.view(T, -1, d)
+        if hasattr(self, "q_norm"):
+            q_TNH, k_TKH = self.q_norm(q_TNH), self.k_norm(k_TKH)
+        q_TNH = ops.rope(q_TNH, positions_T, rope_PD)
+        k_TKH = ops.rope(k_TKH, positions_T, rope_PD)
+        o_TNH = self.attn(q_TNH, k_TKH, v_TKH, meta)
+        return self.o_proj(o_TNH.reshape(T, self.n_heads * d))
+
+
+class MLP(nn.Module):
+    def __init__(self, config, build, prefix: str):
+        super().__init__()
+        self.backend = config.rlk_backend
+        bias = getattr(config, "mlp_bias", False)
+        inter = config.intermediate_size
+        self.gate_up_proj = build.merged(config.hidden_size, [inter, inter], bias, f"{prefix}.gate_up_proj")
+        self.down_proj = build.row(inter, config.hidden_size, bias, f"{prefix}.down_proj")
+
+    def forward(self, x_TD):
+        return self.down_proj(get_backend(self.backend).silu_mul(self.gate_up_proj(x_TD)))
+
+
+class DecoderLayer(GradientCheckpointingLayer):
+    def __init__(self, config, build, prefix: str, layer_idx: int):
+        super().__init__()
+        eps, b = config.rms_norm_eps, config.rlk_backend
+        self.input_layernorm = RMSNorm(config.hidden_size, eps, b)
+        self.self_attn = Attention(config, build, f"{prefix}.self_attn", layer_idx)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps, b)
+        self.mlp = MLP(config, build, f"{prefix}.mlp")
+
+    def forward(self, h_TD, positions_T, rope_PD, meta):
+        h_TD = h_TD + self.self_attn(self.input_layernorm(h_TD), positions_T, rope_PD, meta)
+        return h_TD + self.mlp(self.post_attention_layernorm(h_TD))
+
+
+class Decoder(nn.Module):
+    """Embedding -> layers -> final norm over packed tokens; returns hidden states [T, D]."""
+
+    def __init__(self, config, build, prefix: str = "model"):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = build.embedding(config.vocab_size, config.hidden_size, f"{prefix}.embed_tokens")
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, build, f"{prefix}.layers.{i}", i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.rlk_backend)
+        self._rope: dict[torch.device, torch.Tensor] = {}
+
+    def rope_table(self, device: torch.device) -> torch.Tensor:
+        """fp32 [max_position_embeddings, head_dim] cos|sin table, built lazily per device (it
+        is never a parameter or buffer, so meta-device init and checkpoints cannot touch it)."""
+        if device not in self._rope:
+            c = self.config
+            self._rope[device] = rope_table(c.head_dim, c.max_position_embeddings, rope_parameters(c)).to(device)
+        return self._rope[device]
+
+    def forward(self, input_ids_T: torch.Tensor | None, positions_T: torch.Tensor, meta,
+                inputs_embeds_TD: torch.Tensor | None = None) -> torch.Tensor:
+        h_TD = self.embed_tokens(input_ids_T) if inputs_embeds_TD is None else inputs_embeds_TD
+        rope_PD = self.rope_table(h_TD.device)
+        for layer in self.layers:
+            h_TD = layer(h_TD, positions_T, rope_PD, meta)
+        return self.norm(h_TD)

@@ -1,0 +1,237 @@
+"""HF-style training class over the shared packed decoder.
+
+``RLKForCausalLM`` is a transformers ``PreTrainedModel``: ``from_pretrained`` /
+``save_pretrained``, ``AutoModelForCausalLM``, ``forward(input_ids, attention_mask, labels)``
+returning logits and loss, gradient checkpointing, bf16 / fp32. Batches are packed before the
+decoder (the tokens where ``attention_mask`` is 1, in order, form each row's sequence, with
+positions 0, 1, ...), so padding never reaches the numerics and a sequence's bits do not
+depend on its batch. RL code should call ``token_logprobs`` (padded batches) or
+``packed_token_logprobs`` (flat tokens + boundaries): both go through the log-prob head and
+give the same bits for the same sequence, equal to the vLLM class's log-probs.
+
+Differences from transformers' Qwen3/Llama: ``logits`` are float32 (the head's precision);
+there is no KV cache (generate with vLLM); ``q/k/v`` and ``gate/up`` are fused
+(``qkv_proj``, ``gate_up_proj``: see ``rlk_models.conversion``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from ..ops import get_backend
+from ..ops.reference.primitives import tree_sum
+from .config import validate_config
+from .decoder import Decoder, Embedding, Linear, RMSNorm, TrainingBuilder, VarlenMeta
+
+
+@dataclass
+class Packed:
+    """Tokens of a [B, S] batch packed by ``attention_mask``."""
+    input_ids: torch.Tensor | None   # [T]
+    positions: torch.Tensor          # [T]
+    cu_seqlens: torch.Tensor         # [B + 1]
+    flat_index: torch.Tensor         # [T]: position of each packed token in the flattened [B*S]
+    shape: tuple[int, int]
+
+
+def pack(input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
+         shape: tuple[int, int] | None = None) -> Packed:
+    b, s = shape or tuple(input_ids.shape)
+    device = (input_ids if input_ids is not None else attention_mask).device
+    if attention_mask is None:
+        mask = torch.ones(b, s, dtype=torch.bool, device=device)
+    else:
+        if attention_mask.shape != (b, s):
+            raise ValueError(f"attention_mask {tuple(attention_mask.shape)} must match input_ids ({b}, {s})")
+        mask = attention_mask.bool()
+    positions = (torch.cumsum(mask, dim=1) - 1)[mask]
+    lengths = mask.sum(dim=1)
+    cu = torch.zeros(b + 1, dtype=torch.int64, device=device)
+    cu[1:] = torch.cumsum(lengths, 0)
+    flat_index = torch.nonzero(mask.reshape(-1), as_tuple=False)[:, 0]
+    ids = input_ids.reshape(-1)[flat_index] if input_ids is not None else None
+    return Packed(ids, positions, cu, flat_index, (b, s))
+
+
+def packed_positions(cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """Positions 0..len-1 within each sequence of a packed batch."""
+    cu = cu_seqlens.long()
+    lengths = cu[1:] - cu[:-1]
+    starts = torch.repeat_interleave(cu[:-1], lengths)
+    return torch.arange(int(cu[-1]), device=cu.device) - starts
+
+
+def next_token_targets(input_ids: torch.Tensor, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(target [T], valid [T]): each token's successor in its own sequence; the last token of a
+    sequence has none (valid False, target 0)."""
+    t = input_ids.shape[0]
+    nxt = torch.cat([input_ids[1:], input_ids.new_zeros(1)])
+    last = torch.zeros(t + 1, dtype=torch.bool, device=input_ids.device)
+    last[cu_seqlens[1:].long()] = True
+    valid = ~last[1:t + 1]
+    return torch.where(valid, nxt, torch.zeros_like(nxt)), valid
+
+
+class LMHead(nn.Module):
+    """The lm_head weight [V, D]; the math lives in the backend's log-prob head."""
+
+    def __init__(self, vocab_size: int, dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, dim))
+
+
+class RLKPreTrainedModel(PreTrainedModel):
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["DecoderLayer"]
+    _supports_sdpa = False
+    _supports_flash_attn = False
+
+    def _init_weights(self, module):
+        std = self.config.initializer_range
+        if isinstance(module, (Linear, Embedding, LMHead)):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, RMSNorm):
+            init.ones_(module.weight)
+
+
+class RLKForCausalLM(RLKPreTrainedModel):
+    """Family-independent training class; ``rlk_models.qwen3`` / ``.llama`` only bind the config."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config):
+        validate_config(config)
+        super().__init__(config)
+        self.model = Decoder(config, TrainingBuilder(config.rlk_backend))
+        self.lm_head = LMHead(config.vocab_size, config.hidden_size)
+        self.post_init()
+
+    @property
+    def ops(self):
+        return get_backend(self.config.rlk_backend)
+
+    def get_input_embeddings(self):
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    # --- packed core -----------------------------------------------------------------------
+
+    def packed_hidden_states(self, input_ids: torch.Tensor | None, cu_seqlens: torch.Tensor,
+                             positions: torch.Tensor | None = None,
+                             inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        """Final-norm hidden states [T, D] of packed sequences (flat ``input_ids [T]``)."""
+        cu_seqlens = cu_seqlens.to(torch.int64)
+        if positions is None:
+            positions = packed_positions(cu_seqlens)
+        return self.model(input_ids, positions, VarlenMeta(cu_seqlens), inputs_embeds)
+
+    def _head(self, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
+        return self.ops.logprob_head(hidden, self.lm_head.weight, targets, self.config.vocab_size, with_entropy)
+
+    def packed_token_logprobs(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor,
+                              return_entropy: bool = False):
+        """float32 [T]: entry i is log p(input_ids[i+1] | its sequence up to i) for packed
+        sequences ``input_ids [T]`` split at ``cu_seqlens [B+1]``; the last token of each
+        sequence has no successor and gets 0. With ``return_entropy`` also the entropy [T]."""
+        if input_ids.dim() != 1:
+            raise ValueError(f"packed_token_logprobs: input_ids must be flat [T], got {tuple(input_ids.shape)}")
+        cu = cu_seqlens.to(device=input_ids.device, dtype=torch.int64)
+        if cu.dim() != 1 or int(cu[0]) != 0 or int(cu[-1]) != input_ids.numel() or bool((cu[1:] < cu[:-1]).any()):
+            raise ValueError(f"cu_seqlens must rise from 0 to T={input_ids.numel()}, got {cu.tolist()}")
+        hidden = self.packed_hidden_states(input_ids, cu)
+        targets, valid = next_token_targets(input_ids, cu)
+        logp, ent = self._head(hidden, targets, return_entropy)
+        logp = torch.where(valid, logp, torch.zeros_like(logp))
+        if return_entropy:
+            return logp, ent
+        return logp
+
+    def token_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                       return_entropy: bool = False):
+        """float32 [B, S-1]: entry [b, t] = log p(input_ids[b, t+1] | input_ids[b, :t+1]) for
+        right-padded batches (entries at padding are 0). Same bits as ``packed_token_logprobs``
+        and as the vLLM class for the same sequence, whatever else is in the batch."""
+        p = pack(input_ids, attention_mask)
+        out = self.packed_token_logprobs(p.input_ids, p.cu_seqlens, return_entropy)
+        b, s = p.shape
+
+        def unpack(x):
+            full = x.new_zeros(b * s)
+            full[p.flat_index] = x
+            return full.view(b, s)[:, :-1]
+
+        if return_entropy:
+            return unpack(out[0]), unpack(out[1])
+        return unpack(out)
+
+    # --- HF API ------------------------------------------------------------------------------
+
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, past_key_values=None,
+                inputs_embeds: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                use_cache: bool | None = None, logits_to_keep: int | torch.Tensor = 0,
+                num_items_in_batch: int | torch.Tensor | None = None, **kwargs) -> CausalLMOutputWithPast:
+        """transformers-style forward. ``labels`` [B, S] with -100 for ignored positions give the
+        mean next-token cross-entropy (or the sum over ``num_items_in_batch``), computed through
+        the log-prob head. ``position_ids`` with one row and no ``attention_mask`` mark packed
+        sequences (a new sequence starts wherever the position is 0), as in padding-free training.
+        """
+        if past_key_values is not None:
+            raise NotImplementedError("rlk training classes keep no KV cache; generate with the vLLM class")
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        shape = tuple((input_ids if input_ids is not None else inputs_embeds).shape[:2])
+        if position_ids is not None and attention_mask is None:
+            if shape[0] != 1:
+                raise ValueError("position_ids without attention_mask is the packed format: batch size must be 1")
+            pos = position_ids.reshape(-1).to(torch.int64)
+            starts = torch.nonzero(pos == 0)[:, 0]
+            if starts.numel() == 0 or int(starts[0]) != 0:
+                raise ValueError("packed position_ids must start every sequence at 0")
+            cu = torch.cat([starts, torch.tensor([pos.numel()], device=pos.device)])
+            p = Packed(input_ids.reshape(-1) if input_ids is not None else None, pos, cu,
+                       torch.arange(pos.numel(), device=pos.device), shape)
+        else:
+            p = pack(input_ids, attention_mask, shape)
+        embeds = inputs_embeds.reshape(-1, inputs_embeds.shape[-1])[p.flat_index] if inputs_embeds is not None else None
+        hidden = self.packed_hidden_states(p.input_ids, p.cu_seqlens, p.positions, embeds)
+
+        b, s = shape
+        keep = torch.zeros(b, s, dtype=torch.bool, device=hidden.device)
+        if isinstance(logits_to_keep, int):
+            keep[:, -logits_to_keep if logits_to_keep else 0:] = True
+        else:
+            keep[:, logits_to_keep] = True
+        rows = keep.reshape(-1)[p.flat_index]
+        logits_flat = self.ops.linear(hidden[rows], self.lm_head.weight, out_dtype=torch.float32)
+        logits = hidden.new_zeros(b * s, self.config.vocab_size, dtype=torch.float32)
+        logits[p.flat_index[rows]] = logits_flat
+        logits = logits.view(b, s, -1)[:, keep.any(0)] if not bool(keep.all()) else logits.view(b, s, -1)
+
+        loss = None
+        if labels is not None:
+            if labels.shape != (b, s):
+                raise ValueError(f"labels {tuple(labels.shape)} must match input_ids ({b}, {s})")
+            shifted = torch.cat([labels[:, 1:], labels.new_full((b, 1), -100)], dim=1).reshape(-1)[p.flat_index]
+            valid = shifted != -100
+            if valid.any() and (int(shifted[valid].min()) < 0 or int(shifted[valid].max()) >= self.config.vocab_size):
+                raise IndexError(f"labels must be -100 or lie in [0, {self.config.vocab_size})")
+            logp, _ = self._head(hidden[valid], shifted[valid], False)
+            total = -tree_sum(logp)
+            denom = num_items_in_batch if num_items_in_batch is not None else valid.sum()
+            loss = total / torch.as_tensor(denom, dtype=torch.float32, device=total.device).clamp_min(1)
+        return CausalLMOutputWithPast(loss=loss, logits=logits)

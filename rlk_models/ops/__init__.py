@@ -1,0 +1,62 @@
+"""Deterministic, batch-invariant ops behind one interface (see CONTRACT.md).
+
+A backend is a module exposing the functions of ``Backend``; models hold the backend they
+were built with (``config.rlk_backend``), so the choice is explicit per model and never a
+process-wide switch. A backend that is requested but cannot run here raises.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from types import ModuleType
+from typing import Protocol
+
+import torch
+
+from .rope_table import UnsupportedRope, rope_table
+
+_BACKENDS = {"reference": "rlk_models.ops.reference"}
+
+
+class Backend(Protocol):
+    NAME: str
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+               out_dtype: torch.dtype | None = None) -> torch.Tensor: ...
+    def embedding(self, ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor: ...
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor: ...
+    def rope(self, x: torch.Tensor, positions: torch.Tensor, table: torch.Tensor) -> torch.Tensor: ...
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor: ...
+    def varlen_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         cu_seqlens: torch.Tensor, scale: float) -> torch.Tensor: ...
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor,
+               scale: float) -> torch.Tensor: ...
+    def logprob_head(self, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                     vocab_size: int, with_entropy: bool = False
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+    def full_logprobs(self, hidden: torch.Tensor, weight: torch.Tensor, vocab_size: int) -> torch.Tensor: ...
+
+
+class BackendUnavailable(RuntimeError):
+    pass
+
+
+def available_backends() -> list[str]:
+    return sorted(_BACKENDS)
+
+
+@functools.cache
+def get_backend(name: str) -> Backend | ModuleType:
+    """The op backend called ``name``; raises if unknown or unavailable on this machine."""
+    if name not in _BACKENDS:
+        raise BackendUnavailable(f"unknown op backend {name!r}; known: {available_backends()}")
+    mod = importlib.import_module(_BACKENDS[name])
+    ok, why = mod.is_available()
+    if not ok:
+        raise BackendUnavailable(f"op backend {name!r} is not available here: {why}")
+    return mod
+
+
+__all__ = ["Backend", "BackendUnavailable", "UnsupportedRope", "available_backends", "get_backend",
+           "rope_table"]

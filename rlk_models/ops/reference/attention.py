@@ -1,0 +1,160 @@
+"""Causal attention with GQA over packed variable-length sequences.
+
+What it computes
+    For each query token i of a sequence, over exactly its visible keys j <= pos(i):
+    ``o_i = sum_j p_ij v_j / sum_j p_ij``,  ``p_ij = exp(s_ij - max_j s_ij)``,
+    ``s_ij = scale * sum_d q_id k_jd``. Query head h reads KV head h // (Hq / Hkv).
+
+Contract
+    fp32 throughout, inputs as given (bf16 K/V are what a paged KV cache stores). The dot
+    products over D and the two sums over keys are ``tree_sum`` (groups=1); the max is exact;
+    ``exp`` is the primitives' exp; masked keys contribute exact zeros. Because ``tree_sum``
+    is prefix-invariant, a token's output depends only on its query, its own visible keys and
+    values and ``scale`` -- not on the sequence length it sits in, the other sequences, how the
+    queries are chunked, or whether the keys come from the same pass (training, prefill) or a
+    cache (chunked prefill, decode): all of them call ``attend``. One rounding, at the output.
+
+Backward (deterministic; fp32; per sequence, queries in fixed chunks accumulated in order)
+    P recomputed from the saved row max and row sum; dV = P^T dO, dP = dO V^T,
+    dS = P (dP - rowsum(dO o)), dQ = scale dS K, dK = scale dS^T Q; GQA heads of a group and the
+    query chunks are reduced by ``tree_sum`` and then in chunk order.
+
+Limits
+    Materialises [heads, queries, keys, D] products in chunks of ``CHUNK_ELEMS`` elements:
+    the specification, not a flash kernel.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .primitives import CHUNK_ELEMS, exp, tree_sum
+
+
+def _query_chunk(n_heads: int, n_keys: int, head_dim: int) -> int:
+    return max(1, CHUNK_ELEMS // max(1, n_heads * n_keys * head_dim))
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """q [Hkv, R, n, D], k [Hkv, L, D] (fp32) -> scale * q.k  [Hkv, R, n, L]."""
+    return tree_sum(q[:, :, :, None, :] * k[:, None, None, :, :]) * scale
+
+
+def _visible(q_pos: torch.Tensor, n_keys: int) -> torch.Tensor:
+    return torch.arange(n_keys, device=q_pos.device)[None, :] <= q_pos[:, None]  # [n, L]
+
+
+def _forward_rows(q, k, v, q_pos, scale):
+    """q [n, Hq, D], k/v [L, Hkv, D], q_pos [n] -> (o [n, Hq, D] fp32, rowmax, rowsum [Hq, n])."""
+    n, hq, d = q.shape
+    L, hkv, _ = k.shape
+    r = hq // hkv
+    qh = q.to(torch.float32).permute(1, 0, 2).reshape(hkv, r, n, d)
+    kh = k.to(torch.float32).permute(1, 0, 2)           # [Hkv, L, D]
+    vt = v.to(torch.float32).permute(1, 2, 0)           # [Hkv, D, L]
+    s = _scores(qh, kh, scale)
+    s = torch.where(_visible(q_pos, L), s, float("-inf"))
+    m = s.amax(dim=-1, keepdim=True)
+    p = exp(s - m)
+    den = tree_sum(p)                                   # [Hkv, R, n]
+    num = tree_sum(p[:, :, :, None, :] * vt[:, None, None, :, :])  # [Hkv, R, n, D]
+    o = num / den[..., None]
+    return (o.reshape(hq, n, d).permute(1, 0, 2), m.reshape(hq, n), den.reshape(hq, n))
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor,
+           scale: float) -> torch.Tensor:
+    """Queries of one sequence against its keys: q [n, Hq, D]; k, v [L, Hkv, D]; query i sees
+    keys 0..q_pos[i]. Returns [n, Hq, D] in q's dtype. The building block of every path."""
+    out = torch.empty_like(q)
+    step = _query_chunk(q.shape[1], k.shape[0], q.shape[2])
+    for i in range(0, q.shape[0], step):
+        out[i:i + step] = _forward_rows(q[i:i + step], k, v, q_pos[i:i + step], scale)[0].to(q.dtype)
+    return out
+
+
+def _backward_seq(q, k, v, o, m, den, do, scale):
+    """One sequence (positions 0..L-1): returns fp32 dq [L, Hq, D], dk, dv [L, Hkv, D]."""
+    L, hq, d = q.shape
+    hkv = k.shape[1]
+    r = hq // hkv
+    kh = k.to(torch.float32).permute(1, 0, 2)
+    vh = v.to(torch.float32).permute(1, 0, 2)
+    dq = torch.empty(L, hq, d, dtype=torch.float32, device=q.device)
+    dk = torch.zeros(hkv, L, d, dtype=torch.float32, device=q.device)
+    dv = torch.zeros_like(dk)
+    step = _query_chunk(hq, L, d)
+    pos = torch.arange(L, device=q.device)
+    for i in range(0, L, step):
+        sl = slice(i, i + step)
+        n = q[sl].shape[0]
+        qh = q[sl].to(torch.float32).permute(1, 0, 2).reshape(hkv, r, n, d)
+        doh = do[sl].to(torch.float32).permute(1, 0, 2).reshape(hkv, r, n, d)
+        oh = o[sl].to(torch.float32).permute(1, 0, 2).reshape(hkv, r, n, d)
+        s = torch.where(_visible(pos[sl], L), _scores(qh, kh, scale), float("-inf"))
+        p = exp(s - m[:, sl].reshape(hkv, r, n, 1)) / den[:, sl].reshape(hkv, r, n, 1)
+        dp = tree_sum(doh[:, :, :, None, :] * vh[:, None, None, :, :])       # [Hkv, R, n, L]
+        delta = tree_sum(doh * oh)[..., None]                                # [Hkv, R, n, 1]
+        ds = p * (dp - delta)
+        dq_c = tree_sum(ds[:, :, :, None, :] * kh.transpose(1, 2)[:, None, None]) * scale
+        dq[sl] = dq_c.reshape(hq, n, d).permute(1, 0, 2)
+        # dK, dV: reduce over (group head, query) of this chunk, then add chunks in order
+        pt = p.permute(0, 3, 1, 2).reshape(hkv, L, 1, r * n)                 # [Hkv, L, 1, R*n]
+        dst = ds.permute(0, 3, 1, 2).reshape(hkv, L, 1, r * n)
+        dov = doh.permute(0, 3, 1, 2).reshape(hkv, 1, d, r * n)
+        qv = qh.permute(0, 3, 1, 2).reshape(hkv, 1, d, r * n)
+        dv = dv + tree_sum(pt * dov)
+        dk = dk + tree_sum(dst * qv) * scale
+    return dq, dk.permute(1, 0, 2), dv.permute(1, 0, 2)
+
+
+class _VarlenAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cu_seqlens, scale):
+        out = torch.empty_like(q)
+        ms, dens = [], []
+        bounds = cu_seqlens.tolist()
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if b == a:
+                continue
+            pos = torch.arange(b - a, device=q.device)
+            step = _query_chunk(q.shape[1], b - a, q.shape[2])
+            for i in range(a, b, step):
+                e = min(i + step, b)
+                o, m, den = _forward_rows(q[i:e], k[a:b], v[a:b], pos[i - a:e - a], scale)
+                out[i:e] = o.to(q.dtype)
+                ms.append(m)
+                dens.append(den)
+        m = torch.cat(ms, dim=1) if ms else q.new_zeros(q.shape[1], 0, dtype=torch.float32)
+        den = torch.cat(dens, dim=1) if dens else m
+        ctx.save_for_backward(q, k, v, out, m, den, cu_seqlens)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, m, den, cu = ctx.saved_tensors
+        dq = torch.zeros_like(q, dtype=torch.float32)
+        dk = torch.zeros_like(k, dtype=torch.float32)
+        dv = torch.zeros_like(v, dtype=torch.float32)
+        bounds = cu.tolist()
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if b == a:
+                continue
+            dq[a:b], dk[a:b], dv[a:b] = _backward_seq(
+                q[a:b], k[a:b], v[a:b], o[a:b], m[:, a:b], den[:, a:b], do[a:b], ctx.scale)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None
+
+
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+                     scale: float) -> torch.Tensor:
+    """Causal self-attention of packed sequences: q [T, Hq, D], k/v [T, Hkv, D], sequence s
+    spans tokens cu_seqlens[s]:cu_seqlens[s+1]. Returns [T, Hq, D] in q's dtype."""
+    if q.dim() != 3 or k.shape != v.shape or k.shape[0] != q.shape[0] or q.shape[2] != k.shape[2]:
+        raise ValueError(f"attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
+                         "must be [T, Hq, D], [T, Hkv, D], [T, Hkv, D]")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"attention: {q.shape[1]} query heads is not a multiple of {k.shape[1]} KV heads")
+    if int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != q.shape[0]:
+        raise ValueError(f"attention: cu_seqlens must run from 0 to T={q.shape[0]}")
+    return _VarlenAttention.apply(q, k, v, cu_seqlens, scale)

@@ -1,0 +1,60 @@
+"""Linear: ``y = x @ w.T (+ b)``, batch-invariant by construction.
+
+Contract
+    Reduces over K (in_features) with ``tree_sum(groups=LINEAR_K_GROUPS)``: fp32 products
+    (exact for bf16 operands), a halving tree inside each of the 8 canonical K-groups, an
+    adjacent pairwise tree across the groups. The bias is added in fp32 after the reduction;
+    the result rounds once, to ``out_dtype`` (default: x's dtype). A row's bits therefore
+    depend only on that row and the weights: not on M, the row's position, threads or device.
+    The 8 groups are the canonical K segments that tensor parallelism (TP k | 8) splits along.
+
+Backward (deterministic, fp32 accumulation, rounded to each input's dtype)
+    dx = dy @ w   (reduction over N with the same tree),
+    dw = dy.T @ x (reduction over the rows, same tree), db = tree_sum over the rows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .primitives import matmul_nt, tree_sum
+
+LINEAR_K_GROUPS = 8
+
+
+def linear_fwd(x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """fp32 [M, N] = x2 [M, K] @ w [N, K].T (+ b), before the final rounding."""
+    y = matmul_nt(x2, w, LINEAR_K_GROUPS)
+    if b is not None:
+        y = y + b.to(torch.float32)
+    return y
+
+
+class _Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, b, out_dtype):
+        x2 = x.reshape(-1, x.shape[-1])
+        ctx.save_for_backward(x2, w, b)
+        ctx.x_shape = x.shape
+        return linear_fwd(x2, w, b).to(out_dtype).reshape(*x.shape[:-1], w.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2, w, b = ctx.saved_tensors
+        dy2 = dy.reshape(-1, w.shape[0]).to(torch.float32)
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = matmul_nt(dy2, w.t(), LINEAR_K_GROUPS).to(x2.dtype).reshape(ctx.x_shape)
+        if ctx.needs_input_grad[1]:
+            dw = matmul_nt(dy2.t(), x2.t(), LINEAR_K_GROUPS).to(w.dtype)
+        if b is not None and ctx.needs_input_grad[2]:
+            db = tree_sum(dy2.t(), LINEAR_K_GROUPS).to(b.dtype)
+        return dx, dw, db, None
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``x [..., K] @ weight[N, K].T (+ bias[N])`` -> [..., N] in ``out_dtype`` (default x.dtype)."""
+    if x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: x has {x.shape[-1]} features, weight expects {weight.shape[1]}")
+    return _Linear.apply(x, weight, bias, out_dtype or x.dtype)

@@ -1,0 +1,20 @@
+"""Qwen3: Llama plus per-head q/k RMSNorm before RoPE and an explicit head_dim."""
+
+from huggingface_hub.dataclasses import strict
+from transformers import Qwen3Config
+
+from ..modeling.hf import RLKForCausalLM
+
+
+@strict
+class RLKQwen3Config(Qwen3Config):
+    model_type = "rlk_qwen3"
+    rlk_qk_norm = True
+    rlk_backend: str = "reference"
+
+
+class RLKQwen3ForCausalLM(RLKForCausalLM):
+    config_class = RLKQwen3Config
+
+
+__all__ = ["RLKQwen3Config", "RLKQwen3ForCausalLM"]
