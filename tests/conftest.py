@@ -1,0 +1,42 @@
+"""Shared fixtures: tiny checkpoints generated locally (transformers' own classes, random
+weights, a BPE tokenizer trained on generated text) and their rlk conversions."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import rlk_models  # noqa: F401  (registers the Auto classes)
+from rlk_models.conversion import convert
+from rlk_models.tiny import make_tiny_hf_checkpoint
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# name -> (family, overrides of the tiny config)
+VARIANTS = {
+    "qwen3": ("qwen3", {}),
+    "qwen3_tied": ("qwen3", {"tie_word_embeddings": True}),
+    "llama3": ("llama", {}),  # Llama-3 rope scaling (see rlk_models.tiny.TINY_LLAMA)
+    "llama_bias": ("llama", {"attention_bias": True, "mlp_bias": True, "num_key_value_heads": 1,
+                             "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
+}
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory):
+    """name -> (hf_dir, rlk_dir) for every variant, made once per test session."""
+    root = tmp_path_factory.mktemp("ckpt")
+    out = {}
+    for name, (family, overrides) in VARIANTS.items():
+        hf = make_tiny_hf_checkpoint(root / f"{name}-hf", family, seed=1, **overrides)
+        out[name] = (hf, convert(hf, root / f"{name}-rlk", progress=False))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)

@@ -1,0 +1,166 @@
+"""Bitwise contract of every reference op (torch.equal only): a row computed alone equals the
+same row inside batches of other rows, at any position, with 1 or 2 threads, on every run;
+backward twice gives bitwise-equal gradients."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlk_models.ops import get_backend, rope_table
+
+ops = get_backend("reference")
+DTYPES = [torch.float32, torch.bfloat16]
+WEIRD = [1, 5, 17, 64, 123]
+SETTINGS = settings(max_examples=15, deadline=None)
+
+
+def rand(*shape, dtype=torch.float32, seed=0, scale=1.0):
+    return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale).to(dtype)
+
+
+def embed_row(row, others, pos):
+    """Batch = others with ``row`` inserted at index ``pos``."""
+    return torch.cat([others[:pos], row[None], others[pos:]])
+
+
+def assert_row_invariant(fn, rows, others_n, pos, seed, dtype):
+    """fn(rows)[i] == fn(batch with rows[i] at pos)[pos] for every i, and across threads."""
+    full = fn(rows)
+    others = rand(others_n, *rows.shape[1:], dtype=dtype, seed=seed + 1)
+    for i in range(rows.shape[0]):
+        batch = embed_row(rows[i], others, min(pos, others_n))
+        assert torch.equal(fn(batch)[min(pos, others_n)], full[i]), f"row {i}"
+    torch.set_num_threads(1)
+    single = fn(rows)
+    torch.set_num_threads(2)
+    assert torch.equal(single, full) and torch.equal(fn(rows), full)
+
+
+@SETTINGS
+@given(m=st.integers(1, 9), k=st.sampled_from(WEIRD + [256]), n=st.sampled_from(WEIRD), others=st.integers(0, 40),
+       pos=st.integers(0, 40), bias=st.booleans(), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999))
+def test_linear_rows(m, k, n, others, pos, bias, dtype, seed):
+    w, b = rand(n, k, dtype=dtype, seed=seed + 2), (rand(n, dtype=dtype, seed=seed + 3) if bias else None)
+    assert_row_invariant(lambda x: ops.linear(x, w, b), rand(m, k, dtype=dtype, seed=seed), others, pos, seed, dtype)
+
+
+@SETTINGS
+@given(m=st.integers(1, 9), d=st.sampled_from(WEIRD + [32]), others=st.integers(0, 40), pos=st.integers(0, 40),
+       dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999))
+def test_rms_norm_rows(m, d, others, pos, dtype, seed):
+    w = rand(d, dtype=dtype, seed=seed + 2)
+    assert_row_invariant(lambda x: ops.rms_norm(x, w, 1e-6), rand(m, d, dtype=dtype, seed=seed), others, pos, seed, dtype)
+    # per-head form [T, H, D]
+    assert_row_invariant(lambda x: ops.rms_norm(x, w, 1e-6), rand(m, 3, d, dtype=dtype, seed=seed), others, pos, seed, dtype)
+
+
+@SETTINGS
+@given(m=st.integers(1, 9), i=st.sampled_from(WEIRD + [128]), others=st.integers(0, 40), pos=st.integers(0, 40),
+       dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999))
+def test_silu_mul_rows(m, i, others, pos, dtype, seed):
+    assert_row_invariant(ops.silu_mul, rand(m, 2 * i, dtype=dtype, seed=seed, scale=4), others, pos, seed, dtype)
+
+
+@SETTINGS
+@given(m=st.integers(1, 9), others=st.integers(0, 40), pos=st.integers(0, 40), dtype=st.sampled_from(DTYPES),
+       seed=st.integers(0, 999))
+def test_rope_rows(m, others, pos, dtype, seed):
+    table = rope_table(32, 128, {"rope_type": "default", "rope_theta": 10000.0})
+    g = torch.Generator().manual_seed(seed)
+    x, positions = rand(m, 3, 32, dtype=dtype, seed=seed), torch.randint(0, 128, (m,), generator=g)
+    full = ops.rope(x, positions, table)
+    ox, opos = rand(others, 3, 32, dtype=dtype, seed=seed + 1), torch.randint(0, 128, (others,), generator=g)
+    p = min(pos, others)
+    for r in range(m):
+        out = ops.rope(embed_row(x[r], ox, p), embed_row(positions[r], opos, p), table)
+        assert torch.equal(out[p], full[r])
+
+
+@SETTINGS
+@given(m=st.integers(1, 9), vocab=st.sampled_from([7, 256, 300, 700, 1025]), others=st.integers(0, 30),
+       pos=st.integers(0, 30), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999))
+def test_logprob_head_rows_and_full_logprobs(m, vocab, others, pos, dtype, seed):
+    w = rand(vocab + 3, 48, dtype=dtype, seed=seed + 2)  # +3 rows: vLLM-style vocab padding, ignored
+    g = torch.Generator().manual_seed(seed)
+    h, tgt = rand(m, 48, dtype=dtype, seed=seed), torch.randint(0, vocab, (m,), generator=g)
+    lp, ent = ops.logprob_head(h, w, tgt, vocab, True)
+    oh, otg = rand(others, 48, dtype=dtype, seed=seed + 1), torch.randint(0, vocab, (others,), generator=g)
+    p = min(pos, others)
+    for r in range(m):
+        lp2, ent2 = ops.logprob_head(embed_row(h[r], oh, p), w, embed_row(tgt[r], otg, p), vocab, True)
+        assert torch.equal(lp2[p], lp[r]) and torch.equal(ent2[p], ent[r])
+    full = ops.full_logprobs(h, w, vocab)
+    assert full.shape == (m, vocab)
+    assert torch.equal(full.gather(1, tgt[:, None])[:, 0], lp)  # the vLLM side's numbers are the head's
+
+
+def _packed(lengths, hq, hkv, d, dtype, seed):
+    t = sum(lengths)
+    cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)))
+    return (rand(t, hq, d, dtype=dtype, seed=seed), rand(t, hkv, d, dtype=dtype, seed=seed + 1),
+            rand(t, hkv, d, dtype=dtype, seed=seed + 2), cu)
+
+
+@SETTINGS
+@given(lengths=st.lists(st.integers(1, 40), min_size=1, max_size=5), which=st.integers(0, 4),
+       gqa=st.sampled_from([(4, 4), (4, 2), (4, 1)]), d=st.sampled_from([8, 32]), dtype=st.sampled_from(DTYPES),
+       seed=st.integers(0, 999))
+def test_attention_sequence_alone_equals_in_batch(lengths, which, gqa, d, dtype, seed):
+    which %= len(lengths)
+    q, k, v, cu = _packed(lengths, *gqa, d, dtype, seed)
+    out = ops.varlen_attention(q, k, v, cu, d ** -0.5)
+    a, b = int(cu[which]), int(cu[which + 1])
+    alone = ops.varlen_attention(q[a:b], k[a:b], v[a:b], torch.tensor([0, b - a]), d ** -0.5)
+    assert torch.equal(alone, out[a:b])
+
+
+@SETTINGS
+@given(n=st.integers(1, 60), chunk=st.integers(1, 17), gqa=st.sampled_from([(4, 2), (2, 1)]),
+       dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999))
+def test_attention_prefill_chunked_prefill_and_decode_agree(n, chunk, gqa, dtype, seed):
+    """Full-sequence pass == chunks of queries over the keys so far == token-by-token decode."""
+    q, k, v, cu = _packed([n], *gqa, 32, dtype, seed)
+    full = ops.varlen_attention(q, k, v, cu, 32 ** -0.5)
+    pos = torch.arange(n)
+    for a in range(0, n, chunk):  # chunked prefill: the cache holds keys 0..b-1
+        b = min(a + chunk, n)
+        assert torch.equal(ops.attend(q[a:b], k[:b], v[:b], pos[a:b], 32 ** -0.5), full[a:b])
+    for t in range(n):  # decode: one query against exactly its context
+        assert torch.equal(ops.attend(q[t:t + 1], k[:t + 1], v[:t + 1], pos[t:t + 1], 32 ** -0.5), full[t:t + 1])
+    # a cache longer than the context (later tokens present but not visible) changes nothing
+    assert torch.equal(ops.attend(q, torch.cat([k, k]), torch.cat([v, v]), pos, 32 ** -0.5), full)
+
+
+def _grads(fn, *inputs):
+    leaves = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs]
+    out = fn(*leaves)
+    out = out[0] if isinstance(out, tuple) else out
+    (out.float() * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+    return [x.grad for x in leaves if x.grad is not None]
+
+
+CASES = {
+    "linear": (lambda x, w, b: ops.linear(x, w, b), lambda dt: (rand(33, 40, dtype=dt), rand(17, 40, dtype=dt, seed=1), rand(17, dtype=dt, seed=2))),
+    "embedding": (lambda w: ops.embedding(torch.tensor([3, 1, 3, 0, 3, 1]), w), lambda dt: (rand(5, 8, dtype=dt),)),
+    "rms_norm": (lambda x, w: ops.rms_norm(x, w, 1e-6), lambda dt: (rand(33, 40, dtype=dt), rand(40, dtype=dt, seed=1))),
+    "silu_mul": (ops.silu_mul, lambda dt: (rand(33, 34, dtype=dt, scale=3),)),
+    "rope": (lambda x: ops.rope(x, torch.arange(9), rope_table(16, 32, {"rope_type": "default", "rope_theta": 1e4})),
+             lambda dt: (rand(9, 2, 16, dtype=dt),)),
+    "attention": (lambda q, k, v: ops.varlen_attention(q, k, v, torch.tensor([0, 5, 12, 20]), 0.25),
+                  lambda dt: (rand(20, 4, 16, dtype=dt), rand(20, 2, 16, dtype=dt, seed=1), rand(20, 2, 16, dtype=dt, seed=2))),
+    "logprob_head": (lambda h, w: ops.logprob_head(h, w, torch.arange(11) * 50 % 600, 600, True)[0]
+                     + ops.logprob_head(h, w, torch.arange(11) * 50 % 600, 600, True)[1],
+                     lambda dt: (rand(11, 24, dtype=dt), rand(600, 24, dtype=dt, seed=1))),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_backward_is_deterministic(name, dtype):
+    fn, make = CASES[name]
+    inputs = make(dtype)
+    g1, g2 = _grads(fn, *inputs), _grads(fn, *inputs)
+    torch.set_num_threads(1)
+    g3 = _grads(fn, *inputs)
+    assert g1 and all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(g1, g2, g3))
