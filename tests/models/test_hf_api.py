@@ -1,0 +1,138 @@
+"""The training classes behave like transformers models."""
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from rlk_models import RLKLlamaForCausalLM, RLKQwen3Config, RLKQwen3ForCausalLM
+from rlk_models.modeling.config import UnsupportedConfig
+from rlk_models.ops import BackendUnavailable
+from rlk_models.ops.reference.primitives import tree_sum
+
+
+@pytest.fixture(scope="module")
+def qwen(checkpoints):
+    return AutoModelForCausalLM.from_pretrained(checkpoints["qwen3"][1], dtype=torch.float32)
+
+
+def batch(vocab, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (3, 24), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, 20:], mask[2, 9:] = 0, 0
+    return ids, mask
+
+
+def test_auto_classes_and_save_load_roundtrip(checkpoints, tmp_path):
+    cfg = AutoConfig.from_pretrained(checkpoints["llama3"][1])
+    assert type(cfg).__name__ == "RLKLlamaConfig" and cfg.rlk_backend == "reference"
+    m = AutoModelForCausalLM.from_pretrained(checkpoints["llama3"][1])
+    assert isinstance(m, RLKLlamaForCausalLM)
+    m.save_pretrained(tmp_path / "saved")
+    m2 = AutoModelForCausalLM.from_pretrained(tmp_path / "saved")
+    sd, sd2 = m.state_dict(), m2.state_dict()
+    assert sd.keys() == sd2.keys() and all(torch.equal(sd[k], sd2[k]) for k in sd)
+    ids, mask = batch(cfg.vocab_size)
+    assert torch.equal(m.token_logprobs(ids, mask), m2.token_logprobs(ids, mask))
+
+
+def test_tied_embeddings_share_storage(checkpoints):
+    m = AutoModelForCausalLM.from_pretrained(checkpoints["qwen3_tied"][1])
+    assert m.lm_head.weight is m.model.embed_tokens.weight
+
+
+def test_loss_is_mean_of_head_logprobs(qwen):
+    ids, mask = batch(qwen.config.vocab_size)
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[1, 5] = -100
+    out = qwen(ids, attention_mask=mask, labels=labels)
+    lp = qwen.token_logprobs(ids, mask)
+    valid = labels[:, 1:] != -100
+    assert torch.equal(out.loss, -tree_sum(lp[valid]) / valid.sum())
+    out2 = qwen(ids, attention_mask=mask, labels=labels, num_items_in_batch=100)
+    assert torch.equal(out2.loss, -tree_sum(lp[valid]) / 100)
+
+
+def test_logits_layout_logits_to_keep_and_inputs_embeds(qwen):
+    ids, mask = batch(qwen.config.vocab_size)
+    out = qwen(ids, attention_mask=mask)
+    assert out.logits.shape == (3, 24, qwen.config.vocab_size) and out.logits.dtype == torch.float32
+    last = qwen(ids, logits_to_keep=1).logits
+    assert last.shape == (3, 1, qwen.config.vocab_size)
+    assert torch.equal(last[:, 0], qwen(ids).logits[:, -1])
+    emb = qwen.get_input_embeddings()(ids)
+    assert torch.equal(qwen(inputs_embeds=emb, attention_mask=mask).logits, out.logits)
+
+
+def test_packed_position_ids_equal_padded_batch(qwen):
+    ids, mask = batch(qwen.config.vocab_size)
+    lengths = mask.sum(1).tolist()
+    flat = torch.cat([ids[i, :n] for i, n in enumerate(lengths)])[None]
+    pos = torch.cat([torch.arange(n) for n in lengths])[None]
+    packed = qwen(flat, position_ids=pos).logits[0]
+    padded = qwen(ids, attention_mask=mask).logits
+    assert torch.equal(packed, padded[mask.bool()])
+
+
+def test_gradient_checkpointing_gives_identical_gradients(checkpoints):
+    ids, mask = batch(512, seed=1)
+
+    def grads(gc):
+        m = AutoModelForCausalLM.from_pretrained(checkpoints["qwen3"][1], dtype=torch.float32)
+        if gc:
+            m.gradient_checkpointing_enable()
+        m.train()
+        m(ids % m.config.vocab_size, attention_mask=mask, labels=ids % m.config.vocab_size).loss.backward()
+        return {n: p.grad for n, p in m.named_parameters()}
+
+    a, b = grads(False), grads(True)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_training_step_reduces_loss(checkpoints):
+    m = AutoModelForCausalLM.from_pretrained(checkpoints["llama_bias"][1], dtype=torch.float32)
+    ids, mask = batch(m.config.vocab_size, seed=2)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(5):
+        loss = m(ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss
+        losses.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert losses[-1] < losses[0] - 0.5
+
+
+def tiny_cfg(**kw):
+    base = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, head_dim=16, max_position_embeddings=64)
+    return RLKQwen3Config(**{**base, **kw})
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"hidden_act": "gelu"}, "hidden_act"),
+    ({"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 0}, "sliding"),
+    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}}, "rope"),
+    ({"num_experts": 8}, "num_experts"),
+    ({"rlk_backend": "cuda-magic"}, "rlk_backend"),
+])
+def test_unsupported_config_fields_are_named(kw, match):
+    with pytest.raises(UnsupportedConfig, match=match):
+        RLKQwen3ForCausalLM(tiny_cfg(**kw))
+
+
+def test_unknown_backend_and_kv_cache_are_refused(qwen):
+    from rlk_models.ops import get_backend
+    with pytest.raises(BackendUnavailable, match="unknown op backend"):
+        get_backend("nope")
+    with pytest.raises(NotImplementedError, match="KV cache"):
+        qwen(torch.tensor([[1, 2]]), past_key_values=object())
+
+
+def test_bad_inputs_give_clear_errors(qwen):
+    with pytest.raises(IndexError, match="token ids"):
+        qwen.token_logprobs(torch.tensor([[1, qwen.config.vocab_size]]))
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        qwen.packed_token_logprobs(torch.tensor([1, 2, 3]), torch.tensor([0, 2]))
+    with pytest.raises(IndexError, match="position"):
+        qwen.token_logprobs(torch.zeros(1, qwen.config.max_position_embeddings + 1, dtype=torch.long))
