@@ -1,0 +1,158 @@
+"""vLLM class over the shared packed decoder.
+
+vLLM's own layers do what they are good at -- tensor-parallel weight creation, sharding and
+loading (``QKVParallelLinear``, ``MergedColumnParallelLinear``, ``RowParallelLinear``,
+``VocabParallelEmbedding``, ``ParallelLMHead``) and the paged KV cache -- while every number
+comes from the op backend the training class uses: each layer's ``quant_method`` is swapped for
+``RLKLinearMethod`` (no CPU prepacking, which would replace ``weight``), attention is forced to
+``RLKAttentionBackend``, and ``compute_logits`` returns the log-prob head's fp32 log-probs.
+
+Log-probs contract: vLLM must run with ``logprobs_mode="raw_logits"`` so that the log-probs it
+reports are exactly ``compute_logits``' values (the default ``raw_logprobs`` re-normalises them
+with torch's log_softmax, changing the last bits). vLLM builds its sampler before it builds the
+model, so a model cannot switch the mode itself: the class fails closed at load with the flag
+to pass. Sampling is unaffected (softmax of log-probs = softmax of logits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+from vllm.distributed import get_pp_group, get_tensor_model_parallel_world_size
+from vllm.model_executor.layers.attention import Attention
+from vllm.model_executor.layers.linear import (
+    MergedColumnParallelLinear,
+    QKVParallelLinear,
+    RowParallelLinear,
+    UnquantizedLinearMethod,
+)
+from vllm.model_executor.layers.vocab_parallel_embedding import (
+    ParallelLMHead,
+    UnquantizedEmbeddingMethod,
+    VocabParallelEmbedding,
+)
+from vllm.model_executor.model_loader.weight_utils import default_weight_loader
+
+from ..ops import get_backend
+from .config import validate_config
+from .decoder import Decoder
+from .vllm_attention import RLKAttentionBackend
+
+LOGPROBS_FLAG = ('logprobs_mode="raw_logits" (Python: LLM(..., logprobs_mode="raw_logits"); '
+                 'server: --logprobs-mode raw_logits)')
+
+
+class RLKLinearMethod(UnquantizedLinearMethod):
+    """vLLM's unquantized weights and loaders; the GEMM is the op backend's linear."""
+
+    def __init__(self, backend: str):
+        self.backend = backend  # UnquantizedLinearMethod.__init__ only picks a GEMM: not needed
+
+    def process_weights_after_loading(self, layer):
+        pass  # the stock CPU path prepacks and deletes layer.weight
+
+    def apply(self, layer, x, bias=None):
+        return get_backend(self.backend).linear(x, layer.weight, bias)
+
+
+class RLKEmbeddingMethod(UnquantizedEmbeddingMethod):
+    def process_weights_after_loading(self, layer):
+        pass  # no CPU prepack: the weight is only gathered (embedding) or read by the head
+
+
+class _PagedAttention(Attention):
+    """vLLM's Attention layer (owns this layer's paged KV cache) with the decoder's calling
+    convention: per-head tensors in, per-head tensors out."""
+
+    def forward(self, q_TNH, k_TKH, v_TKH, meta=None):
+        t, _, d = q_TNH.shape
+        out = super().forward(q_TNH.reshape(t, -1), k_TKH.reshape(t, -1), v_TKH.reshape(t, -1))
+        return out.view(t, -1, d)
+
+
+class VllmBuilder:
+    """Makes the decoder's layers from vLLM's tensor-parallel layers (see module docstring)."""
+
+    def __init__(self, vllm_config, backend: str):
+        self.cache_config = vllm_config.cache_config
+        self.backend = backend
+        self.tp_size = get_tensor_model_parallel_world_size()
+
+    def _ours(self, layer):
+        layer.quant_method = RLKLinearMethod(self.backend)
+        return layer
+
+    def embedding(self, vocab_size, dim, prefix):
+        emb = VocabParallelEmbedding(vocab_size, dim, prefix=prefix)
+        emb.quant_method = RLKEmbeddingMethod()
+        return emb
+
+    def qkv(self, hidden, head_dim, n_heads, n_kv_heads, bias, prefix):
+        return self._ours(QKVParallelLinear(hidden, head_dim, n_heads, n_kv_heads, bias=bias,
+                                            return_bias=False, prefix=prefix))
+
+    def merged(self, in_features, out_sizes, bias, prefix):
+        return self._ours(MergedColumnParallelLinear(in_features, out_sizes, bias=bias, return_bias=False,
+                                                     prefix=prefix))
+
+    def row(self, in_features, out_features, bias, prefix):
+        return self._ours(RowParallelLinear(in_features, out_features, bias=bias, return_bias=False,
+                                            prefix=prefix))
+
+    def attention(self, layer_idx, n_heads, n_kv_heads, head_dim, scale, prefix):
+        return _PagedAttention(n_heads, head_dim, scale, num_kv_heads=n_kv_heads, cache_config=self.cache_config,
+                               prefix=prefix, attn_backend=RLKAttentionBackend, rlk_backend=self.backend)
+
+
+class RLKVllmForCausalLM(nn.Module):
+    """Family-independent vLLM class; ``rlk_models.<family>.vllm`` binds the architecture name."""
+
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        super().__init__()
+        config = vllm_config.model_config.hf_config
+        validate_config(config)
+        mode = vllm_config.model_config.logprobs_mode
+        if mode != "raw_logits":
+            raise ValueError(f"rlk models need {LOGPROBS_FLAG}, got logprobs_mode={mode!r}: any other mode "
+                             "post-processes the log-prob head's values and breaks bitwise parity with training")
+        if get_tensor_model_parallel_world_size() != 1 or get_pp_group().world_size != 1:
+            raise NotImplementedError("rlk vLLM classes run with tensor_parallel_size=1 and pipeline_parallel_size=1 "
+                                      "(canonical tensor-parallel reductions are not implemented yet)")
+        self.config = config
+        self.model = Decoder(config, VllmBuilder(vllm_config, config.rlk_backend), prefix="model")
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, prefix="lm_head")
+        self.lm_head.quant_method = RLKEmbeddingMethod()
+        if config.tie_word_embeddings:
+            self.lm_head = self.lm_head.tie_weights(self.model.embed_tokens)
+
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.embed_tokens(input_ids)
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        return self.model(input_ids, positions, None, inputs_embeds)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """fp32 log-probs [n, vocab] from the log-prob head (reported as-is under raw_logits)."""
+        return get_backend(self.config.rlk_backend).full_logprobs(
+            hidden_states, self.lm_head.weight, self.config.vocab_size)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Load rlk-named tensors (``rlk-convert`` output, or a training model's parameters)."""
+        params = dict(self.named_parameters(remove_duplicate=False))
+        loaded = set()
+        for name, tensor in weights:
+            if name.endswith("rotary_emb.inv_freq"):
+                continue
+            if self.config.tie_word_embeddings and name == "lm_head.weight":
+                continue
+            if name not in params:
+                raise KeyError(f"unexpected tensor {name!r} for {type(self).__name__}; rlk checkpoints fuse "
+                               "q/k/v into qkv_proj and gate/up into gate_up_proj (see rlk-convert)")
+            param = params[name]
+            getattr(param, "weight_loader", default_weight_loader)(param, tensor)
+            loaded.add(name)
+        if self.config.tie_word_embeddings:
+            loaded.add("lm_head.weight")
+        return loaded

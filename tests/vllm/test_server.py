@@ -1,0 +1,123 @@
+"""The OpenAI server (``rlk-serve``) on 127.0.0.1: 32 concurrent completion requests of mixed
+lengths, every returned log-prob (sampled and prompt) bitwise equal to the training class;
+malformed requests get a 4xx and the server keeps serving."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from rlk_models.verify import Report, mixed_prompts
+
+from .conftest import ROOT
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _post(url, body, timeout=180):
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+@pytest.fixture(scope="module")
+def server(checkpoints, tmp_path_factory):
+    ckpt = str(checkpoints["qwen3"][1])
+    port = _free_port()
+    log = open(tmp_path_factory.mktemp("server") / "server.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlk_models.serve", ckpt, "--host", "127.0.0.1", "--port", str(port),
+         "--max-model-len", "512", "--max-num-batched-tokens", "512", "--enforce-eager", "--dtype", "bfloat16",
+         "--seed", "0"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1"))
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 300
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                log.flush()
+                raise RuntimeError(f"server did not start:\n{open(log.name).read()[-4000:]}")
+            time.sleep(1)
+        yield base, ckpt
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def _complete(base, ckpt, prompt, i):
+    return _post(base + "/v1/completions", {
+        "model": ckpt, "prompt": prompt, "max_tokens": 6 + i % 5, "temperature": 1.0, "logprobs": 0,
+        "prompt_logprobs": 0 if i % 2 == 0 else None, "return_token_ids": True})
+
+
+def test_concurrent_requests_bitwise_equal_training(server):
+    base, ckpt = server
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).eval()
+    prompts = (mixed_prompts(model.config.vocab_size, n=16) + mixed_prompts(model.config.vocab_size, n=16, seed=1))
+    assert len(prompts) == 32
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        results = list(pool.map(lambda a: _complete(base, ckpt, *a), [(p, i) for i, p in enumerate(prompts)]))
+    report = Report("server")
+    seqs, got_all = [], []
+    for p, (status, body) in zip(prompts, results):
+        assert status == 200, body
+        choice = body["choices"][0]
+        seqs.append(p + choice["token_ids"])
+        got = {}
+        if choice.get("prompt_logprobs"):
+            for j in range(1, len(p)):
+                got[j - 1] = choice["prompt_logprobs"][j][str(p[j])]["logprob"]
+        for k, lp in enumerate(choice["logprobs"]["token_logprobs"]):
+            got[len(p) + k - 1] = lp
+        got_all.append(got)
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)], mask[i, :len(s)] = torch.tensor(s), 1
+    with torch.no_grad():
+        want = model.token_logprobs(ids, mask)
+    for i, got in enumerate(got_all):
+        report.add(list(got.values()), [want[i, t].item() for t in got])
+    assert report.tokens > 500
+    assert report.mismatch_count == 0 and report.max_abs_diff == 0.0, report
+
+
+@pytest.mark.parametrize("body", [
+    {"prompt": [5, 10_000_000], "max_tokens": 2},           # token id out of range
+    {"prompt": list(range(1, 600)), "max_tokens": 2},       # longer than max_model_len
+    {"prompt": [5, 6], "max_tokens": 2, "logprobs": -4},    # invalid parameter
+])
+def test_malformed_requests_get_4xx_and_server_keeps_serving(server, body):
+    base, ckpt = server
+    status, _ = _post(base + "/v1/completions", {"model": ckpt, **body})
+    assert 400 <= status < 500
+    status, ok = _post(base + "/v1/completions", {"model": ckpt, "prompt": [5, 6, 7], "max_tokens": 2,
+                                                  "return_token_ids": True, "ignore_eos": True})
+    assert status == 200 and len(ok["choices"][0]["token_ids"]) == 2

@@ -1,0 +1,62 @@
+"""Engine-side checks run in a fresh process each (``python -m tests.vllm.worker NAME CKPT``):
+an in-process vLLM engine changes process-wide state (threads, torch.distributed), so the test
+process itself never hosts one. Prints one JSON object on the last line."""
+
+import json
+import sys
+
+import torch
+
+
+def weight_sync(ckpt: str) -> dict:
+    """Several updates in a row: perturb every training weight, push, generate (twice, the
+    second call hitting the prefix cache), compare bitwise. Before the first push the engine
+    still has the old weights: that comparison must mismatch, or the check could not fail."""
+    from transformers import AutoModelForCausalLM
+    from vllm.inputs import TokensPrompt
+
+    from rlk_models import verify
+    from rlk_models.sync import push_weights
+
+    verify.in_process_env()
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).eval()
+    llm = verify.make_llm(ckpt, enable_prefix_caching=True, block_size=16)
+    prompts = verify.mixed_prompts(model.config.vocab_size, n=8)
+    g = torch.Generator().manual_seed(0)
+    results = []
+    for step in range(3):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_((torch.randn(p.shape, generator=g) * 0.02).to(p.dtype))
+        if step == 0:
+            stale = verify.Report("stale")
+            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
+                                verify.sampling_params("temp1", 6, True), use_tqdm=False)
+            verify.compare(model, prompts, outs, stale)
+            results.append({"update": "none", **stale.__dict__})
+        n = push_weights(llm, model)
+        rep = verify.Report(f"update{step}")
+        for call in range(2):
+            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
+                                verify.sampling_params("temp1", 6, call == 0), use_tqdm=False)
+            verify.compare(model, prompts, outs, rep)
+        results.append({"update": step, "tensors": n, **rep.__dict__})
+    return {"results": results}
+
+
+def fail_closed(ckpt: str) -> dict:
+    from vllm import LLM
+
+    from rlk_models import verify
+
+    verify.in_process_env()
+    try:
+        LLM(model=ckpt, max_model_len=256, enforce_eager=True)  # default logprobs_mode
+    except Exception as e:  # vLLM may wrap the model's error
+        return {"error": f"{type(e).__name__}: {e}"}
+    return {"error": None}
+
+
+if __name__ == "__main__":
+    out = {"weight_sync": weight_sync, "fail_closed": fail_closed}[sys.argv[1]](sys.argv[2])
+    print(json.dumps(out))
