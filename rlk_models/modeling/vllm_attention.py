@@ -98,22 +98,38 @@ class RLKAttentionImpl(AttentionImpl[RLKAttentionMetadata]):
         kv_cache[blk, :, off, :d] = key[:n][valid].view(-1, self.num_kv_heads, d).to(kv_cache.dtype)
         kv_cache[blk, :, off, d:] = value[:n][valid].view(-1, self.num_kv_heads, d).to(kv_cache.dtype)
 
+    def _context(self, kv_cache, block_table_rows, seq_lens: torch.Tensor):
+        """K/V of each request's context, [R, L_max, Hkv, D] each; positions past a request's
+        own length are zeroed (masked anyway; zeros keep stale cache bits out of the sums)."""
+        d, bs = self.head_size, kv_cache.shape[2]
+        l_max = int(seq_lens.max())
+        nblk = -(-l_max // bs)
+        ctx = kv_cache[block_table_rows[:, :nblk].long()]            # [R, nblk, Hkv, bs, 2D]
+        ctx = ctx.permute(0, 1, 3, 2, 4).reshape(ctx.shape[0], nblk * bs, self.num_kv_heads, 2 * d)[:, :l_max]
+        valid = torch.arange(l_max, device=ctx.device) < seq_lens[:, None].to(ctx.device)
+        ctx = torch.where(valid[..., None, None], ctx, torch.zeros((), dtype=ctx.dtype, device=ctx.device))
+        return ctx[..., :d], ctx[..., d:]
+
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output,
                 output_scale=None, output_block_scale=None):
         if attn_metadata is None:  # profiling / warm-up run
             return output.fill_(0)
         md, d = attn_metadata, self.head_size
         ops = get_backend(self.rlk_backend)
-        bs = kv_cache.shape[2]
         q_all = query.view(-1, self.num_heads, d)
         out = output.view(-1, self.num_heads, d)
-        for r, seq_len in enumerate(md.seq_lens):
-            q0, q1 = md.query_start_loc[r], md.query_start_loc[r + 1]
-            if q1 == q0:
+        qsl = md.query_start_loc
+        decode = [r for r in range(len(md.seq_lens)) if qsl[r + 1] - qsl[r] == 1]
+        if decode:  # all single-token requests in one batched call
+            rows = torch.tensor([qsl[r] for r in decode], device=query.device)
+            lens = torch.tensor([md.seq_lens[r] for r in decode], device=query.device)
+            k, v = self._context(kv_cache, md.block_table[decode], lens)
+            out[rows] = ops.attend(q_all[rows][:, None], k, v, (lens - 1)[:, None], self.scale)[:, 0]
+        for r, seq_len in enumerate(md.seq_lens):  # prefills and prefill chunks, one call each
+            q0, q1 = qsl[r], qsl[r + 1]
+            if q1 - q0 < 2:
                 continue
-            nblk = -(-seq_len // bs)
-            ctx = kv_cache[md.block_table[r, :nblk].long()]           # [nblk, Hkv, bs, 2D]
-            ctx = ctx.permute(0, 2, 1, 3).reshape(nblk * bs, self.num_kv_heads, 2 * d)[:seq_len]
+            k, v = self._context(kv_cache, md.block_table[r:r + 1], torch.tensor([seq_len]))
             q_pos = torch.arange(seq_len - (q1 - q0), seq_len, device=query.device)
-            out[q0:q1] = ops.attend(q_all[q0:q1], ctx[..., :d], ctx[..., d:], q_pos, self.scale)
+            out[q0:q1] = ops.attend(q_all[q0:q1], k[0], v[0], q_pos, self.scale)
         return output

@@ -164,3 +164,21 @@ def test_backward_is_deterministic(name, dtype):
     torch.set_num_threads(1)
     g3 = _grads(fn, *inputs)
     assert g1 and all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(g1, g2, g3))
+
+
+@SETTINGS
+@given(lengths=st.lists(st.integers(1, 40), min_size=1, max_size=6), dtype=st.sampled_from(DTYPES),
+       seed=st.integers(0, 999))
+def test_attention_batched_decode_equals_single(lengths, dtype, seed):
+    """The batched form (one decode token per sequence, contexts zero-padded to the longest)
+    gives each sequence the bits of its own unbatched call."""
+    ks = [rand(n, 2, 32, dtype=dtype, seed=seed + i) for i, n in enumerate(lengths)]
+    vs = [rand(n, 2, 32, dtype=dtype, seed=seed + 50 + i) for i, n in enumerate(lengths)]
+    q = rand(len(lengths), 1, 4, 32, dtype=dtype, seed=seed + 99)
+    lmax = max(lengths)
+    pad = lambda t: torch.cat([t, torch.zeros(lmax - t.shape[0], *t.shape[1:], dtype=dtype)])  # noqa: E731
+    pos = torch.tensor(lengths)[:, None] - 1
+    batched = ops.attend(q, torch.stack([pad(k) for k in ks]), torch.stack([pad(v) for v in vs]), pos, 32 ** -0.5)
+    for i, n in enumerate(lengths):
+        single = ops.attend(q[i], ks[i], vs[i], pos[i], 32 ** -0.5)
+        assert torch.equal(batched[i], single)

@@ -31,46 +31,53 @@ import torch
 from .primitives import CHUNK_ELEMS, exp, tree_sum
 
 
-def _query_chunk(n_heads: int, n_keys: int, head_dim: int) -> int:
-    return max(1, CHUNK_ELEMS // max(1, n_heads * n_keys * head_dim))
+def _query_chunk(n_rows: int, n_keys: int, head_dim: int) -> int:
+    return max(1, CHUNK_ELEMS // max(1, n_rows * n_keys * head_dim))
 
 
 def _scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """q [Hkv, R, n, D], k [Hkv, L, D] (fp32) -> scale * q.k  [Hkv, R, n, L]."""
-    return tree_sum(q[:, :, :, None, :] * k[:, None, None, :, :]) * scale
+    """q [..., Hkv, R, n, D], k [..., Hkv, L, D] (fp32) -> scale * q.k  [..., Hkv, R, n, L]."""
+    return tree_sum(q[..., :, None, :] * k[..., None, None, :, :]) * scale
 
 
 def _visible(q_pos: torch.Tensor, n_keys: int) -> torch.Tensor:
-    return torch.arange(n_keys, device=q_pos.device)[None, :] <= q_pos[:, None]  # [n, L]
+    return torch.arange(n_keys, device=q_pos.device) <= q_pos[..., None]  # [..., n, L]
 
 
 def _forward_rows(q, k, v, q_pos, scale):
-    """q [n, Hq, D], k/v [L, Hkv, D], q_pos [n] -> (o [n, Hq, D] fp32, rowmax, rowsum [Hq, n])."""
-    n, hq, d = q.shape
-    L, hkv, _ = k.shape
+    """Batched over B: q [B, n, Hq, D], k/v [B, L, Hkv, D], q_pos [B, n] ->
+    (o [B, n, Hq, D] fp32, rowmax, rowsum [B, Hq, n]). Rows never mix."""
+    b, n, hq, d = q.shape
+    L, hkv = k.shape[1], k.shape[2]
     r = hq // hkv
-    qh = q.to(torch.float32).permute(1, 0, 2).reshape(hkv, r, n, d)
-    kh = k.to(torch.float32).permute(1, 0, 2)           # [Hkv, L, D]
-    vt = v.to(torch.float32).permute(1, 2, 0)           # [Hkv, D, L]
+    qh = q.to(torch.float32).permute(0, 2, 1, 3).reshape(b, hkv, r, n, d)
+    kh = k.to(torch.float32).permute(0, 2, 1, 3)          # [B, Hkv, L, D]
+    vt = v.to(torch.float32).permute(0, 2, 3, 1)          # [B, Hkv, D, L]
     s = _scores(qh, kh, scale)
-    s = torch.where(_visible(q_pos, L), s, float("-inf"))
+    s = torch.where(_visible(q_pos, L)[:, None, None], s, float("-inf"))
     m = s.amax(dim=-1, keepdim=True)
     p = exp(s - m)
-    den = tree_sum(p)                                   # [Hkv, R, n]
-    num = tree_sum(p[:, :, :, None, :] * vt[:, None, None, :, :])  # [Hkv, R, n, D]
+    den = tree_sum(p)                                     # [B, Hkv, R, n]
+    num = tree_sum(p[..., None, :] * vt[:, :, None, None])  # [B, Hkv, R, n, D]
     o = num / den[..., None]
-    return (o.reshape(hq, n, d).permute(1, 0, 2), m.reshape(hq, n), den.reshape(hq, n))
+    return (o.reshape(b, hq, n, d).permute(0, 2, 1, 3), m.reshape(b, hq, n), den.reshape(b, hq, n))
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor,
            scale: float) -> torch.Tensor:
-    """Queries of one sequence against its keys: q [n, Hq, D]; k, v [L, Hkv, D]; query i sees
-    keys 0..q_pos[i]. Returns [n, Hq, D] in q's dtype. The building block of every path."""
+    """Queries against keys of their own sequence: q [n, Hq, D]; k, v [L, Hkv, D]; query i
+    sees keys 0..q_pos[i]. Batched form: a leading dim B on all four (sequences padded to
+    common n and L; keys past a query's position must be finite, e.g. zeros). Returns q's
+    shape and dtype. The building block of every attention path."""
+    batched = q.dim() == 4
+    if not batched:
+        q, k, v, q_pos = q[None], k[None], v[None], q_pos[None]
     out = torch.empty_like(q)
-    step = _query_chunk(q.shape[1], k.shape[0], q.shape[2])
-    for i in range(0, q.shape[0], step):
-        out[i:i + step] = _forward_rows(q[i:i + step], k, v, q_pos[i:i + step], scale)[0].to(q.dtype)
-    return out
+    step = _query_chunk(q.shape[0] * q.shape[2], k.shape[1], q.shape[3])
+    for i in range(0, q.shape[1], step):
+        sl = slice(i, i + step)
+        out[:, sl] = _forward_rows(q[:, sl], k, v, q_pos[:, sl], scale)[0].to(q.dtype)
+    return out if batched else out[0]
 
 
 def _backward_seq(q, k, v, o, m, den, do, scale):
@@ -121,10 +128,10 @@ class _VarlenAttention(torch.autograd.Function):
             step = _query_chunk(q.shape[1], b - a, q.shape[2])
             for i in range(a, b, step):
                 e = min(i + step, b)
-                o, m, den = _forward_rows(q[i:e], k[a:b], v[a:b], pos[i - a:e - a], scale)
-                out[i:e] = o.to(q.dtype)
-                ms.append(m)
-                dens.append(den)
+                o, m, den = _forward_rows(q[None, i:e], k[None, a:b], v[None, a:b], pos[None, i - a:e - a], scale)
+                out[i:e] = o[0].to(q.dtype)
+                ms.append(m[0])
+                dens.append(den[0])
         m = torch.cat(ms, dim=1) if ms else q.new_zeros(q.shape[1], 0, dtype=torch.float32)
         den = torch.cat(dens, dim=1) if dens else m
         ctx.save_for_backward(q, k, v, out, m, den, cu_seqlens)
