@@ -4,14 +4,17 @@
 2. convert it to an rlk checkpoint (``rlk-convert``) and load it with ``AutoModelForCausalLM``,
 3. print the per-token log-probs of a prompt,
 4. print an invariance report: the same sequences' log-probs alone, in padded batches of
-   other sequences at every position, packed, with 1 and 2 threads, run twice -- mismatch
-   count and max abs diff against "alone" for each, plus the distance to stock transformers.
+   other sequences at every position, packed, with 1 and 2 threads, run twice, and as reported
+   by a real vLLM engine running the rlk vLLM class (prompt and sampled tokens) -- mismatch
+   count and max abs diff against the training class for each, plus the distance to stock
+   transformers.
 Exits non-zero if any bitwise check fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -85,7 +88,15 @@ def main(argv: list[str] | None = None) -> int:
         ref = [stock(s[None]).logits[0, :-1].float().log_softmax(-1).gather(1, s[1:, None])[:, 0] for s in seqs]
         _, acc_diff, acc_n = _compare(alone, ref)
 
-    print("\ninvariance report (bitwise, against each sequence computed alone):")
+    from . import verify
+
+    verify.in_process_env()
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    vllm_report = verify.sweep(str(rlk_dir), ["batches_16_3_temp1", "chunked_prefill_16"], args.dtype)
+    for r in vllm_report:
+        rows.append((f"vLLM engine: {r.config}", r.mismatch_count, r.max_abs_diff, r.tokens))
+
+    print("\ninvariance report (bitwise, against the training class):")
     print(f"  {'configuration':34} {'mismatch_count':>14} {'max_abs_diff':>12} {'tokens':>7}")
     for name, mism, diff, count in rows:
         print(f"  {name:34} {mism:>14} {diff:>12.3g} {count:>7}")
