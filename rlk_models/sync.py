@@ -4,22 +4,20 @@
     push_weights(llm, model)          # an RLK*ForCausalLM (or any module with rlk names)
     push_weights(llm, state_dict)     # or a dict / iterable of (name, tensor)
 
-The tensors go straight to the vLLM class's ``load_weights`` inside the engine's worker (no
-checkpoint on disk), then the prefix cache is reset so that no KV block computed with the
-old weights is reused: the next ``generate`` runs exactly the new weights.
+The tensors go through vLLM's supported in-place reload (``Worker.reload_weights`` via
+``collective_rpc``; no checkpoint on disk), which calls the model's ``load_weights`` and redoes
+any post-load weight processing (stock CPU layers prepack their weights; rlk layers do not),
+then the prefix cache is reset so that no KV block computed with the old weights is reused:
+the next ``generate`` runs exactly the new weights. Works for the rlk vLLM classes and for
+stock vLLM models alike (the GRPO baseline uses it).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping
 
 import torch
 from torch import nn
-
-
-def _load(items: list[tuple[str, torch.Tensor]], vllm_model) -> int:
-    return len(vllm_model.load_weights(iter(items)))
 
 
 def named_weights(source: nn.Module | Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]):
@@ -36,9 +34,9 @@ def named_weights(source: nn.Module | Mapping[str, torch.Tensor] | Iterable[tupl
 @torch.no_grad()
 def push_weights(llm, source) -> int:
     """Load ``source``'s weights into ``llm`` and reset its prefix cache. Returns the number
-    of tensors loaded (per worker, the first worker's count)."""
+    of tensors pushed."""
     items = named_weights(source)
-    counts = llm.apply_model(functools.partial(_load, items))
+    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
     if not llm.reset_prefix_cache():
         raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
-    return counts[0]
+    return len(items)

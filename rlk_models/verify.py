@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import os
 import sys
@@ -156,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {list(CONFIGS)}")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--json", action="store_true", help="print one JSON object per configuration")
+    ap.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                    help="import MODULE first (e.g. one that registers an out-of-tree op backend)")
     args = ap.parse_args(argv)
+    for mod in args.imports:
+        importlib.import_module(mod)
     names = [c for c in args.configs.split(",") if c]
     unknown = [c for c in names if c not in CONFIGS]
     if unknown:

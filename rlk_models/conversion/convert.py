@@ -22,7 +22,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
+from ..fingerprint import expected_fingerprint
 from ..modeling.config import UnsupportedConfig, validate_config
+from ..ops import BackendUnavailable
 from .maps import ARCHITECTURES, FUSED, IGNORED_SUFFIXES, MODEL_TYPES, hf_tensor_shapes, hf_to_rlk_plan
 
 DEFAULT_MAX_SHARD_BYTES = 2 * 1024**3
@@ -230,7 +232,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str = "rlk", *, 
             total = sum(out_bytes)
             (tmp / "model.safetensors.index.json").write_text(
                 json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
-        (tmp / "config.json").write_text(json.dumps(_out_config(raw, to, rlk_backend), indent=2) + "\n")
+        weights_dtype = source.get("model.embed_tokens.weight").dtype
+        (tmp / "config.json").write_text(json.dumps(_out_config(raw, to, rlk_backend, weights_dtype), indent=2) + "\n")
         for f in src.iterdir():  # tokenizer, generation config, chat template, ...
             if f.is_file() and f.name != "config.json" and not _is_weight_file(f):
                 shutil.copy2(f, tmp / f.name)
@@ -245,13 +248,17 @@ def _is_weight_file(f: Path) -> bool:
     return f.name in _WEIGHT_FILES or f.suffix in (".safetensors", ".bin") or f.name.endswith(".index.json")
 
 
-def _out_config(raw: dict, to: str, rlk_backend: str | None) -> dict:
+def _out_config(raw: dict, to: str, rlk_backend: str | None, weights_dtype: torch.dtype) -> dict:
     out = dict(raw)
     if to == "rlk":
         out["model_type"] = MODEL_TYPES[raw["model_type"]]
         out["architectures"] = [ARCHITECTURES.get(a, a) for a in raw.get("architectures") or []] or \
             [ARCHITECTURES[{"qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM"}[raw["model_type"]]]]
         out["rlk_backend"] = rlk_backend or raw.get("rlk_backend", "reference")
+        try:
+            out["rlk_fingerprint"] = expected_fingerprint(out["rlk_backend"], weights_dtype)
+        except BackendUnavailable as e:
+            raise ConversionError(str(e)) from None
     else:
         back_types = {v: k for k, v in MODEL_TYPES.items()}
         back_archs = {v: k for k, v in ARCHITECTURES.items()}

@@ -11,6 +11,9 @@ class RLKLlamaConfig(LlamaConfig):
     model_type = "rlk_llama"
     rlk_qk_norm = False
     rlk_backend: str = "reference"
+    rlk_fingerprint: dict | None = None
+    rlk_check_fingerprint: bool = True
+    rlk_strict: bool = False
 
 
 class RLKLlamaForCausalLM(RLKForCausalLM):

@@ -24,6 +24,8 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from ..fingerprint import check_fingerprint
+from ..selftest import maybe_require
 from ..ops import get_backend
 from ..ops.reference.primitives import tree_sum
 from .config import validate_config
@@ -110,6 +112,9 @@ class RLKForCausalLM(RLKPreTrainedModel):
 
     def __init__(self, config):
         validate_config(config)
+        # parameters are created in the default dtype, which from_pretrained(dtype=...) sets
+        check_fingerprint(config, torch.get_default_dtype(), "the training class")
+        maybe_require(config)
         super().__init__(config)
         self.model = Decoder(config, TrainingBuilder(config.rlk_backend))
         self.lm_head = LMHead(config.vocab_size, config.hidden_size)

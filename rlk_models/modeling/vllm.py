@@ -35,6 +35,8 @@ from vllm.model_executor.layers.vocab_parallel_embedding import (
 )
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
+from ..fingerprint import check_fingerprint
+from ..selftest import maybe_require
 from ..ops import get_backend
 from .config import validate_config
 from .decoder import Decoder
@@ -120,6 +122,8 @@ class RLKVllmForCausalLM(nn.Module):
         if get_tensor_model_parallel_world_size() != 1 or get_pp_group().world_size != 1:
             raise NotImplementedError("rlk vLLM classes run with tensor_parallel_size=1 and pipeline_parallel_size=1 "
                                       "(canonical tensor-parallel reductions are not implemented yet)")
+        check_fingerprint(config, vllm_config.model_config.dtype, "the vLLM class")
+        maybe_require(config)
         self.config = config
         self.model = Decoder(config, VllmBuilder(vllm_config, config.rlk_backend), prefix="model")
         self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, prefix="lm_head")

@@ -18,6 +18,9 @@ from .rope_table import UnsupportedRope, rope_table
 
 _BACKENDS = {"reference": "rlk_models.ops.reference"}
 
+# what every backend module provides besides the ops: NAME, FINGERPRINT (a dict of everything
+# that decides its bits: contract version and tile/group constants), is_available()
+
 
 class Backend(Protocol):
     NAME: str
@@ -42,6 +45,13 @@ class BackendUnavailable(RuntimeError):
     pass
 
 
+def register_backend(name: str, module: str) -> None:
+    """Make the backend module ``module`` (import path) selectable as ``rlk_backend=name``.
+    Third-party and test backends use this; the model config still names the backend."""
+    _BACKENDS[name] = module
+    get_backend.cache_clear()
+
+
 def available_backends() -> list[str]:
     return sorted(_BACKENDS)
 
@@ -59,4 +69,4 @@ def get_backend(name: str) -> Backend | ModuleType:
 
 
 __all__ = ["Backend", "BackendUnavailable", "UnsupportedRope", "available_backends", "get_backend",
-           "rope_table"]
+           "register_backend", "rope_table"]

@@ -11,6 +11,9 @@ class RLKQwen3Config(Qwen3Config):
     model_type = "rlk_qwen3"
     rlk_qk_norm = True
     rlk_backend: str = "reference"
+    rlk_fingerprint: dict | None = None
+    rlk_check_fingerprint: bool = True
+    rlk_strict: bool = False
 
 
 class RLKQwen3ForCausalLM(RLKForCausalLM):

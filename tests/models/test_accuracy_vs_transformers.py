@@ -43,7 +43,7 @@ def hf_grads(model):
 def test_logits_loss_grads_close_to_transformers(checkpoints, variant, dtype):
     hf_dir, rlk_dir = checkpoints[variant]
     theirs = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=dtype)
-    ours = AutoModelForCausalLM.from_pretrained(rlk_dir, dtype=dtype)
+    ours = AutoModelForCausalLM.from_pretrained(rlk_dir, dtype=dtype, rlk_check_fingerprint=False)  # fp32 study
     assert type(ours).__name__.startswith("RLK")
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, theirs.config.vocab_size, (3, 70), generator=g)  # 70 > original context of llama3 scaling

@@ -57,6 +57,39 @@ def fail_closed(ckpt: str) -> dict:
     return {"error": None}
 
 
+def bisect_planted(ckpt: str) -> dict:
+    """Trace the same tokens through the vLLM engine, the clean training class and a training
+    class whose layer-1 down_proj is plain torch; report what the bisector names."""
+    import torch.nn.functional as F
+    from transformers import AutoModelForCausalLM
+
+    from rlk_models.bisect import first_divergence, run_trace
+
+    tokens = list(range(3, 90, 4))
+    engine, lp_engine = run_trace(f"vllm:{ckpt}:chunked_prefill_16", tokens)
+    clean, lp_clean = run_trace(f"train:{ckpt}", tokens)
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+    lin = model.model.layers[1].mlp.down_proj
+    lin.forward = lambda x: F.linear(x, lin.weight, lin.bias)
+    planted, _ = run_trace(f"train:{ckpt}", tokens, model=model)
+    d_clean, d_planted = first_divergence(engine, clean), first_divergence(engine, planted)
+    return {"records": len(engine.records), "clean": str(d_clean) if d_clean else None,
+            "clean_logprobs_equal": bool(torch.equal(lp_engine, lp_clean)),
+            "planted_record": d_planted.record if d_planted else None, "planted": str(d_planted)}
+
+
+def vllm_load(ckpt: str) -> dict:
+    from rlk_models import verify
+
+    verify.in_process_env()
+    try:
+        verify.close_llm(verify.make_llm(ckpt, max_model_len=256))
+    except Exception as e:  # vLLM may wrap the model's error
+        return {"error": f"{type(e).__name__}: {e}"}
+    return {"error": None}
+
+
 if __name__ == "__main__":
-    out = {"weight_sync": weight_sync, "fail_closed": fail_closed}[sys.argv[1]](sys.argv[2])
+    out = {"weight_sync": weight_sync, "fail_closed": fail_closed, "bisect_planted": bisect_planted,
+           "vllm_load": vllm_load}[sys.argv[1]](sys.argv[2])
     print(json.dumps(out))

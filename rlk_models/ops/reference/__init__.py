@@ -12,7 +12,13 @@ from .rms_norm import rms_norm
 from .rope import rope
 from .silu_mul import silu_mul
 
+from .linear import LINEAR_K_GROUPS
+from .logprob_head import VOCAB_TILE
+
 NAME = "reference"
+# everything that decides this backend's bits; bump contract_version when a formula changes
+FINGERPRINT = {"backend": NAME, "contract_version": 1, "linear_k_groups": LINEAR_K_GROUPS,
+               "vocab_tile": VOCAB_TILE, "transcendentals": "cephes-fp32", "rope_table": "float64-block64"}
 
 
 def is_available() -> tuple[bool, str]:

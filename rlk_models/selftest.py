@@ -1,0 +1,122 @@
+"""Fail-closed self-test: does the selected op backend keep the contract on *this* machine?
+
+``self_test(backend)`` runs quick bitwise checks of every op (a row alone equals the same row
+inside a batch at several positions; 1 vs 2 threads on CPU; repeated runs; attention prefill
+vs chunked vs decode; the log-prob head vs full log-probs) in float32 and bfloat16, in about a
+second. The verdict is cached per machine (CPU model and flags, GPU name), library version and
+backend fingerprint under ``$RLK_CACHE_DIR`` (default ``~/.cache/rlk_models``).
+
+Strict mode -- ``rlk_strict=True`` in the model config (``from_pretrained(..., rlk_strict=True)``
+or vLLM ``hf_overrides``) -- makes both model classes run it at load and refuse to build when
+it fails: ``SelfTestFailed`` names the failing checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+from .ops import get_backend, rope_table
+
+
+class SelfTestFailed(RuntimeError):
+    pass
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("RLK_CACHE_DIR", Path.home() / ".cache" / "rlk_models"))
+
+
+def machine_key(backend: str) -> str:
+    from . import __version__
+
+    cpu = ""
+    try:
+        info = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+        cpu = "\n".join(ln for ln in info.splitlines() if ln.startswith(("model name", "flags")))
+    except OSError:
+        pass
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+    blob = json.dumps([platform.machine(), cpu, gpu, torch.__version__, __version__,
+                       get_backend(backend).FINGERPRINT], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _rand(shape, dtype, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def _rows_ok(fn, x: torch.Tensor) -> bool:
+    """fn(x)[i] == fn(x[i:i+1]) and == fn(batch with x[i] at another position), for all i."""
+    full = fn(x)
+    rev = fn(x.flip(0)).flip(0)
+    return all(torch.equal(fn(x[i:i + 1])[0], full[i]) for i in range(x.shape[0])) and torch.equal(rev, full)
+
+
+def _checks(ops, dtype) -> dict[str, bool]:
+    m, k, n = 37, 96, 80
+    x, w, b = _rand((m, k), dtype, 1), _rand((n, k), dtype, 2), _rand((n,), dtype, 3)
+    table = rope_table(32, 64, {"rope_type": "default", "rope_theta": 1e4})
+    pos = torch.arange(m) % 64
+    q, kv = _rand((24, 4, 32), dtype, 4), _rand((24, 2, 32), dtype, 5)
+    full = ops.varlen_attention(q, kv, kv, torch.tensor([0, 24]), 32 ** -0.5)
+    tgt = torch.arange(m) * 13 % 600
+    wh = _rand((600, k), dtype, 6)
+    lp, _ = ops.logprob_head(x, wh, tgt, 600)
+    out = {
+        "linear": _rows_ok(lambda t: ops.linear(t, w, b), x),
+        "rms_norm": _rows_ok(lambda t: ops.rms_norm(t, w[:, 0], 1e-6), _rand((m, n), dtype, 7)),
+        "silu_mul": _rows_ok(ops.silu_mul, _rand((m, 2 * n), dtype, 8) * 4),
+        "rope": torch.equal(ops.rope(_rand((m, 2, 32), dtype, 9)[:5], pos[:5], table),
+                            ops.rope(_rand((m, 2, 32), dtype, 9), pos, table)[:5]),
+        "attention_decode": all(torch.equal(ops.attend(q[t:t + 1], kv[:t + 1], kv[:t + 1], pos[t:t + 1], 32 ** -0.5),
+                                            full[t:t + 1]) for t in range(24)),
+        "logprob_head": _rows_ok(lambda t: ops.full_logprobs(t, wh, 600), x)
+        and torch.equal(ops.full_logprobs(x, wh, 600).gather(1, tgt[:, None])[:, 0], lp),
+        "run_to_run": torch.equal(ops.linear(x, w, b), ops.linear(x, w, b)),
+    }
+    if x.device.type == "cpu":
+        before = torch.get_num_threads()
+        try:
+            torch.set_num_threads(1)
+            one = ops.linear(x, w, b)
+            torch.set_num_threads(2)
+            out["threads_1_vs_2"] = torch.equal(one, ops.linear(x, w, b))
+        finally:
+            torch.set_num_threads(before)
+    return out
+
+
+def self_test(backend: str, use_cache: bool = True) -> dict:
+    """{"ok": bool, "failed": [check names], "key": machine key}; cached per machine."""
+    key = machine_key(backend)
+    path = _cache_dir() / f"selftest-{backend}-{key}.json"
+    if use_cache and path.exists():
+        return json.loads(path.read_text())
+    ops = get_backend(backend)
+    failed = [f"{name}[{str(dt).removeprefix('torch.')}]" for dt in (torch.float32, torch.bfloat16)
+              for name, ok in _checks(ops, dt).items() if not ok]
+    result = {"ok": not failed, "failed": failed, "key": key, "backend": backend}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, path)
+    return result
+
+
+def require_self_test(backend: str) -> None:
+    result = self_test(backend)
+    if not result["ok"]:
+        raise SelfTestFailed(f"op backend {backend!r} breaks the numerical contract on this machine "
+                             f"(failed: {', '.join(result['failed'])}); strict mode refuses to run. "
+                             f"Cached verdict: {_cache_dir()}/selftest-{backend}-{result['key']}.json")
+
+
+def maybe_require(config) -> None:
+    if getattr(config, "rlk_strict", False):
+        require_self_test(config.rlk_backend)

@@ -1,0 +1,19 @@
+"""A planted *non-invariant* op backend for the diagnostics tests: the reference backend with
+its linear swapped for plain torch (MKL on CPU, whose row results change with M). Importing
+this module registers it as ``rlk_backend="planted"``."""
+
+import torch.nn.functional as F
+
+from rlk_models.ops import register_backend
+from rlk_models.ops.reference import (FINGERPRINT as _REFERENCE, attend, embedding, full_logprobs,  # noqa: F401
+                                      is_available, logprob_head, rms_norm, rope, silu_mul, varlen_attention)
+
+NAME = "planted"
+FINGERPRINT = {**_REFERENCE, "backend": NAME}
+
+
+def linear(x, weight, bias=None, out_dtype=None):
+    return F.linear(x, weight, bias).to(out_dtype or x.dtype)
+
+
+register_backend(NAME, __name__)
