@@ -20,7 +20,11 @@ from collections.abc import Iterable
 
 import torch
 from torch import nn
-from vllm.distributed import get_pp_group, get_tensor_model_parallel_world_size
+from vllm.distributed import (
+    get_pp_group,
+    get_tensor_model_parallel_world_size,
+    tensor_model_parallel_all_gather,
+)
 from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.layers.linear import (
     MergedColumnParallelLinear,
@@ -59,6 +63,18 @@ class RLKLinearMethod(UnquantizedLinearMethod):
         return get_backend(self.backend).linear(x, layer.weight, bias)
 
 
+class RLKRowParallelMethod(RLKLinearMethod):
+    """Row-parallel GEMM with the canonical K tree: each rank reduces its 8/k K-groups to an fp32
+    partial, the partials are all-gathered (not all-reduced) and combined in rank order, then the
+    (unsharded) bias is added and the result rounded -- the same bits at every TP degree."""
+
+    def apply(self, layer, x, bias=None):
+        ops = get_backend(self.backend)
+        part = ops.shard_partial(x, layer.weight, layer.tp_size)
+        parts = tensor_model_parallel_all_gather(part[None], dim=0) if layer.tp_size > 1 else part[None]
+        return ops.combine_partials(parts, layer.bias, x.dtype)
+
+
 class RLKEmbeddingMethod(UnquantizedEmbeddingMethod):
     def process_weights_after_loading(self, layer):
         pass  # no CPU prepack: the weight is only gathered (embedding) or read by the head
@@ -81,13 +97,15 @@ class VllmBuilder:
         self.cache_config = vllm_config.cache_config
         self.backend = backend
         self.tp_size = get_tensor_model_parallel_world_size()
+        self.vocab_padding = get_backend(backend).padded_vocab(1)
 
     def _ours(self, layer):
         layer.quant_method = RLKLinearMethod(self.backend)
         return layer
 
     def embedding(self, vocab_size, dim, prefix):
-        emb = VocabParallelEmbedding(vocab_size, dim, prefix=prefix)
+        # the canonical padded vocab, so that a tied lm_head shards along the head's vocab groups
+        emb = VocabParallelEmbedding(vocab_size, dim, padding_size=self.vocab_padding, prefix=prefix)
         emb.quant_method = RLKEmbeddingMethod()
         return emb
 
@@ -100,8 +118,11 @@ class VllmBuilder:
                                                      prefix=prefix))
 
     def row(self, in_features, out_features, bias, prefix):
-        return self._ours(RowParallelLinear(in_features, out_features, bias=bias, return_bias=False,
-                                            prefix=prefix))
+        # no all-reduce: RLKRowParallelMethod gathers and combines partials, then adds the bias
+        layer = RowParallelLinear(in_features, out_features, bias=bias, skip_bias_add=bias, reduce_results=False,
+                                  return_bias=False, prefix=prefix)
+        layer.quant_method = RLKRowParallelMethod(self.backend)
+        return layer
 
     def attention(self, layer_idx, n_heads, n_kv_heads, head_dim, scale, prefix):
         return _PagedAttention(n_heads, head_dim, scale, num_kv_heads=n_kv_heads, cache_config=self.cache_config,
@@ -119,14 +140,17 @@ class RLKVllmForCausalLM(nn.Module):
         if mode != "raw_logits":
             raise ValueError(f"rlk models need {LOGPROBS_FLAG}, got logprobs_mode={mode!r}: any other mode "
                              "post-processes the log-prob head's values and breaks bitwise parity with training")
-        if get_tensor_model_parallel_world_size() != 1 or get_pp_group().world_size != 1:
-            raise NotImplementedError("rlk vLLM classes run with tensor_parallel_size=1 and pipeline_parallel_size=1 "
-                                      "(canonical tensor-parallel reductions are not implemented yet)")
+        tp = get_tensor_model_parallel_world_size()
+        if tp not in (1, 2, 4, 8) or get_pp_group().world_size != 1:
+            raise NotImplementedError(f"rlk vLLM classes run with tensor_parallel_size in (1, 2, 4, 8) (the canonical "
+                                      f"reduction has 8 segments) and pipeline_parallel_size=1; got tp={tp}")
         check_fingerprint(config, vllm_config.model_config.dtype, "the vLLM class")
         maybe_require(config)
         self.config = config
         self.model = Decoder(config, VllmBuilder(vllm_config, config.rlk_backend), prefix="model")
-        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, prefix="lm_head")
+        ops = get_backend(config.rlk_backend)
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, padding_size=ops.padded_vocab(1),
+                                      prefix="lm_head")
         self.lm_head.quant_method = RLKEmbeddingMethod()
         if config.tie_word_embeddings:
             self.lm_head = self.lm_head.tie_weights(self.model.embed_tokens)
@@ -138,9 +162,23 @@ class RLKVllmForCausalLM(nn.Module):
         return self.model(input_ids, positions, None, inputs_embeds)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """fp32 log-probs [n, vocab] from the log-prob head (reported as-is under raw_logits)."""
-        return get_backend(self.config.rlk_backend).full_logprobs(
-            hidden_states, self.lm_head.weight, self.config.vocab_size)
+        """fp32 log-probs [n, vocab] from the log-prob head (reported as-is under raw_logits).
+        Under TP each rank reduces its vocab groups; the stats are gathered and combined in the
+        canonical order, then each rank's slice of log-probs is gathered."""
+        ops, vocab, head = get_backend(self.config.rlk_backend), self.config.vocab_size, self.lm_head
+        if head.tp_size == 1:
+            return ops.full_logprobs(hidden_states, head.weight, vocab)
+        shard = ops.vocab_shard(vocab, head.tp_rank, head.tp_size)
+        m, s, e, tgt, inside, tiles = ops.shard_stats(hidden_states, head.weight, shard, vocab, None, False,
+                                                       keep_logits=True)
+        m, s, e = (tensor_model_parallel_all_gather(t[None], dim=0) for t in (m, s, e))
+        lse, _, _ = ops.combine_shards(m, s, e, torch.zeros_like(m), torch.zeros_like(m, dtype=torch.bool))
+        local = hidden_states.new_full((hidden_states.shape[0], shard[1] - shard[0]), float("-inf"),
+                                       dtype=torch.float32)
+        if tiles:
+            logits = torch.cat(tiles, dim=-1)
+            local[:, :logits.shape[1]] = logits - lse[:, None]
+        return tensor_model_parallel_all_gather(local, dim=-1)[:, :vocab]
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Load rlk-named tensors (``rlk-convert`` output, or a training model's parameters)."""

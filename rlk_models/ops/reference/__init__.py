@@ -12,18 +12,19 @@ from .rms_norm import rms_norm
 from .rope import rope
 from .silu_mul import silu_mul
 
-from .linear import LINEAR_K_GROUPS
-from .logprob_head import VOCAB_TILE
+from .linear import LINEAR_K_GROUPS, combine_partials, shard_partial
+from .logprob_head import VOCAB_GROUPS, VOCAB_TILE, combine_shards, padded_vocab, shard_stats, vocab_shard
 
 NAME = "reference"
 # everything that decides this backend's bits; bump contract_version when a formula changes
 FINGERPRINT = {"backend": NAME, "contract_version": 1, "linear_k_groups": LINEAR_K_GROUPS,
-               "vocab_tile": VOCAB_TILE, "transcendentals": "cephes-fp32", "rope_table": "float64-block64"}
+               "vocab_tile": VOCAB_TILE, "vocab_groups": VOCAB_GROUPS, "transcendentals": "cephes-fp32", "rope_table": "float64-block64"}
 
 
 def is_available() -> tuple[bool, str]:
     return True, ""
 
 
-__all__ = ["attend", "embedding", "full_logprobs", "linear", "logprob_head", "rms_norm", "rope",
-           "silu_mul", "varlen_attention"]
+__all__ = ["attend", "combine_partials", "combine_shards", "embedding", "full_logprobs", "linear", "logprob_head",
+           "padded_vocab", "rms_norm", "rope", "shard_partial", "shard_stats", "silu_mul", "varlen_attention",
+           "vocab_shard"]

@@ -6,7 +6,10 @@ Contract
     adjacent pairwise tree across the groups. The bias is added in fp32 after the reduction;
     the result rounds once, to ``out_dtype`` (default: x's dtype). A row's bits therefore
     depend only on that row and the weights: not on M, the row's position, threads or device.
-    The 8 groups are the canonical K segments that tensor parallelism (TP k | 8) splits along.
+    The 8 groups are the canonical K segments that tensor parallelism splits along: a
+    row-parallel rank of k (k | 8, K % 8 == 0) owns 8/k whole groups, reduces them to an fp32
+    partial (``shard_partial``: a subtree of the canonical tree), and the k partials, gathered
+    in rank order, finish the tree (``combine_partials``) -- TP=k gives TP=1's bits.
 
 Backward (deterministic, fp32 accumulation, rounded to each input's dtype)
     dx = dy @ w   (reduction over N with the same tree),
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from .primitives import matmul_nt, tree_sum
+from .primitives import matmul_nt, pairwise_combine, tree_sum
 
 LINEAR_K_GROUPS = 8
 
@@ -28,6 +31,25 @@ def linear_fwd(x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> tor
     if b is not None:
         y = y + b.to(torch.float32)
     return y
+
+
+def shard_partial(x: torch.Tensor, w_shard: torch.Tensor, tp_size: int) -> torch.Tensor:
+    """fp32 partial of a row-parallel rank: its K-slice of x [..., K/k] against w_shard [N, K/k]."""
+    if LINEAR_K_GROUPS % tp_size:
+        raise ValueError(f"tensor-parallel size {tp_size} must divide {LINEAR_K_GROUPS}")
+    if (x.shape[-1] * tp_size) % LINEAR_K_GROUPS:
+        raise ValueError(f"row-parallel K={x.shape[-1] * tp_size} must be a multiple of {LINEAR_K_GROUPS}")
+    y = matmul_nt(x.reshape(-1, x.shape[-1]), w_shard, LINEAR_K_GROUPS // tp_size)
+    return y.reshape(*x.shape[:-1], w_shard.shape[0])
+
+
+def combine_partials(parts: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
+    """Finish the canonical tree over ranks' partials stacked in rank order [k, ..., N]; add the
+    bias in fp32 and round once."""
+    y = pairwise_combine(parts.movedim(0, -1))
+    if bias is not None:
+        y = y + bias.to(torch.float32)
+    return y.to(out_dtype)
 
 
 class _Linear(torch.autograd.Function):

@@ -1,24 +1,30 @@
-"""Log-prob head: lm_head matmul + log-softmax + target gather (+ entropy), one op for both
-the training class and the vLLM class.
+"""Log-prob head: lm_head matmul + log-softmax + target gather (+ entropy), one op for the
+training class and the vLLM class, at any tensor-parallel degree.
 
 What it computes
-    For hidden h [T, K] and lm_head weight W [>= V, K] (rows past ``vocab_size`` -- vLLM's
-    padding -- are ignored): logits l = h W^T in fp32, ``lse = logsumexp(l)``,
-    ``logp[t] = l[t, target[t]] - lse[t]`` and optionally the entropy ``lse - sum_v p_v l_v``.
-    ``full_logprobs`` returns ``l - lse`` for every vocab entry (vLLM's ``compute_logits``).
+    For hidden h [T, K] and lm_head weight W (rows past ``vocab_size`` -- padding -- are never
+    read): logits l = h W^T in fp32, ``lse = logsumexp(l)``, ``logp[t] = l[t, target[t]] - lse[t]``
+    and optionally the entropy ``lse - sum_v p_v l_v``. ``full_logprobs`` returns ``l - lse`` for
+    every vocab entry (vLLM's ``compute_logits``).
 
-Contract (the canonical vocab tiling)
-    The vocab is cut into tiles of ``VOCAB_TILE`` entries from index 0 (the last tile may be
-    short: equivalent to -inf padding). Per tile: logits by the linear contract (fp32,
-    ``tree_sum`` with 8 K-groups, never rounded), tile max ``m`` (exact), ``s = tree_sum(exp(l-m))``
-    and ``e = tree_sum(exp(l-m) * l)``. Tiles combine by an adjacent pairwise tree over the tile
-    index (padded to a power of two with empty tiles):
-    ``M = max(ma, mb); s = sa*exp(ma-M) + sb*exp(mb-M)`` (e likewise). Then
+Contract: the canonical padded vocab
+    The vocab is padded to ``V_pad``, the next multiple of ``VOCAB_GROUPS * VOCAB_TILE``; this
+    depends on the vocab size only, never on the TP degree. It is cut into ``VOCAB_GROUPS`` = 8
+    contiguous groups, each into tiles of ``VOCAB_TILE`` entries. Per tile: logits by the linear
+    contract (fp32, never rounded), tile max ``m`` (exact), ``s = tree_sum(exp(l - m))`` and
+    ``e = tree_sum(exp(l - m) * l)``; entries past ``vocab_size`` are absent (an all-padding tile
+    is the empty tile ``m = -inf, s = e = 0``, never computed). Tiles of a group combine by an
+    adjacent pairwise tree, then the 8 group results by another:
+    ``M = max(ma, mb); s = sa*exp(ma-M) + sb*exp(mb-M)`` (e likewise). Finally
     ``lse = M + log(s)``, ``logp = l_target - lse``, ``entropy = lse - e / s``.
     Every number is a function of the row's own h and of W: batch-invariant. ``logp`` and
-    ``full_logprobs[t, target]`` are the same subtraction of the same two fp32 numbers, so the
-    training head and vLLM's log-probs agree bit for bit. The tile tree is the split a
-    vocab-parallel head shards across ranks.
+    ``full_logprobs[t, target]`` are the same subtraction of the same two fp32 numbers.
+
+Tensor parallelism (one code path for every TP size)
+    A rank of k (k | 8) owns the contiguous vocab slice of 8/k whole groups
+    (``vocab_shard``); ``shard_stats`` reduces its tiles and groups -- a subtree of the
+    canonical tree -- and ``combine_shards`` finishes the tree over the ranks' stats gathered in
+    rank order. TP=1 is the same two calls with one shard, so TP=k gives TP=1's bits.
 
 Memory: one [T, VOCAB_TILE] tile at a time; training never holds [T, V].
 
@@ -35,10 +41,21 @@ from .linear import LINEAR_K_GROUPS, linear_fwd
 from .primitives import exp, log, matmul_nt, tree_sum
 
 VOCAB_TILE = 256
+VOCAB_GROUPS = 8
 
 
-def _tiles(vocab_size: int):
-    return [(a, min(a + VOCAB_TILE, vocab_size)) for a in range(0, vocab_size, VOCAB_TILE)]
+def padded_vocab(vocab_size: int) -> int:
+    """The canonical padded vocab: next multiple of VOCAB_GROUPS * VOCAB_TILE."""
+    step = VOCAB_GROUPS * VOCAB_TILE
+    return -(-vocab_size // step) * step
+
+
+def vocab_shard(vocab_size: int, rank: int, tp_size: int) -> tuple[int, int]:
+    """[start, end) of the padded vocab that rank ``rank`` of ``tp_size`` owns."""
+    if VOCAB_GROUPS % tp_size:
+        raise ValueError(f"tensor-parallel size {tp_size} must divide {VOCAB_GROUPS}")
+    per = padded_vocab(vocab_size) // tp_size
+    return rank * per, (rank + 1) * per
 
 
 def _tile_stats(l: torch.Tensor, with_entropy: bool):
@@ -50,43 +67,70 @@ def _tile_stats(l: torch.Tensor, with_entropy: bool):
 
 
 def _combine(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor):
-    """Adjacent pairwise tree over the tile dim (last) of per-tile stats [T, n_tiles]."""
+    """Adjacent pairwise tree over the last dim of (max, sum, entropy-sum) stats."""
     n = m.shape[-1]
     p = 1 << max(n - 1, 0).bit_length()
     if p != n:
-        pad = p - n
-        m = torch.cat([m, m.new_full((m.shape[0], pad), float("-inf"))], dim=-1)
-        s = torch.cat([s, s.new_zeros(s.shape[0], pad)], dim=-1)
-        e = torch.cat([e, e.new_zeros(e.shape[0], pad)], dim=-1)
+        pad = (*m.shape[:-1], p - n)
+        m = torch.cat([m, m.new_full(pad, float("-inf"))], dim=-1)
+        s = torch.cat([s, s.new_zeros(pad)], dim=-1)
+        e = torch.cat([e, e.new_zeros(pad)], dim=-1)
     while m.shape[-1] > 1:
-        ma, mb = m[:, 0::2], m[:, 1::2]
+        ma, mb = m[..., 0::2], m[..., 1::2]
         mx = torch.maximum(ma, mb)
         fa = torch.where(ma == float("-inf"), torch.zeros_like(mx), exp(ma - mx))
         fb = torch.where(mb == float("-inf"), torch.zeros_like(mx), exp(mb - mx))
-        s = s[:, 0::2] * fa + s[:, 1::2] * fb
-        e = e[:, 0::2] * fa + e[:, 1::2] * fb
+        s = s[..., 0::2] * fa + s[..., 1::2] * fb
+        e = e[..., 0::2] * fa + e[..., 1::2] * fb
         m = mx
-    return m[:, 0], s[:, 0], e[:, 0]
+    return m[..., 0], s[..., 0], e[..., 0]
 
 
-def _stats(h: torch.Tensor, w: torch.Tensor, vocab_size: int, targets: torch.Tensor | None,
-           with_entropy: bool, keep_logits: bool = False):
-    """One pass over the tiles: (lse, e/s, target logit or None, [tile logits] if kept)."""
-    ms, ss, es, kept = [], [], [], []
-    tgt = torch.zeros(h.shape[0], dtype=torch.float32, device=h.device) if targets is not None else None
-    for a, b in _tiles(vocab_size):
-        l = linear_fwd(h, w[a:b], None)
-        m, s, e = _tile_stats(l, with_entropy)
-        ms.append(m), ss.append(s), es.append(e)
+def shard_stats(h: torch.Tensor, w_shard: torch.Tensor, shard: tuple[int, int], vocab_size: int,
+                targets: torch.Tensor | None, with_entropy: bool, keep_logits: bool = False):
+    """Stats of one vocab shard ``[start, end)`` (rows of ``w_shard``), its groups combined:
+    (m, s, e [T], target logit [T] (0 where the target is elsewhere), target-inside mask [T],
+    [tile logits] if kept)."""
+    start, end = shard
+    n_groups = (end - start) * VOCAB_GROUPS // padded_vocab(vocab_size)
+    tiles_per_group = padded_vocab(vocab_size) // VOCAB_GROUPS // VOCAB_TILE
+    t = h.shape[0]
+    m = torch.full((t, n_groups * tiles_per_group), float("-inf"), device=h.device)
+    s = torch.zeros(t, n_groups * tiles_per_group, device=h.device)
+    e = torch.zeros_like(s)
+    tgt = torch.zeros(t, device=h.device)
+    inside = torch.zeros(t, dtype=torch.bool, device=h.device)
+    kept = []
+    for i, a in enumerate(range(start, min(end, vocab_size), VOCAB_TILE)):
+        b = min(a + VOCAB_TILE, vocab_size)
+        l = linear_fwd(h, w_shard[a - start:b - start], None)
+        m[:, i], s[:, i], e[:, i] = _tile_stats(l, with_entropy)
         if targets is not None:
-            inside = (targets >= a) & (targets < b)
+            here = (targets >= a) & (targets < b)
             picked = l.gather(1, (targets - a).clamp(0, b - a - 1)[:, None])[:, 0]
-            tgt = torch.where(inside, picked, tgt)
+            tgt, inside = torch.where(here, picked, tgt), inside | here
         if keep_logits:
             kept.append(l)
-    M, S, E = _combine(torch.stack(ms, -1), torch.stack(ss, -1), torch.stack(es, -1))
+    shape = (t, n_groups, tiles_per_group)
+    m, s, e = _combine(*(x.view(shape) for x in (m, s, e)))   # tiles of each group
+    m, s, e = _combine(m, s, e)                                 # this shard's groups
+    return m, s, e, tgt, inside, kept
+
+
+def combine_shards(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, tgt: torch.Tensor, inside: torch.Tensor):
+    """Finish the canonical tree over per-rank stats stacked in rank order ([k, T] each):
+    (lse, e/s, target logit) [T]."""
+    M, S, E = _combine(m.t(), s.t(), e.t())
     lse = M + log(S)
-    return lse, E / S, tgt, kept
+    target = (tgt * inside).sum(0) if tgt.shape[0] > 1 else tgt[0]  # exactly one rank holds it
+    return lse, E / S, target
+
+
+def _stats(h, w, vocab_size, targets, with_entropy, keep_logits=False):
+    m, s, e, tgt, inside, kept = shard_stats(h, w, (0, padded_vocab(vocab_size)), vocab_size, targets,
+                                             with_entropy, keep_logits)
+    lse, mean_l, target = combine_shards(m[None], s[None], e[None], tgt[None], inside[None])
+    return lse, mean_l, target, kept
 
 
 class _LogprobHead(torch.autograd.Function):
@@ -95,8 +139,7 @@ class _LogprobHead(torch.autograd.Function):
         lse, mean_l, tgt, _ = _stats(h, w, vocab_size, targets, with_entropy)
         ctx.save_for_backward(h, w, targets, lse, mean_l)
         ctx.vocab_size = vocab_size
-        ent = lse - mean_l if with_entropy else None
-        return tgt - lse, ent
+        return tgt - lse, (lse - mean_l if with_entropy else None)
 
     @staticmethod
     def backward(ctx, g_logp, g_ent):
@@ -104,7 +147,8 @@ class _LogprobHead(torch.autograd.Function):
         g_logp = torch.zeros_like(lse) if g_logp is None else g_logp.to(torch.float32)
         dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
         dw = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if ctx.needs_input_grad[1] else None
-        for a, b in _tiles(ctx.vocab_size):
+        for a in range(0, ctx.vocab_size, VOCAB_TILE):
+            b = min(a + VOCAB_TILE, ctx.vocab_size)
             l = linear_fwd(h, w[a:b], None)
             p = exp(l - lse[:, None])
             dl = -(g_logp[:, None] * p)
@@ -137,3 +181,7 @@ def full_logprobs(hidden: torch.Tensor, weight: torch.Tensor, vocab_size: int) -
     """fp32 [T, vocab_size] log-probs; entry [t, v] equals ``logprob_head`` with target v."""
     lse, _, _, tiles = _stats(hidden, weight, vocab_size, None, False, keep_logits=True)
     return torch.cat(tiles, dim=-1) - lse[:, None]
+
+
+__all__ = ["VOCAB_GROUPS", "VOCAB_TILE", "combine_shards", "full_logprobs", "logprob_head", "padded_vocab",
+           "shard_stats", "vocab_shard"]
