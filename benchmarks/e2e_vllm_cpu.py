@@ -11,9 +11,7 @@ Prints a table and writes JSON next to the checkpoints.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
-import os
 import subprocess
 import sys
 import time
@@ -21,16 +19,14 @@ from pathlib import Path
 
 
 def _engine_run(ckpt: str, mode: str, n_prompts: int, max_tokens: int) -> dict:
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall(158, 0x1023, 18)  # arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) for stock CPU attention
     import torch
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    llm = LLM(model=ckpt, dtype="bfloat16", max_model_len=512, enforce_eager=True, seed=0, block_size=128,
-              max_num_batched_tokens=512, logprobs_mode="raw_logits" if mode == "rlk" else "raw_logprobs")
+    from rlk_models import verify
+
+    verify.in_process_env()
+    llm = verify.make_llm(ckpt, "bfloat16", 512, block_size=128)  # stock checkpoint -> stock vLLM
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, 500, (int(torch.randint(8, 128, (1,), generator=g)),), generator=g).tolist()
                for _ in range(n_prompts)]

@@ -7,8 +7,9 @@ gate_up_proj, down_proj, final norm), per token (rows ordered by position), plus
 log-probs. Runs:
 
     train:DIR                   the HF-style training class (one full-sequence pass)
-    vllm:DIR[:CONFIG]           the vLLM class inside a real in-process vLLM engine, prompt =
-                                the tokens (``CONFIG`` from ``rlk_models.verify.CONFIGS``, e.g.
+    vllm:DIR[:CONFIG]           a real in-process vLLM engine, prompt = the tokens: the rlk
+                                vLLM class for an rlk checkpoint, stock vLLM for a transformers
+                                one (``CONFIG`` from ``rlk_models.verify.CONFIGS``, e.g.
                                 ``chunked_prefill_16``: then the trace is stitched from chunks)
     stock:DIR                   stock transformers on a transformers checkpoint (its q/k/v and
                                 gate/up projections are concatenated into rlk's fused names)
@@ -173,9 +174,8 @@ def _vllm_trace(path: str, config: str | None, backend: str | None, tokens: list
 
     verify.in_process_env()
     overrides = dict(verify.CONFIGS[config][0]) if config else {}
-    if backend:
-        overrides["hf_overrides"] = {"rlk_backend": backend}
-    overrides.setdefault("hf_overrides", {})["rlk_check_fingerprint"] = False
+    if verify.is_rlk_checkpoint(path):  # else: stock vLLM on a transformers checkpoint
+        overrides["hf_overrides"] = {"rlk_check_fingerprint": False, **({"rlk_backend": backend} if backend else {})}
     llm = verify.make_llm(path, dtype, **overrides)
     try:
         _ENGINE_RECORDER.clear()

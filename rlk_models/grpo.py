@@ -32,7 +32,6 @@ Writes ``OUT/metrics.jsonl`` (one JSON object per step) and ``OUT/metrics.png``.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import random
@@ -80,22 +79,14 @@ def answer_correct(text: str, answer: int) -> bool:
 
 # --- the policies --------------------------------------------------------------------------------
 
-def _amx_permission() -> None:
-    """Stock vLLM CPU attention can die with SIGILL on AMX machines unless the process asked
-    for the tile-data permission (harmless elsewhere)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).syscall(158, 0x1023, 18)
-    except (OSError, AttributeError):
-        pass
+def make_engine(ckpt: Path, cfg: GRPOConfig, max_model_len: int = 128):
+    """rlk checkpoint: the rlk vLLM class (raw_logits); stock checkpoint (baseline): stock vLLM
+    with its default raw_logprobs. Block size 32: stock CPU attention needs a multiple of 32."""
+    from .verify import make_llm
 
-
-def make_engine(ckpt: Path, cfg: GRPOConfig, baseline: bool, max_model_len: int = 128):
-    from vllm import LLM
-
-    return LLM(model=str(ckpt), dtype=cfg.dtype, max_model_len=max_model_len, enforce_eager=True, seed=cfg.seed,
-               max_num_batched_tokens=max(512, cfg.prompts_per_step * cfg.group_size * 2),
-               max_num_seqs=cfg.prompts_per_step * cfg.group_size, block_size=32,
-               logprobs_mode="raw_logprobs" if baseline else "raw_logits")
+    return make_llm(ckpt, cfg.dtype, max_model_len, seed=cfg.seed, block_size=32,
+                    max_num_batched_tokens=max(512, cfg.prompts_per_step * cfg.group_size * 2),
+                    max_num_seqs=cfg.prompts_per_step * cfg.group_size)
 
 
 def token_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, baseline: bool) -> torch.Tensor:
@@ -131,8 +122,6 @@ def run(ckpt: Path, out: Path, cfg: GRPOConfig, baseline: bool = False, progress
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    if baseline:
-        _amx_permission()
     import rlk_models  # noqa: F401
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -140,6 +129,7 @@ def run(ckpt: Path, out: Path, cfg: GRPOConfig, baseline: bool = False, progress
     from vllm.inputs import TokensPrompt
 
     from .sync import push_weights
+    from .verify import right_pad
 
     torch.manual_seed(cfg.seed)
     dtype = getattr(torch, cfg.dtype)
@@ -148,7 +138,7 @@ def run(ckpt: Path, out: Path, cfg: GRPOConfig, baseline: bool = False, progress
     model.train()
     ref = AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype).eval() if cfg.kl_coef > 0 else None
     opt = MasterWeights(model, cfg.lr)
-    llm = make_engine(ckpt, cfg, baseline)
+    llm = make_engine(ckpt, cfg)
     sp = SamplingParams(n=cfg.group_size, temperature=1.0, max_tokens=cfg.max_new_tokens, logprobs=0)
     pool = make_prompts(4096, cfg.seed)
     rng = random.Random(cfg.seed + 1)
@@ -177,13 +167,10 @@ def run(ckpt: Path, out: Path, cfg: GRPOConfig, baseline: bool = False, progress
         r = torch.tensor(rewards).view(cfg.prompts_per_step, cfg.group_size)
         adv = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)).view(-1)
 
-        width = max(len(s) for s in seqs)
-        ids = torch.zeros(len(seqs), width, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        comp = torch.zeros(len(seqs), width - 1, dtype=torch.bool)  # predicts a completion token
-        old = torch.zeros(len(seqs), width - 1)
+        ids, mask = right_pad(seqs)
+        comp = torch.zeros(len(seqs), ids.shape[1] - 1, dtype=torch.bool)  # predicts a completion token
+        old = torch.zeros(len(seqs), ids.shape[1] - 1)
         for i, s in enumerate(seqs):
-            ids[i, :len(s)], mask[i, :len(s)] = torch.tensor(s), 1
             comp[i, comp_start[i] - 1:len(s) - 1] = True
             old[i, comp_start[i] - 1:len(s) - 1] = torch.tensor(roll_lp[i])
 

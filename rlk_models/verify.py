@@ -53,12 +53,34 @@ def in_process_env() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
+def is_rlk_checkpoint(ckpt) -> bool:
+    from pathlib import Path
+
+    return json.loads((Path(ckpt) / "config.json").read_text()).get("model_type", "").startswith("rlk_")
+
+
+def amx_permission() -> None:
+    """Stock vLLM's CPU attention can die with SIGILL on AMX machines unless the process has
+    asked for the tile-data permission (arch_prctl; harmless elsewhere)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).syscall(158, 0x1023, 18)  # ARCH_REQ_XCOMP_PERM, XTILEDATA
+    except (OSError, AttributeError):
+        pass
+
+
 def make_llm(ckpt: str, dtype: str = "bfloat16", max_model_len: int = 512, **overrides):
+    """An engine for an rlk checkpoint (``logprobs_mode="raw_logits"``) or, for a stock
+    checkpoint, stock vLLM with its default ``raw_logprobs``. ``overrides`` win."""
     from vllm import LLM
 
+    rlk = is_rlk_checkpoint(ckpt)
+    if not rlk:
+        amx_permission()
     kw = dict(model=str(ckpt), dtype=dtype, max_model_len=max_model_len, enforce_eager=True,
-              logprobs_mode="raw_logits", seed=0, max_num_batched_tokens=max_model_len,
-              enable_prefix_caching=False)
+              logprobs_mode="raw_logits" if rlk else "raw_logprobs", seed=0,
+              max_num_batched_tokens=max_model_len, enable_prefix_caching=False)
     kw.update(overrides)
     return LLM(**kw)
 
@@ -97,15 +119,20 @@ def sampling_params(kind: str, max_tokens: int, prompt_logprobs: bool):
                           prompt_logprobs=0 if prompt_logprobs else None, detokenize=False)
 
 
-def compare(model, prompts: list[list[int]], outputs, report: Report) -> None:
-    """Add every reported log-prob of ``outputs`` (vLLM RequestOutputs) to ``report``, against
-    the training class's token_logprobs of prompt + completion, all in one padded batch."""
-    seqs = [p + list(o.outputs[0].token_ids) for p, o in zip(prompts, outputs)]
+def right_pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask) [B, max len] for token lists, right-padded with 0."""
     width = max(len(s) for s in seqs)
     ids = torch.zeros(len(seqs), width, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, s in enumerate(seqs):
-        ids[i, :len(s)], mask[i, :len(s)] = torch.tensor(s), 1
+        ids[i, :len(s)], mask[i, :len(s)] = torch.tensor(s, dtype=torch.long), 1
+    return ids, mask
+
+
+def compare(model, prompts: list[list[int]], outputs, report: Report) -> None:
+    """Add every reported log-prob of ``outputs`` (vLLM RequestOutputs) to ``report``, against
+    the training class's token_logprobs of prompt + completion, all in one padded batch."""
+    ids, mask = right_pad([p + list(o.outputs[0].token_ids) for p, o in zip(prompts, outputs)])
     with torch.no_grad():
         lp = model.token_logprobs(ids, mask)
     for i, (p, o) in enumerate(zip(prompts, outputs)):

@@ -3,17 +3,14 @@
 from huggingface_hub.dataclasses import strict
 from transformers import LlamaConfig
 
+from ..modeling.config import RLKConfigFields
 from ..modeling.hf import RLKForCausalLM
 
 
 @strict
-class RLKLlamaConfig(LlamaConfig):
+class RLKLlamaConfig(LlamaConfig, RLKConfigFields):
     model_type = "rlk_llama"
     rlk_qk_norm = False
-    rlk_backend: str = "reference"
-    rlk_fingerprint: dict | None = None
-    rlk_check_fingerprint: bool = True
-    rlk_strict: bool = False
 
 
 class RLKLlamaForCausalLM(RLKForCausalLM):

@@ -8,12 +8,23 @@ is loaded or written.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..ops import available_backends
 from ..ops.rope_table import UnsupportedRope, rope_inv_freq
 
 
 class UnsupportedConfig(ValueError):
     pass
+
+
+@dataclass
+class RLKConfigFields:
+    """The fields every rlk config adds (mixed into the family's config dataclass)."""
+    rlk_backend: str = "reference"           # op backend computing every number (rlk_models.ops)
+    rlk_fingerprint: dict | None = None      # numerics the checkpoint was converted for (rlk_models.fingerprint)
+    rlk_check_fingerprint: bool = True       # refuse to load with different numerics
+    rlk_strict: bool = False                 # run the cached self-test at load, refuse on failure
 
 
 def rope_parameters(config) -> dict:

@@ -3,17 +3,14 @@
 from huggingface_hub.dataclasses import strict
 from transformers import Qwen3Config
 
+from ..modeling.config import RLKConfigFields
 from ..modeling.hf import RLKForCausalLM
 
 
 @strict
-class RLKQwen3Config(Qwen3Config):
+class RLKQwen3Config(Qwen3Config, RLKConfigFields):
     model_type = "rlk_qwen3"
     rlk_qk_norm = True
-    rlk_backend: str = "reference"
-    rlk_fingerprint: dict | None = None
-    rlk_check_fingerprint: bool = True
-    rlk_strict: bool = False
 
 
 class RLKQwen3ForCausalLM(RLKForCausalLM):

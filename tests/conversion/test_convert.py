@@ -143,3 +143,14 @@ def test_cli(checkpoints, tmp_path):
                           capture_output=True, text=True)
     assert back.returncode == 0, back.stderr
     assert (tmp_path / "back" / "model.safetensors.index.json").exists()
+
+
+def test_pickle_weights_convert_with_allow_pickle(checkpoints, tmp_path):
+    hf, rlk = checkpoints["llama3"]
+    src = tmp_path / "src"
+    shutil.copytree(hf, src)
+    (src / "model.safetensors").unlink()
+    torch.save(tensors(hf), src / "pytorch_model.bin")
+    out = convert(src, tmp_path / "out", allow_pickle=True, progress=False)
+    a, b = tensors(rlk), tensors(out)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -16,7 +16,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlk_models.verify import Report, mixed_prompts
+from rlk_models.verify import Report, mixed_prompts, right_pad
 
 from .conftest import ROOT
 
@@ -96,11 +96,7 @@ def test_concurrent_requests_bitwise_equal_training(server):
         for k, lp in enumerate(choice["logprobs"]["token_logprobs"]):
             got[len(p) + k - 1] = lp
         got_all.append(got)
-    width = max(len(s) for s in seqs)
-    ids = torch.zeros(len(seqs), width, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)], mask[i, :len(s)] = torch.tensor(s), 1
+    ids, mask = right_pad(seqs)
     with torch.no_grad():
         want = model.token_logprobs(ids, mask)
     for i, got in enumerate(got_all):

@@ -45,24 +45,16 @@ import torch.nn.functional as F
 CHUNK_ELEMS = 1 << 22  # largest temporary product tensor (fp32 elements) matmul_nt builds
 
 
-def _halving_tree(x: torch.Tensor) -> torch.Tensor:
+def _tree(x: torch.Tensor, adjacent: bool) -> torch.Tensor:
+    """Pairwise tree over the last dim padded with zeros to a power of two: each level adds
+    element i and i + h (halving) or elements 2i and 2i+1 (adjacent)."""
     n = x.shape[-1]
     p = 1 << max(n - 1, 0).bit_length()
     if p != n:
         x = F.pad(x, (0, p - n))
     while x.shape[-1] > 1:
         h = x.shape[-1] // 2
-        x = x[..., :h] + x[..., h:]
-    return x[..., 0]
-
-
-def _adjacent_tree(x: torch.Tensor) -> torch.Tensor:
-    n = x.shape[-1]
-    p = 1 << max(n - 1, 0).bit_length()
-    if p != n:
-        x = F.pad(x, (0, p - n))
-    while x.shape[-1] > 1:
-        x = x[..., 0::2] + x[..., 1::2]
+        x = x[..., 0::2] + x[..., 1::2] if adjacent else x[..., :h] + x[..., h:]
     return x[..., 0]
 
 
@@ -71,17 +63,17 @@ def tree_sum(x: torch.Tensor, groups: int = 1) -> torch.Tensor:
     if x.shape[-1] == 0:
         return x.new_zeros(x.shape[:-1])
     if groups == 1:
-        return _halving_tree(x)
+        return _tree(x, adjacent=False)
     pad = -x.shape[-1] % groups
     if pad:
         x = F.pad(x, (0, pad))
-    per_group = _halving_tree(x.unflatten(-1, (groups, -1)))
-    return _adjacent_tree(per_group)
+    per_group = _tree(x.unflatten(-1, (groups, -1)), adjacent=False)
+    return _tree(per_group, adjacent=True)
 
 
 def pairwise_combine(x: torch.Tensor) -> torch.Tensor:
     """Adjacent pairwise tree over the last dim: how partials of canonical segments combine."""
-    return _adjacent_tree(x)
+    return _tree(x, adjacent=True)
 
 
 def matmul_nt(a: torch.Tensor, b: torch.Tensor, groups: int) -> torch.Tensor:
