@@ -5,8 +5,9 @@ this module registers it as ``rlk_backend="planted"``."""
 import torch.nn.functional as F
 
 from rlk_models.ops import register_backend
-from rlk_models.ops.reference import (FINGERPRINT as _REFERENCE, attend, embedding, full_logprobs,  # noqa: F401
-                                      is_available, logprob_head, rms_norm, rope, silu_mul, varlen_attention)
+from rlk_models.ops.reference import *  # noqa: F401,F403  (every other op: the reference's)
+from rlk_models.ops.reference import FINGERPRINT as _REFERENCE
+from rlk_models.ops.reference import is_available  # noqa: F401
 
 NAME = "planted"
 FINGERPRINT = {**_REFERENCE, "backend": NAME}

@@ -54,6 +54,9 @@ class BackendUnavailable(RuntimeError):
     pass
 
 
+_REQUIRED = [n for n in Backend.__dict__ if not n.startswith("_")] + ["NAME", "FINGERPRINT", "is_available"]
+
+
 def register_backend(name: str, module: str) -> None:
     """Make the backend module ``module`` (import path) selectable as ``rlk_backend=name``.
     Third-party and test backends use this; the model config still names the backend."""
@@ -71,6 +74,9 @@ def get_backend(name: str) -> Backend | ModuleType:
     if name not in _BACKENDS:
         raise BackendUnavailable(f"unknown op backend {name!r}; known: {available_backends()}")
     mod = importlib.import_module(_BACKENDS[name])
+    missing = [op for op in _REQUIRED if not hasattr(mod, op)]
+    if missing:
+        raise BackendUnavailable(f"op backend {name!r} ({_BACKENDS[name]}) lacks {missing}")
     ok, why = mod.is_available()
     if not ok:
         raise BackendUnavailable(f"op backend {name!r} is not available here: {why}")

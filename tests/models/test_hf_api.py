@@ -136,3 +136,11 @@ def test_bad_inputs_give_clear_errors(qwen):
         qwen.packed_token_logprobs(torch.tensor([1, 2, 3]), torch.tensor([0, 2]))
     with pytest.raises(IndexError, match="position"):
         qwen.token_logprobs(torch.zeros(1, qwen.config.max_position_embeddings + 1, dtype=torch.long))
+
+
+def test_incomplete_backend_is_refused_naming_what_is_missing():
+    from rlk_models.ops import get_backend, register_backend
+
+    register_backend("incomplete", "rlk_models.ops.reference.linear")  # a module with only the linear op
+    with pytest.raises(BackendUnavailable, match=r"lacks \[.*'embedding'"):
+        get_backend("incomplete")
