@@ -1,0 +1,96 @@
+"""RMSNorm in Triton (hidden states [M, D] or per head [T, H, D]), forward and backward.
+
+Contract
+    One program per row. The sum of squares is ``tl.sum`` over one ``BLOCK_D`` = next power of
+    two >= D tile (zero-padded), with ``num_warps`` a function of D only: the reduction tree is
+    fixed by D and never by the number of rows. fp32 ``x * (1/sqrt(ss/D + eps))`` (IEEE sqrt and
+    division) rounds to x's dtype, then multiplies the weight in that dtype -- the reference's
+    rounding points. Bits differ from the reference backend only through the sum's tree
+    (tolerance-level).
+
+Backward (deterministic, no atomics)
+    dx per row; dw: each program accumulates dy * n over its fixed, contiguous block of rows in
+    row order, and the per-program partials are summed by the reference ``tree_sum`` in program
+    order.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..reference.primitives import tree_sum
+
+
+def _block(d: int) -> tuple[int, int]:
+    b = triton.next_power_of_2(d)
+    return b, 4 if b <= 2048 else 8
+
+
+@triton.jit
+def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, D, eps, BLOCK_D: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_D)
+    mask = cols < D
+    x = tl.load(x_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt_rn(tl.sum(x * x, axis=0) / D + eps)
+    n = (x * rstd).to(y_ptr.dtype.element_ty)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+    tl.store(y_ptr + row * D + cols, n * w, mask=mask)
+    tl.store(rstd_ptr + row, rstd)
+
+
+@triton.jit
+def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, M, D, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_D)
+    mask = cols < D
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    dw = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    for r in range(pid * ROWS, tl.minimum(pid * ROWS + ROWS, M)):  # this program's rows, in order
+        row = r
+        x = tl.load(x_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(rstd_ptr + row)
+        n = x * rstd
+        g = dy * w
+        dx = rstd * (g - n * (tl.sum(g * n, axis=0) / D))
+        tl.store(dx_ptr + row * D + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += dy * n
+    tl.store(dwp_ptr + pid * BLOCK_D + cols, dw, mask=mask)
+
+
+class _RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, eps):
+        d = x.shape[-1]
+        x2 = x.reshape(-1, d).contiguous()
+        y = torch.empty_like(x2)
+        rstd = torch.empty(x2.shape[0], dtype=torch.float32, device=x.device)
+        block, warps = _block(d)
+        if x2.shape[0]:
+            _rms_fwd[(x2.shape[0],)](x2, w, y, rstd, d, eps, BLOCK_D=block, num_warps=warps)
+        ctx.save_for_backward(x2, w, rstd)
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2, w, rstd = ctx.saved_tensors
+        m, d = x2.shape
+        block, warps = _block(d)
+        rows = 64
+        progs = triton.cdiv(m, rows)
+        dx = torch.empty_like(x2)
+        dwp = torch.zeros(max(progs, 1), block, dtype=torch.float32, device=x2.device)
+        if m:
+            _rms_bwd[(progs,)](dy.reshape(m, d).contiguous(), x2, w, rstd, dx, dwp, m, d, ROWS=rows,
+                               BLOCK_D=block, num_warps=warps)
+        dw = tree_sum(dwp[:, :d].t())
+        return dx.view(dy.shape), dw.to(w.dtype), None
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    if x.shape[-1] != weight.shape[0]:
+        raise ValueError(f"rms_norm: x has last dim {x.shape[-1]}, weight has {weight.shape[0]}")
+    return _RMSNorm.apply(x, weight, eps)
