@@ -5,4 +5,5 @@ set -uo pipefail
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 [ "${SKIP_MATMUL:-0}" = 1 ] || python3 benchmarks/triton/matmul_sweep.py "$@" 2>&1 | tee "$OUT/matmul_sweep.log"
-python3 benchmarks/triton/ops_sweep.py 2>&1 | tee "$OUT/ops_sweep.log"
+[ "${SKIP_OPS:-0}" = 1 ] || python3 benchmarks/triton/ops_sweep.py 2>&1 | tee "$OUT/ops_sweep.log"
+python3 benchmarks/triton/head_sweep.py 2>&1 | tee "$OUT/head_sweep.log"

@@ -1,9 +1,10 @@
 """The Triton kernels' logic on CPU under TRITON_INTERPRET=1 (small shapes). Matmul: every tile
 config gives the same bits, a row alone equals the row inside any batch, close to float64.
 RMSNorm and SiLU-mul: rows alone equal rows in a batch, forward and backward agree with the
-reference backend. The interpreter has no bfloat16 arithmetic (triton-lang/triton#11584), so
+reference backend. Fused log-prob head forward: rows alone equal rows in a batch, close to
+float64 and to the reference head, for vocabs of one tile, one group and several groups. The interpreter has no bfloat16 arithmetic (triton-lang/triton#11584), so
 this runs fp16 and fp32; bf16, TMA and speed are checked on the H200
-(benchmarks/triton/{matmul,ops}_sweep.py).
+(benchmarks/triton/{matmul,ops,head}_sweep.py).
 
 TRITON_INTERPRET must be set before triton is first imported, so the checks run in a fresh
 process (``python -m tests.ops.triton.test_interpret``)."""
@@ -69,6 +70,27 @@ def check_rows_ops(dtype_name: str) -> None:
             assert float((a.double() - b.double()).norm() / b.double().norm()) < 10 * TOL[dtype_name], name
 
 
+def check_head(dtype_name: str) -> None:
+    import torch
+
+    from rlk_models.ops import get_backend
+    from rlk_models.ops.triton.logprob_head import logprob_head_forward
+
+    dtype = getattr(torch, dtype_name)
+    g = torch.Generator().manual_seed(2)
+    for vocab in (7, 700, 2100):  # one tile; tiles in one group; tiles in several groups
+        h = torch.randn(37, 64, generator=g).to(dtype)
+        w = (torch.randn(vocab + 5, 64, generator=g) * 0.3).to(dtype)  # + padding rows, never read
+        tgt = torch.randint(0, vocab, (37,), generator=g)
+        lp = logprob_head_forward(h, w, tgt, vocab)
+        for i in (0, 5, 36):
+            assert torch.equal(logprob_head_forward(h[i:i + 1], w, tgt[i:i + 1], vocab)[0], lp[i]), f"row {i}"
+        want = (h.double() @ w[:vocab].double().T).log_softmax(-1).gather(1, tgt[:, None])[:, 0]
+        assert float((lp.double() - want).abs().max()) < 1e-4, vocab
+        ref, _ = get_backend("reference").logprob_head(h, w, tgt, vocab)
+        assert float((lp - ref).abs().max()) < 1e-4, vocab
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_kernels_under_interpreter(dtype):
     pytest.importorskip("triton")
@@ -82,4 +104,5 @@ if __name__ == "__main__":
     for k in (64, 72, 200):
         check(sys.argv[1], k)
     check_rows_ops(sys.argv[1])
+    check_head(sys.argv[1])
     print("OK")
