@@ -97,7 +97,7 @@ class VllmBuilder:
         self.cache_config = vllm_config.cache_config
         self.backend = backend
         self.tp_size = get_tensor_model_parallel_world_size()
-        self.vocab_padding = get_backend(backend).padded_vocab(1)
+        self.vocab_padding = get_backend(backend).padded_vocab(1)  # the canonical padding multiple
 
     def _ours(self, layer):
         layer.quant_method = RLKLinearMethod(self.backend)
@@ -147,9 +147,9 @@ class RLKVllmForCausalLM(nn.Module):
         check_fingerprint(config, vllm_config.model_config.dtype, "the vLLM class")
         maybe_require(config)
         self.config = config
-        self.model = Decoder(config, VllmBuilder(vllm_config, config.rlk_backend), prefix="model")
-        ops = get_backend(config.rlk_backend)
-        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, padding_size=ops.padded_vocab(1),
+        build = VllmBuilder(vllm_config, config.rlk_backend)
+        self.model = Decoder(config, build, prefix="model")
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, padding_size=build.vocab_padding,
                                       prefix="lm_head")
         self.lm_head.quant_method = RLKEmbeddingMethod()
         if config.tie_word_embeddings:
