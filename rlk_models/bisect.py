@@ -35,7 +35,6 @@ LEAVES = ("embed_tokens", "input_layernorm", "qkv_proj", "q_norm", "k_norm", "at
           "post_attention_layernorm", "gate_up_proj", "down_proj", "norm")
 _STOCK_FUSED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
                 "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
-_STOCK_ATTN = "self_attn"  # stock attention is not a leaf module: no separate attn record
 
 
 @dataclass
@@ -61,7 +60,7 @@ class _Recorder:
             leaf = name.rsplit(".", 1)[-1]
             if stock and leaf in _STOCK_FUSED:
                 base, part = _STOCK_FUSED[leaf]
-                self.handles.append(mod.register_forward_hook(self._hook(name.replace(leaf, base), part)))
+                self.handles.append(mod.register_forward_hook(self._hook(name[: -len(leaf)] + base, part)))
             elif leaf in LEAVES:
                 self.handles.append(mod.register_forward_hook(self._hook(name, None)))
 
