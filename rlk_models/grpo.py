@@ -175,6 +175,9 @@ def run(ckpt: Path, out: Path, cfg: GRPOConfig, baseline: bool = False, progress
             old[i, comp_start[i] - 1:len(s) - 1] = torch.tensor(roll_lp[i])
 
         stats = {}
+        if ref is not None:  # the reference policy does not change between PPO epochs
+            with torch.no_grad():
+                ref_lp = token_logprobs(ref, ids, mask, baseline)
         for epoch in range(cfg.ppo_epochs):
             lp = token_logprobs(model, ids, mask, baseline)
             if epoch == 0:  # before any update: the trainer must see exactly the rollout's numbers
@@ -187,8 +190,6 @@ def run(ckpt: Path, out: Path, cfg: GRPOConfig, baseline: bool = False, progress
             surr = torch.minimum(ratio * adv[:, None], ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv[:, None])
             per_tok = -surr
             if ref is not None:
-                with torch.no_grad():
-                    ref_lp = token_logprobs(ref, ids, mask, baseline)
                 per_tok = per_tok + cfg.kl_coef * ((ref_lp - lp).exp() - (ref_lp - lp) - 1)
             n_tok = comp.sum(1).clamp_min(1)
             loss = ((per_tok * comp).sum(1) / n_tok).mean()
@@ -203,7 +204,7 @@ def run(ckpt: Path, out: Path, cfg: GRPOConfig, baseline: bool = False, progress
         t3 = time.perf_counter()
 
         row = {"step": step, **stats, "reward_mean": float(r.mean()), "reward_std": float(r.std()),
-               "answer_acc": sum(correct) / len(correct), "completion_tokens": int(comp.sum()),
+               "answer_acc": sum(correct) / len(correct),
                "time_rollout": t1 - t0, "time_train": t2 - t1, "time_sync": t3 - t2}
         rows.append(row)
         with metrics_path.open("a") as f:
@@ -278,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         hf, rlk = default_checkpoint(out / "checkpoints", args.family, args.dtype)
         ckpt = hf if args.baseline else rlk
-    (out / "config.json").parent.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps({**asdict(cfg), "checkpoint": str(ckpt), "baseline": args.baseline}))
     rows = run(ckpt, out, cfg, baseline=args.baseline)
     bad = [r["step"] for r in rows if r["mismatch_count"] or r["max_abs_diff"]]

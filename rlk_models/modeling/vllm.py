@@ -40,8 +40,8 @@ from vllm.model_executor.layers.vocab_parallel_embedding import (
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
 from ..fingerprint import check_fingerprint
-from ..selftest import maybe_require
 from ..ops import get_backend
+from ..selftest import maybe_require
 from .config import validate_config
 from .decoder import Decoder
 from .vllm_attention import RLKAttentionBackend
@@ -169,10 +169,9 @@ class RLKVllmForCausalLM(nn.Module):
         if head.tp_size == 1:
             return ops.full_logprobs(hidden_states, head.weight, vocab)
         shard = ops.vocab_shard(vocab, head.tp_rank, head.tp_size)
-        m, s, e, tgt, inside, tiles = ops.shard_stats(hidden_states, head.weight, shard, vocab, None, False,
-                                                       keep_logits=True)
+        m, s, e, _, tiles = ops.shard_stats(hidden_states, head.weight, shard, vocab, None, False, keep_logits=True)
         m, s, e = (tensor_model_parallel_all_gather(t[None], dim=0) for t in (m, s, e))
-        lse, _, _ = ops.combine_shards(m, s, e, torch.zeros_like(m), torch.zeros_like(m, dtype=torch.bool))
+        lse, _, _ = ops.combine_shards(m, s, e, torch.zeros_like(m))
         local = hidden_states.new_full((hidden_states.shape[0], shard[1] - shard[0]), float("-inf"),
                                        dtype=torch.float32)
         if tiles:

@@ -18,11 +18,12 @@ from .rope_table import UnsupportedRope, rope_table
 
 _BACKENDS = {"reference": "rlk_models.ops.reference"}
 
-# what every backend module provides besides the ops: NAME, FINGERPRINT (a dict of everything
-# that decides its bits: contract version and tile/group constants), is_available()
-
 
 class Backend(Protocol):
+    """What a backend module provides: its ops (below), ``NAME``, ``FINGERPRINT`` (a dict of
+    everything that decides its bits: contract version and tile/group constants) and
+    ``is_available() -> (ok, why)``."""
+
     NAME: str
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -47,7 +48,7 @@ class Backend(Protocol):
     def vocab_shard(self, vocab_size: int, rank: int, tp_size: int) -> tuple[int, int]: ...
     def shard_stats(self, h: torch.Tensor, w_shard: torch.Tensor, shard: tuple[int, int], vocab_size: int,
                     targets: torch.Tensor | None, with_entropy: bool, keep_logits: bool = False): ...
-    def combine_shards(self, m, s, e, tgt, inside): ...
+    def combine_shards(self, m, s, e, tgt): ...
 
 
 class BackendUnavailable(RuntimeError):

@@ -31,9 +31,9 @@ def row_parallel(x, w, b, k, dtype):
 def head_parallel(h, w_pad, targets, vocab, k):
     stats = [ops.shard_stats(h, w_pad[a:b], (a, b), vocab, targets, True, keep_logits=True)
              for a, b in (ops.vocab_shard(vocab, r, k) for r in range(k))]
-    m, s, e, tgt, inside = (torch.stack([st_[i] for st_ in stats]) for i in range(5))
-    lse, mean_l, target = ops.combine_shards(m, s, e, tgt, inside)
-    full = torch.cat([torch.cat(st_[5], -1) for st_ in stats if st_[5]], -1) - lse[:, None]
+    m, s, e, tgt = (torch.stack([st_[i] for st_ in stats]) for i in range(4))
+    lse, mean_l, target = ops.combine_shards(m, s, e, tgt)
+    full = torch.cat([torch.cat(st_[4], -1) for st_ in stats if st_[4]], -1) - lse[:, None]
     return target - lse, lse - mean_l, full
 
 
@@ -90,13 +90,13 @@ def _gloo_worker(rank, world, init_file, out_file):
         w_pad[:vocab] = rand(vocab, 32, seed=4)
         targets = torch.arange(7) * 297 % vocab
         a, e = ops.vocab_shard(vocab, rank, world)
-        m, s, en, tgt, inside, _ = ops.shard_stats(h, w_pad[a:e], (a, e), vocab, targets, True)
+        m, s, en, tgt, _ = ops.shard_stats(h, w_pad[a:e], (a, e), vocab, targets, True)
         gathered = []
-        for t in (m, s, en, tgt, inside.float()):
+        for t in (m, s, en, tgt):
             bufs = [torch.empty_like(t) for _ in range(world)]
             dist.all_gather(bufs, t)
             gathered.append(torch.stack(bufs))
-        lse, mean_l, target = ops.combine_shards(*gathered[:4], gathered[4].bool())
+        lse, mean_l, target = ops.combine_shards(*gathered)
         if rank == 0:
             lp1, ent1 = ops.logprob_head(h, w_pad[:vocab], targets, vocab, True)
             torch.save({"linear": torch.equal(y, ops.linear(x, w, b.to(torch.bfloat16))),

@@ -6,19 +6,17 @@ Correct on CPU and CUDA, deterministic and batch-invariant by construction (see
 
 from .attention import attend, varlen_attention
 from .embedding import embedding
-from .linear import linear
-from .logprob_head import full_logprobs, logprob_head
+from .linear import LINEAR_K_GROUPS, combine_partials, linear, shard_partial
+from .logprob_head import (VOCAB_GROUPS, VOCAB_TILE, combine_shards, full_logprobs, logprob_head, padded_vocab,
+                           shard_stats, vocab_shard)
 from .rms_norm import rms_norm
 from .rope import rope
 from .silu_mul import silu_mul
 
-from .linear import LINEAR_K_GROUPS, combine_partials, shard_partial
-from .logprob_head import VOCAB_GROUPS, VOCAB_TILE, combine_shards, padded_vocab, shard_stats, vocab_shard
-
 NAME = "reference"
 # everything that decides this backend's bits; bump contract_version when a formula changes
-FINGERPRINT = {"backend": NAME, "contract_version": 1, "linear_k_groups": LINEAR_K_GROUPS,
-               "vocab_tile": VOCAB_TILE, "vocab_groups": VOCAB_GROUPS, "transcendentals": "cephes-fp32", "rope_table": "float64-block64"}
+FINGERPRINT = {"backend": NAME, "contract_version": 1, "linear_k_groups": LINEAR_K_GROUPS, "vocab_tile": VOCAB_TILE,
+               "vocab_groups": VOCAB_GROUPS, "transcendentals": "cephes-fp32", "rope_table": "float64-block64"}
 
 
 def is_available() -> tuple[bool, str]:

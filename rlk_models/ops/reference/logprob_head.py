@@ -89,7 +89,7 @@ def _combine(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor):
 def shard_stats(h: torch.Tensor, w_shard: torch.Tensor, shard: tuple[int, int], vocab_size: int,
                 targets: torch.Tensor | None, with_entropy: bool, keep_logits: bool = False):
     """Stats of one vocab shard ``[start, end)`` (rows of ``w_shard``), its groups combined:
-    (m, s, e [T], target logit [T] (0 where the target is elsewhere), target-inside mask [T],
+    (m, s, e [T], target logit [T] (exactly 0 where the target is in another shard),
     [tile logits] if kept)."""
     start, end = shard
     n_groups = (end - start) * VOCAB_GROUPS // padded_vocab(vocab_size)
@@ -99,7 +99,6 @@ def shard_stats(h: torch.Tensor, w_shard: torch.Tensor, shard: tuple[int, int], 
     s = torch.zeros(t, n_groups * tiles_per_group, device=h.device)
     e = torch.zeros_like(s)
     tgt = torch.zeros(t, device=h.device)
-    inside = torch.zeros(t, dtype=torch.bool, device=h.device)
     kept = []
     for i, a in enumerate(range(start, min(end, vocab_size), VOCAB_TILE)):
         b = min(a + VOCAB_TILE, vocab_size)
@@ -108,28 +107,28 @@ def shard_stats(h: torch.Tensor, w_shard: torch.Tensor, shard: tuple[int, int], 
         if targets is not None:
             here = (targets >= a) & (targets < b)
             picked = l.gather(1, (targets - a).clamp(0, b - a - 1)[:, None])[:, 0]
-            tgt, inside = torch.where(here, picked, tgt), inside | here
+            tgt = torch.where(here, picked, tgt)
         if keep_logits:
             kept.append(l)
     shape = (t, n_groups, tiles_per_group)
     m, s, e = _combine(*(x.view(shape) for x in (m, s, e)))   # tiles of each group
     m, s, e = _combine(m, s, e)                                 # this shard's groups
-    return m, s, e, tgt, inside, kept
+    return m, s, e, tgt, kept
 
 
-def combine_shards(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, tgt: torch.Tensor, inside: torch.Tensor):
+def combine_shards(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, tgt: torch.Tensor):
     """Finish the canonical tree over per-rank stats stacked in rank order ([k, T] each):
     (lse, e/s, target logit) [T]."""
     M, S, E = _combine(m.t(), s.t(), e.t())
     lse = M + log(S)
-    target = (tgt * inside).sum(0) if tgt.shape[0] > 1 else tgt[0]  # exactly one rank holds it
+    target = tgt.sum(0)  # one rank holds the target logit, the others exact zeros: exact
     return lse, E / S, target
 
 
 def _stats(h, w, vocab_size, targets, with_entropy, keep_logits=False):
-    m, s, e, tgt, inside, kept = shard_stats(h, w, (0, padded_vocab(vocab_size)), vocab_size, targets,
-                                             with_entropy, keep_logits)
-    lse, mean_l, target = combine_shards(m[None], s[None], e[None], tgt[None], inside[None])
+    m, s, e, tgt, kept = shard_stats(h, w, (0, padded_vocab(vocab_size)), vocab_size, targets,
+                                     with_entropy, keep_logits)
+    lse, mean_l, target = combine_shards(m[None], s[None], e[None], tgt[None])
     return lse, mean_l, target, kept
 
 
