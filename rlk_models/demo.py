@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     import rlk_models  # noqa: F401
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from . import verify
     from .conversion import convert
     from .tiny import make_tiny_hf_checkpoint
 
@@ -68,11 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         n = len(seqs)
         for shift in tqdm(range(n), desc="invariance checks", leave=False):
             order = seqs[shift:] + seqs[:shift]  # every sequence at every batch position
-            s = max(len(x) for x in order)
-            ids = torch.full((n, s), tok.pad_token_id)
-            mask = torch.zeros(n, s, dtype=torch.long)
-            for i, x in enumerate(order):
-                ids[i, :len(x)], mask[i, :len(x)] = x, 1
+            ids, mask = verify.right_pad([x.tolist() for x in order])
             lp = model.token_logprobs(ids, mask)
             got = [lp[i, :len(order[i]) - 1] for i in range(n)]
             rows.append((f"padded batch, rotation {shift}", *_compare(got, alone[shift:] + alone[:shift])))
@@ -87,8 +84,6 @@ def main(argv: list[str] | None = None) -> int:
         stock = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=dtype).eval()
         ref = [stock(s[None]).logits[0, :-1].float().log_softmax(-1).gather(1, s[1:, None])[:, 0] for s in seqs]
         _, acc_diff, acc_n = _compare(alone, ref)
-
-    from . import verify
 
     verify.in_process_env()
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")

@@ -119,8 +119,9 @@ class MasterWeights:
 # --- one run ------------------------------------------------------------------------------------
 
 def run(ckpt: Path, out: Path, cfg: GRPOConfig, baseline: bool = False, progress: bool = True) -> list[dict]:
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from .verify import in_process_env, right_pad
+
+    in_process_env()
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     import rlk_models  # noqa: F401
     from tqdm.auto import tqdm
@@ -129,7 +130,6 @@ def run(ckpt: Path, out: Path, cfg: GRPOConfig, baseline: bool = False, progress
     from vllm.inputs import TokensPrompt
 
     from .sync import push_weights
-    from .verify import right_pad
 
     torch.manual_seed(cfg.seed)
     dtype = getattr(torch, cfg.dtype)
