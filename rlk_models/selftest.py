@@ -13,6 +13,7 @@ it fails: ``SelfTestFailed`` names the failing checks.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 import torch
 
 from .ops import get_backend, rope_table
+from .ops.paged import slots_for, write_kv
 
 
 class SelfTestFailed(RuntimeError):
@@ -47,8 +49,8 @@ def machine_key(backend: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _rand(shape, dtype, seed):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+def _rand(shape, dtype, seed, device="cpu"):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(device=device, dtype=dtype)
 
 
 def _rows_ok(fn, x: torch.Tensor) -> bool:
@@ -58,24 +60,37 @@ def _rows_ok(fn, x: torch.Tensor) -> bool:
     return all(torch.equal(fn(x[i:i + 1])[0], full[i]) for i in range(x.shape[0])) and torch.equal(rev, full)
 
 
+def _paged_decode_ok(ops, q, kv, full) -> bool:
+    """Every token decoded alone against a paged cache (block size 8, blocks in reverse order)
+    equals its row of the full-sequence attention."""
+    n, hkv, d = kv.shape
+    cache = torch.zeros(4, hkv, 8, 2 * d, dtype=kv.dtype, device=kv.device)
+    table = torch.tensor([[3, 2, 1, 0]], dtype=torch.int32, device=kv.device)
+    write_kv(cache, kv, kv, slots_for(table[0], torch.arange(n, device=kv.device), 8))
+    qsl = torch.tensor([0, 1], dtype=torch.int32, device=kv.device)
+    return all(torch.equal(ops.paged_attention(q[t:t + 1], cache, table, torch.tensor([t + 1], device=kv.device),
+                                               qsl, d ** -0.5), full[t:t + 1]) for t in range(n))
+
+
 def _checks(ops, dtype) -> dict[str, bool]:
+    dev = torch.device(getattr(ops, "DEVICE", "cpu"))
+    rand = functools.partial(_rand, device=dev)
     m, k, n = 37, 96, 80
-    x, w, b = _rand((m, k), dtype, 1), _rand((n, k), dtype, 2), _rand((n,), dtype, 3)
-    table = rope_table(32, 64, {"rope_type": "default", "rope_theta": 1e4})
-    pos = torch.arange(m) % 64
-    q, kv = _rand((24, 4, 32), dtype, 4), _rand((24, 2, 32), dtype, 5)
-    full = ops.varlen_attention(q, kv, kv, torch.tensor([0, 24]), 32 ** -0.5)
-    tgt = torch.arange(m) * 13 % 600
-    wh = _rand((600, k), dtype, 6)
+    x, w, b = rand((m, k), dtype, 1), rand((n, k), dtype, 2), rand((n,), dtype, 3)
+    table = rope_table(32, 64, {"rope_type": "default", "rope_theta": 1e4}).to(dev)
+    pos = torch.arange(m, device=dev) % 64
+    q, kv = rand((24, 4, 32), dtype, 4), rand((24, 2, 32), dtype, 5)
+    full = ops.varlen_attention(q, kv, kv, torch.tensor([0, 24], device=dev), 32 ** -0.5)
+    tgt = torch.arange(m, device=dev) * 13 % 600
+    wh = rand((600, k), dtype, 6)
     lp, _ = ops.logprob_head(x, wh, tgt, 600)
     out = {
         "linear": _rows_ok(lambda t: ops.linear(t, w, b), x),
-        "rms_norm": _rows_ok(lambda t: ops.rms_norm(t, w[:, 0], 1e-6), _rand((m, n), dtype, 7)),
-        "silu_mul": _rows_ok(ops.silu_mul, _rand((m, 2 * n), dtype, 8) * 4),
-        "rope": torch.equal(ops.rope(_rand((m, 2, 32), dtype, 9)[:5], pos[:5], table),
-                            ops.rope(_rand((m, 2, 32), dtype, 9), pos, table)[:5]),
-        "attention_decode": all(torch.equal(ops.attend(q[t:t + 1], kv[:t + 1], kv[:t + 1], pos[t:t + 1], 32 ** -0.5),
-                                            full[t:t + 1]) for t in range(24)),
+        "rms_norm": _rows_ok(lambda t: ops.rms_norm(t, w[:, 0], 1e-6), rand((m, n), dtype, 7)),
+        "silu_mul": _rows_ok(ops.silu_mul, rand((m, 2 * n), dtype, 8) * 4),
+        "rope": torch.equal(ops.rope(rand((m, 2, 32), dtype, 9)[:5], pos[:5], table),
+                            ops.rope(rand((m, 2, 32), dtype, 9), pos, table)[:5]),
+        "attention_decode": _paged_decode_ok(ops, q, kv, full),
         "logprob_head": _rows_ok(lambda t: ops.full_logprobs(t, wh, 600), x)
         and torch.equal(ops.full_logprobs(x, wh, 600).gather(1, tgt[:, None])[:, 0], lp),
         "run_to_run": torch.equal(ops.linear(x, w, b), ops.linear(x, w, b)),

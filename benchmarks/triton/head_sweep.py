@@ -1,5 +1,7 @@
-"""H200 sweep for the fused log-prob head forward (Triton): row invariance, accuracy vs float64,
-time vs the cuBLAS lm_head matmul alone, peak extra memory vs fp32 [T, V] logits.
+"""H200 sweep for the fused log-prob head (Triton): row invariance (log-probs and full_logprobs),
+full_logprobs at the target == logprob_head, run-to-run forward and backward, accuracy vs float64,
+forward time vs the cuBLAS lm_head matmul alone, forward+backward time vs torch (matmul +
+log_softmax + gather), peak extra memory vs fp32 [T, V] logits (forward and forward+backward).
 
     python benchmarks/triton/head_sweep.py
 """
@@ -34,18 +36,37 @@ def main() -> None:
     res["full_equals_batches_of_7"] = all(torch.equal(head.logprob_head_forward(h[i:i + 7], w, tgt[i:i + 7], V),
                                                       full[i:i + 7]) for i in (0, 4093, 8185))
     res["run_to_run"] = torch.equal(head.logprob_head_forward(h, w, tgt, V), full)
+    fl = head.full_logprobs(h[:300], w, V)
+    res["full_logprobs_at_target_equals_head"] = torch.equal(fl.gather(1, tgt[:300, None])[:, 0], full[:300])
+    res["full_logprobs_row_invariant"] = torch.equal(head.full_logprobs(h[17:18], w, V)[0], fl[17])
+    del fl
+    hg, wg = h[:2048].clone().requires_grad_(), w.clone().requires_grad_()
+    gl = torch.randn(2048, device=dev, generator=g)
+    grads = [torch.autograd.grad(head.logprob_head(hg, wg, tgt[:2048], V)[0], [hg, wg], gl) for _ in range(2)]
+    res["run_to_run_bwd"] = all(torch.equal(a, b) for a, b in zip(*grads))
+    h64, w64 = h[:64].double().requires_grad_(), w.double().requires_grad_()
+    ref_dh = torch.autograd.grad((h64 @ w64.T).log_softmax(-1).gather(1, tgt[:64, None])[:, 0], h64, gl[:64].double())[0]
+    got_dh = torch.autograd.grad(head.logprob_head(hg[:64], wg, tgt[:64], V)[0], hg, gl[:64])[0][:64]
+    res["dh_rel_err_vs_fp64"] = float((got_dh.double() - ref_dh).norm() / ref_dh.norm())
+    del grads, h64, w64, ref_dh
     want = (h[:64].double() @ w.double().T).log_softmax(-1).gather(1, tgt[:64, None])[:, 0]
     res["max_abs_err_vs_fp64"] = float((full[:64].double() - want).abs().max())
     for m in (1, 16, 128, 1024, 8192):
         hm, tm = h[:m], tgt[:m]
         t_mm = do_bench(lambda: F.linear(hm, w), warmup=25, rep=100, return_mode="median")
         best = None
+        default = head.STATS_CONFIG
         for bm, warps in ((16, 4), (32, 4), (64, 4), (64, 8), (128, 8)):
+            head.STATS_CONFIG = (bm, warps)
             try:
-                t = do_bench(lambda: head.head_stats(hm, w, tm, V, block_m=bm, num_warps=warps), warmup=10, rep=50,
+                t = do_bench(lambda: head._launch_stats(hm, w, tm, False, False, 600), warmup=10, rep=50,
                              return_mode="median")
+                same = torch.equal(head.logprob_head_forward(hm, w, tm, V), full[:m])
             except triton.runtime.errors.OutOfResources:
                 continue
+            finally:
+                head.STATS_CONFIG = default
+            res.setdefault("stats_configs_same_bits", []).append(same)
             best = min(best or (t, bm, warps), (t, bm, warps))
         t_full = do_bench(lambda: head.logprob_head_forward(hm, w, tm, V), warmup=10, rep=50, return_mode="median")
         torch.cuda.synchronize()
@@ -53,13 +74,34 @@ def main() -> None:
         base = torch.cuda.memory_allocated()
         head.logprob_head_forward(hm, w, tm, V)
         extra = torch.cuda.max_memory_allocated() - base
-        res[f"M{m}"] = {"lm_head_matmul_us": t_mm * 1e3, "stats_kernel_best_us": best[0] * 1e3,
+        fb = {}
+        if m >= 128:
+            hmg = hm.clone().requires_grad_()
+            gm = torch.randn(m, device=dev, generator=g)
+
+            def ours():
+                return torch.autograd.grad(head.logprob_head(hmg, wg, tm, V)[0], [hmg, wg], gm)
+
+            def torch_ref():
+                lp = F.linear(hmg, wg).float().log_softmax(-1).gather(1, tm[:, None])[:, 0]
+                return torch.autograd.grad(lp, [hmg, wg], gm)
+
+            fb["fwd_bwd_ours_us"] = do_bench(ours, warmup=3, rep=20, return_mode="median") * 1e3
+            fb["fwd_bwd_torch_us"] = do_bench(torch_ref, warmup=3, rep=20, return_mode="median") * 1e3
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            grads = ours()
+            fb["fwd_bwd_extra_over_fp32_logits"] = (torch.cuda.max_memory_allocated() - base
+                                                    - sum(x.numel() * x.element_size() for x in grads)) / (m * V * 4)
+            del grads, hmg
+        res[f"M{m}"] = {**fb, "lm_head_matmul_us": t_mm * 1e3, "stats_kernel_best_us": best[0] * 1e3,
                         "best_block_m_warps": best[1:], "forward_default_us": t_full * 1e3,
                         "ratio_kernel_best": best[0] / t_mm, "ratio_forward_default": t_full / t_mm,
                         "extra_bytes": extra, "extra_over_fp32_logits": extra / (m * V * 4)}
         print(f"M={m:5}: lm_head matmul {t_mm * 1e3:8.1f} us | stats kernel best {best[0] * 1e3:8.1f} us "
               f"({best[0] / t_mm:.2f}x, bm,warps={best[1:]}) | forward default {t_full * 1e3:8.1f} us "
-              f"({t_full / t_mm:.2f}x) | extra mem {extra / 2**20:.1f} MiB = {extra / (m * V * 4):.4f} of fp32 logits",
+              f"({t_full / t_mm:.2f}x) | extra mem {extra / 2**20:.1f} MiB = {extra / (m * V * 4):.4f} of fp32 logits | {fb}",
               flush=True)
     print({k: v for k, v in res.items() if not k.startswith("M")}, flush=True)
     with open(os.path.join(os.environ.get("OUT", "."), "head_sweep.json"), "w") as f:

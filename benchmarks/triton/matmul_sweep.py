@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import triton
 from triton.testing import do_bench
 
-from rlk_models.ops.triton.matmul import CONFIGS, config_for, matmul
+from rlk_models.ops.triton.matmul import CONFIGS, config_for, linear, matmul
 
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "down": (12288, 4096),
           "lm_head": (4096, 151936)}
@@ -35,7 +35,7 @@ CANDIDATES = sorted(set(CONFIGS.values()) | {(16, 32, 4, 4), (16, 128, 4, 4), (3
 
 def _same(x, w, c, ref):
     try:
-        return torch.equal(matmul(x, w, config=c), ref)
+        return all(torch.equal(matmul(x, w, config=c, split=sp), ref) for sp in (False, True))
     except triton.runtime.errors.OutOfResources:
         return "does not fit"
 
@@ -75,12 +75,13 @@ def main() -> None:
             t_default = do_bench(lambda: matmul(xm, w), warmup=25, rep=100, return_mode="median")
             best = (t_default, str(config_for(m, n)))
             for c in CANDIDATES:
-                try:
-                    t = do_bench(lambda: matmul(xm, w, config=c), warmup=10, rep=50, return_mode="median")
-                except Exception as e:  # a config that does not compile/fit is skipped, and said so
-                    print(f"skip {name} M={m} {c}: {type(e).__name__}", flush=True)
-                    continue
-                best = min(best, (t, str(c)))
+                for sp in (False, True):
+                    try:
+                        t = do_bench(lambda: matmul(xm, w, config=c, split=sp), warmup=10, rep=50, return_mode="median")
+                    except Exception as e:  # a config that does not compile/fit is skipped, and said so
+                        print(f"skip {name} M={m} {c} split={sp}: {type(e).__name__}", flush=True)
+                        continue
+                    best = min(best, (t, f"{c} split={sp}"))
             timings[m] = {"cublas_ms": t_cublas, "ours_default_ms": t_default, "ours_best_ms": best[0],
                           "best_config": best[1], "ratio_default": t_default / t_cublas, "ratio_best": best[0] / t_cublas,
                           "cublas_tflops": 2 * m * n * k / t_cublas / 1e9}
@@ -88,6 +89,24 @@ def main() -> None:
                   f"({t_default / t_cublas:5.2f}x)  best {best[0] * 1e3:9.1f} us ({best[0] / t_cublas:5.2f}x) {best[1]}",
                   flush=True)
         r["timings"] = timings
+        # backward: dx = dy @ w and dw = dy^T @ x (ours: same kernels on transposed layouts) vs cuBLAS
+        m = 4096
+        xg, wg = x[:m].clone().requires_grad_(), w.clone().requires_grad_()
+        dy = torch.randn(m, n, device=dev, generator=g).bfloat16()
+        t_ours = do_bench(lambda: torch.autograd.grad(linear(xg, wg), [xg, wg], dy), warmup=5, rep=30,
+                          return_mode="median")
+        t_cu = do_bench(lambda: torch.autograd.grad(F.linear(xg, wg), [xg, wg], dy), warmup=5, rep=30,
+                        return_mode="median")
+        g1 = torch.autograd.grad(linear(xg, wg), [xg, wg], dy)
+        g2 = torch.autograd.grad(linear(xg, wg), [xg, wg], dy)
+        r["bwd_M4096"] = {"ours_fwd_bwd_ms": t_ours, "cublas_fwd_bwd_ms": t_cu, "ratio": t_ours / t_cu,
+                          "run_to_run": all(torch.equal(a, b) for a, b in zip(g1, g2)),
+                          "dx_rel_err_vs_fp64": float((g1[0].double() - dy.double() @ w.double()).norm()
+                                                      / (dy.double() @ w.double()).norm())}
+        print(f"{name}: fwd+bwd M=4096 ours {t_ours:.3f} ms vs cuBLAS {t_cu:.3f} ms ({t_ours / t_cu:.2f}x), "
+              f"bwd run-to-run {r['bwd_M4096']['run_to_run']}, dx err {r['bwd_M4096']['dx_rel_err_vs_fp64']:.2e}",
+              flush=True)
+        del xg, wg, dy, g1, g2
         inv_ok = (r["row0_equal_across_M"] and r["full_equals_batches_of_7"] and r["run_to_run"]
                   and all(ok is not False for kk, v in r.items() if kk.startswith("all_configs") for ok in v.values()))
         print(f"{name}: invariance {'OK' if inv_ok else 'FAILED'}; rel err vs fp64 {r['rel_err_vs_fp64_M128']:.2e} "

@@ -1,12 +1,14 @@
 """rlk attention backend for vLLM: vLLM's paged KV cache, our numerics.
 
 vLLM allocates the paged cache and builds ``CommonAttentionMetadata`` (query_start_loc,
-seq_lens, block table, slot mapping); this backend writes K/V by slot and, for each request
-scheduled in the step, gathers exactly its context from the block table and calls the op
-backend's ``attend`` -- the same row function the training path's varlen attention calls.
+seq_lens, block table, slot mapping); this backend writes K/V by slot (``ops.paged.write_kv``) and
+calls the op backend's ``paged_attention`` for all tokens of the step -- decode tokens and
+prefill chunks together. Each backend's paged attention runs the same row function as its
+training (varlen) attention: the reference gathers each request's context and calls
+``attend``; Triton walks the block table in the training kernel's KV tiles.
 So a token's attention output is bitwise the training one whether it is computed in a
 prefill, a chunked prefill, a decode step or after a prefix-cache hit, with any block size
-and any number of sequences in the step. One call per request, never per token.
+and any number of sequences in the step.
 
 Forced per layer with ``Attention(..., attn_backend=RLKAttentionBackend)``; registered in
 vLLM's reserved ``CUSTOM`` slot by the plugin. The KV cache is addressed through its logical
@@ -30,6 +32,7 @@ from vllm.v1.attention.backend import (
 )
 
 from ..ops import get_backend
+from ..ops.paged import write_kv
 
 
 class RLKAttentionBackend(AttentionBackend):
@@ -53,8 +56,8 @@ class RLKAttentionBackend(AttentionBackend):
 @dataclass
 class RLKAttentionMetadata(AttentionMetadata):
     num_actual_tokens: int
-    query_start_loc: list[int]
-    seq_lens: list[int]
+    query_start_loc: torch.Tensor  # [num_reqs + 1]
+    seq_lens: torch.Tensor         # [num_reqs]
     block_table: torch.Tensor   # [num_reqs, max_blocks]
     slot_mapping: torch.Tensor  # [num_tokens], -1 = padding
 
@@ -68,9 +71,9 @@ class RLKAttentionMetadataBuilder(AttentionMetadataBuilder[RLKAttentionMetadata]
         m = common_attn_metadata
         return RLKAttentionMetadata(
             num_actual_tokens=m.num_actual_tokens,
-            query_start_loc=m.query_start_loc_cpu[: m.num_reqs + 1].tolist(),
-            seq_lens=m.seq_lens[: m.num_reqs].cpu().tolist(),
-            block_table=m.block_table_tensor,
+            query_start_loc=m.query_start_loc[: m.num_reqs + 1],
+            seq_lens=m.seq_lens[: m.num_reqs],
+            block_table=m.block_table_tensor[: m.num_reqs],
             slot_mapping=m.slot_mapping,
         )
 
@@ -90,46 +93,17 @@ class RLKAttentionImpl(AttentionImpl[RLKAttentionMetadata]):
         self.rlk_backend = extra.get("rlk_backend", "reference")
 
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping):
-        n = slot_mapping.shape[0]
-        slots = slot_mapping.long()
-        valid = slots >= 0
-        bs, d = kv_cache.shape[2], self.head_size
-        blk, off = slots[valid] // bs, slots[valid] % bs
-        kv_cache[blk, :, off, :d] = key[:n][valid].view(-1, self.num_kv_heads, d).to(kv_cache.dtype)
-        kv_cache[blk, :, off, d:] = value[:n][valid].view(-1, self.num_kv_heads, d).to(kv_cache.dtype)
-
-    def _context(self, kv_cache, block_table_rows, seq_lens: torch.Tensor):
-        """K/V of each request's context, [R, L_max, Hkv, D] each; positions past a request's
-        own length are zeroed (masked anyway; zeros keep stale cache bits out of the sums)."""
-        d, bs = self.head_size, kv_cache.shape[2]
-        l_max = int(seq_lens.max())
-        nblk = -(-l_max // bs)
-        ctx = kv_cache[block_table_rows[:, :nblk].long()]            # [R, nblk, Hkv, bs, 2D]
-        ctx = ctx.permute(0, 1, 3, 2, 4).reshape(ctx.shape[0], nblk * bs, self.num_kv_heads, 2 * d)[:, :l_max]
-        valid = torch.arange(l_max, device=ctx.device) < seq_lens[:, None].to(ctx.device)
-        ctx = torch.where(valid[..., None, None], ctx, torch.zeros((), dtype=ctx.dtype, device=ctx.device))
-        return ctx[..., :d], ctx[..., d:]
+        d = self.head_size
+        write_kv(kv_cache, key.view(-1, self.num_kv_heads, d), value.view(-1, self.num_kv_heads, d), slot_mapping)
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output,
                 output_scale=None, output_block_scale=None):
         if attn_metadata is None:  # profiling / warm-up run
             return output.fill_(0)
         md, d = attn_metadata, self.head_size
-        ops = get_backend(self.rlk_backend)
-        q_all = query.view(-1, self.num_heads, d)
-        out = output.view(-1, self.num_heads, d)
-        qsl = md.query_start_loc
-        decode = [r for r in range(len(md.seq_lens)) if qsl[r + 1] - qsl[r] == 1]
-        if decode:  # all single-token requests in one batched call
-            rows = torch.tensor([qsl[r] for r in decode], device=query.device)
-            lens = torch.tensor([md.seq_lens[r] for r in decode], device=query.device)
-            k, v = self._context(kv_cache, md.block_table[decode], lens)
-            out[rows] = ops.attend(q_all[rows][:, None], k, v, (lens - 1)[:, None], self.scale)[:, 0]
-        for r, seq_len in enumerate(md.seq_lens):  # prefills and prefill chunks, one call each
-            q0, q1 = qsl[r], qsl[r + 1]
-            if q1 - q0 < 2:
-                continue
-            k, v = self._context(kv_cache, md.block_table[r:r + 1], torch.tensor([seq_len]))
-            q_pos = torch.arange(seq_len - (q1 - q0), seq_len, device=query.device)
-            out[q0:q1] = ops.attend(q_all[q0:q1], k[0], v[0], q_pos, self.scale)
+        n = md.num_actual_tokens
+        q = query.view(-1, self.num_heads, d)[:n]
+        out = output.view(-1, self.num_heads, d)[:n]
+        get_backend(self.rlk_backend).paged_attention(q, kv_cache, md.block_table, md.seq_lens,
+                                                      md.query_start_loc, self.scale, out=out)
         return output

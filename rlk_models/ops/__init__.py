@@ -16,7 +16,7 @@ import torch
 
 from .rope_table import UnsupportedRope, rope_table
 
-_BACKENDS = {"reference": "rlk_models.ops.reference"}
+_BACKENDS = {"reference": "rlk_models.ops.reference", "triton": "rlk_models.ops.triton"}
 
 
 class Backend(Protocol):
@@ -34,8 +34,9 @@ class Backend(Protocol):
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor: ...
     def varlen_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          cu_seqlens: torch.Tensor, scale: float) -> torch.Tensor: ...
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor,
-               scale: float) -> torch.Tensor: ...
+    def paged_attention(self, q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
+                        seq_lens: torch.Tensor, query_start_loc: torch.Tensor, scale: float,
+                        out: torch.Tensor | None = None) -> torch.Tensor: ...
     def logprob_head(self, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                      vocab_size: int, with_entropy: bool = False
                      ) -> tuple[torch.Tensor, torch.Tensor | None]: ...

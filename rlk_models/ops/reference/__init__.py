@@ -4,7 +4,7 @@ Correct on CPU and CUDA, deterministic and batch-invariant by construction (see
 ``primitives``). One file per op, each with its forward, backward and autograd function.
 """
 
-from .attention import attend, varlen_attention
+from .attention import attend, paged_attention, varlen_attention
 from .embedding import embedding
 from .linear import LINEAR_K_GROUPS, combine_partials, linear, shard_partial
 from .logprob_head import (VOCAB_GROUPS, VOCAB_TILE, combine_shards, full_logprobs, logprob_head, padded_vocab,
@@ -24,5 +24,5 @@ def is_available() -> tuple[bool, str]:
 
 
 __all__ = ["attend", "combine_partials", "combine_shards", "embedding", "full_logprobs", "linear", "logprob_head",
-           "padded_vocab", "rms_norm", "rope", "shard_partial", "shard_stats", "silu_mul", "varlen_attention",
+           "paged_attention", "padded_vocab", "rms_norm", "rope", "shard_partial", "shard_stats", "silu_mul", "varlen_attention",
            "vocab_shard"]

@@ -80,6 +80,44 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tenso
     return out if batched else out[0]
 
 
+def _context(kv_cache: torch.Tensor, block_table_rows: torch.Tensor, seq_lens: torch.Tensor):
+    """K/V of each request's context from the paged cache view [blocks, Hkv, block_size, 2D]:
+    [R, L_max, Hkv, D] each; positions past a request's own length are zeroed (masked anyway;
+    zeros keep stale cache bits out of the sums)."""
+    d, bs, hkv = kv_cache.shape[3] // 2, kv_cache.shape[2], kv_cache.shape[1]
+    l_max = int(seq_lens.max())
+    nblk = -(-l_max // bs)
+    ctx = kv_cache[block_table_rows[:, :nblk].long()]            # [R, nblk, Hkv, bs, 2D]
+    ctx = ctx.permute(0, 1, 3, 2, 4).reshape(ctx.shape[0], nblk * bs, hkv, 2 * d)[:, :l_max]
+    valid = torch.arange(l_max, device=ctx.device) < seq_lens[:, None].to(ctx.device)
+    ctx = torch.where(valid[..., None, None], ctx, torch.zeros((), dtype=ctx.dtype, device=ctx.device))
+    return ctx[..., :d], ctx[..., d:]
+
+
+def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
+                    query_start_loc: torch.Tensor, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention of one step's scheduled tokens against a paged KV cache (vLLM's layout, see
+    ``rlk_models.ops.paged``): request r owns q rows query_start_loc[r]:query_start_loc[r+1],
+    the last tokens of its seq_lens[r]-token context. All single-token (decode) requests go in
+    one batched ``attend``; each prefill chunk in one more. Returns [T, Hq, D]."""
+    out = torch.empty_like(q) if out is None else out
+    qsl, lens = query_start_loc.tolist(), seq_lens.tolist()
+    decode = [r for r in range(len(lens)) if qsl[r + 1] - qsl[r] == 1]
+    if decode:
+        rows = torch.tensor([qsl[r] for r in decode], device=q.device)
+        dl = torch.tensor([lens[r] for r in decode], device=q.device)
+        k, v = _context(kv_cache, block_table[decode], dl)
+        out[rows] = attend(q[rows][:, None], k, v, (dl - 1)[:, None], scale)[:, 0]
+    for r, seq_len in enumerate(lens):
+        q0, q1 = qsl[r], qsl[r + 1]
+        if q1 - q0 < 2:
+            continue
+        k, v = _context(kv_cache, block_table[r:r + 1], torch.tensor([seq_len]))
+        q_pos = torch.arange(seq_len - (q1 - q0), seq_len, device=q.device)
+        out[q0:q1] = attend(q[q0:q1], k[0], v[0], q_pos, scale)
+    return out
+
+
 def _backward_seq(q, k, v, o, m, den, do, scale):
     """One sequence (positions 0..L-1): returns fp32 dq [L, Hq, D], dk, dv [L, Hkv, D]."""
     L, hq, d = q.shape

@@ -1,7 +1,45 @@
-"""Triton kernels (GPU), work in progress toward the ``triton`` backend.
+"""The ``triton`` backend (GPU): the contract's ops as Triton kernels, forward and backward.
 
-Not yet registered as a backend. Done so far, each measured on an H200 (docs/benchmarks.md):
-``matmul.py`` (forward), ``rms_norm.py`` and ``silu_mul.py`` (forward and backward). Still to
-come: matmul backward + autograd, RoPE, embedding backward, the fused log-prob head, attention. Import
-this package only where Triton and a GPU (or ``TRITON_INTERPRET=1``) are available.
+One file per op (kernels, launchers, autograd function); each module's docstring states its
+contract. The backend is self-consistent -- training (``varlen_attention``) and vLLM's paged
+cache (``paged_attention``) give the same bits per token, every op is row-invariant, and
+tensor-parallel shards (canonical K-groups, vocab groups) reproduce TP=1 -- and agrees with the
+``reference`` backend within stated tolerances only (its own reduction trees and
+transcendentals). Runs on CUDA; the kernels' logic also runs on CPU under ``TRITON_INTERPRET=1``
+(tests only: fp32/fp16, slow).
 """
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..reference.logprob_head import padded_vocab, vocab_shard
+from .attention import BLOCK_N as ATTN_BLOCK_N
+from .attention import paged_attention, varlen_attention
+from .embedding import embedding
+from .logprob_head import VOCAB_GROUPS, VOCAB_TILE, combine_shards, full_logprobs, logprob_head, shard_stats
+from .matmul import BLOCK_K, K_GROUPS, combine_partials, linear, shard_partial
+from .rms_norm import rms_norm
+from .rope import rope
+from .silu_mul import silu_mul
+
+NAME = "triton"
+DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"  # where its tensors live
+FINGERPRINT = {"backend": NAME, "contract_version": 1, "block_k": BLOCK_K, "linear_k_groups": K_GROUPS,
+               "vocab_tile": VOCAB_TILE, "vocab_groups": VOCAB_GROUPS, "attention_block_n": ATTN_BLOCK_N,
+               "transcendentals": "triton-libdevice", "rope_table": "float64-block64"}
+
+
+def is_available() -> tuple[bool, str]:
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return True, ""
+    if not torch.cuda.is_available():
+        return False, "needs a CUDA GPU (or TRITON_INTERPRET=1 for CPU tests)"
+    return True, ""
+
+
+__all__ = ["combine_partials", "combine_shards", "embedding", "full_logprobs", "linear", "logprob_head",
+           "paged_attention", "padded_vocab", "rms_norm", "rope", "shard_partial", "shard_stats", "silu_mul",
+           "varlen_attention", "vocab_shard"]

@@ -1,21 +1,28 @@
-"""Fused log-prob head forward in Triton: lm_head matmul + per-tile log-sum-exp stats + target
-gather, never materialising [T, V]. Work in progress (backward to come).
+"""Fused log-prob head in Triton: lm_head matmul + per-tile log-sum-exp stats + target gather
+(+ entropy), forward and backward, never materialising [T, V]; tensor-parallel by vocab groups.
 
 Contract
-    The canonical vocab tiling of ``rlk_models.ops.reference.logprob_head``: tiles of
-    ``VOCAB_TILE`` = 256 entries from index 0 inside 8 canonical vocab groups. One kernel
-    computes, for a block of rows and one vocab tile, the fp32 logits by the matmul contract
-    (fixed ``BLOCK_K`` walked in order, ``tl.dot`` accumulation), the tile max, the tile
-    ``sum(exp(l - max))`` (``tl.sum`` over the 256-wide tile: a tree fixed by the tile width) and
-    the target logit (written by the one tile that holds the target). Only these stats ([tiles, T]
-    fp32) are written. A second kernel combines a row's tiles in the canonical order: an
-    adjacent pairwise tree over the tiles of each vocab group (padded to a power of two with
-    empty tiles), then one over the 8 groups, ``M = max(ma, mb); s = sa*exp(ma-M) + sb*exp(mb-M)``
-    with ``tl.exp``; then ``logp = l_target - (M + log(s))``. Same tree as the reference, its own
-    transcendentals: self-consistent bits, reference-level accuracy. Row-invariant: no number
-    depends on other rows.
+    The canonical vocab tiling of ``rlk_models.ops.reference.logprob_head``: padded vocab =
+    next multiple of 8 x 256, 8 contiguous groups of ``VOCAB_TILE`` = 256-entry tiles. The
+    stats kernel computes, for a block of rows and one tile, the fp32 logits by the matmul
+    contract (``matmul._group_ptr``: the same K-groups and K order, so they equal
+    ``matmul.mm``'s fp32 logits), the tile max ``m``, ``s = sum(exp(l - m))`` and ``e = sum(exp(l -
+    m) * l)`` (``tl.sum`` over the 256-wide tile: a tree fixed by the tile width) and the target
+    logit (written by the tile that holds the target). An all-padding tile is the empty tile
+    (m = -inf, s = e = 0). Stats are combined by an adjacent pairwise tree
+    (``M = max(ma, mb); s = sa exp(ma - M) + sb exp(mb - M)``, ``tl.exp``) over the tiles of each
+    group, then over this shard's groups (``shard_stats``), then over the shards in rank order
+    (``combine_shards``: ``lse = M + log(S)``). TP=1 is one shard: the same calls, the same
+    bits for every TP size that divides 8. ``logp = l_target - lse``; ``full_logprobs`` keeps
+    the same kernel's logits and subtracts the same ``lse``, so its entry at the target equals
+    ``logp`` bitwise. Row-invariant: no number depends on other rows.
 
-Memory: the stats are 2 x T x ceil(V/256) fp32 (+ T): 1/128 of fp32 [T, V] logits.
+Backward (deterministic; vocab in chunks of ``BWD_CHUNK`` entries, in order)
+    Logits recomputed by ``mm``; ``dl = g (onehot - p) - g_ent p (l - e/s)``, ``p = exp(l - lse)``;
+    dh += dl @ W_chunk (fp32, chunks in order), dW_chunk = dl^T @ h. Peak extra memory is a
+    few [T, BWD_CHUNK] buffers (about 1/30 of fp32 [T, V] logits at V = 152k).
+
+Memory (forward): stats are 3 x T x ceil(V/256) fp32: 1/85 of fp32 [T, V] logits.
 """
 
 from __future__ import annotations
@@ -24,13 +31,18 @@ import torch
 import triton
 import triton.language as tl
 
-from ..reference.logprob_head import VOCAB_GROUPS, VOCAB_TILE, padded_vocab
-from .matmul import BLOCK_K
+from ..reference.logprob_head import VOCAB_GROUPS, VOCAB_TILE, padded_vocab, vocab_shard
+from .matmul import BLOCK_K, _group_ptr, k_groups, mm
+
+BWD_CHUNK = 2048
+STATS_CONFIG = (64, 8)  # (BLOCK_M, num_warps) of the stats kernel: any value gives the same bits (H200 sweep)
 
 
 @triton.jit
-def _head_stats_kernel(h_ptr, w_ptr, tgt_ptr, m_ptr, s_ptr, t_ptr, T, V, K, n_tiles,
-                       BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGS: tl.constexpr):
+def _head_stats_kernel(h_ptr, w_ptr, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, l_ptr, T, V, K, KG, n_tiles, n_stats,
+                       GROUPS: tl.constexpr, WITH_E: tl.constexpr, KEEP: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGS: tl.constexpr):
+    """Tiles of the V rows of w (a shard's real vocab); stats [T, n_stats] row-major."""
     num_pid_m = tl.cdiv(T, BLOCK_M)
     rk = tl.arange(0, BLOCK_K)
     for tile in range(tl.program_id(0), num_pid_m * n_tiles, NUM_PROGS):
@@ -39,79 +51,184 @@ def _head_stats_kernel(h_ptr, w_ptr, tgt_ptr, m_ptr, s_ptr, t_ptr, T, V, K, n_ti
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rv = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
         acc = tl.zeros((BLOCK_M, BLOCK_V), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):  # the fixed K order of the matmul contract
-            k = k0 + rk
-            a = tl.load(h_ptr + rm[:, None] * K + k[None, :], mask=(rm[:, None] < T) & (k[None, :] < K), other=0.0)
-            b = tl.load(w_ptr + rv[None, :] * K + k[:, None], mask=(k[:, None] < K) & (rv[None, :] < V), other=0.0)
-            acc = tl.dot(a, b, acc)
-        acc = tl.where(rv[None, :] < V, acc, float("-inf"))
+        for g in range(GROUPS):  # the matmul contract's K-groups and K order
+            part = tl.zeros((BLOCK_M, BLOCK_V), dtype=tl.float32)
+            part = _group_ptr(h_ptr, w_ptr, rm, rv, rk, T, V, K, g * KG, g * KG + KG, K, 1, K, 1, part, BLOCK_K)
+            acc = acc + part
+        if KEEP:
+            tl.store(l_ptr + rm[:, None].to(tl.int64) * V + rv[None, :], acc, mask=(rm[:, None] < T) & (rv[None, :] < V))
+        valid = rv[None, :] < V
+        acc = tl.where(valid, acc, float("-inf"))
         mx = tl.max(acc, axis=1)
-        s = tl.sum(tl.exp(acc - mx[:, None]), axis=1)
+        p = tl.exp(acc - mx[:, None])
+        out = rm * n_stats + pid_v
+        tl.store(m_ptr + out, mx, mask=rm < T)
+        tl.store(s_ptr + out, tl.sum(p, axis=1), mask=rm < T)
+        if WITH_E:
+            tl.store(e_ptr + out, tl.sum(p * tl.where(valid, acc, 0.0), axis=1), mask=rm < T)
         tgt = tl.load(tgt_ptr + rm, mask=rm < T, other=-1)
         inside = (tgt >= pid_v * BLOCK_V) & (tgt < pid_v * BLOCK_V + BLOCK_V)
         hit = tl.sum(tl.where(rv[None, :] == tgt[:, None], acc, 0.0), axis=1)  # one nonzero term at most
-        out = pid_v * T + rm
-        tl.store(m_ptr + out, mx, mask=rm < T)
-        tl.store(s_ptr + out, s, mask=rm < T)
         tl.store(t_ptr + rm, hit, mask=(rm < T) & inside)
 
 
 @triton.jit
-def _tree(m, s, N: tl.constexpr, LEVELS: tl.constexpr):
-    """Adjacent pairwise (max, sum-exp) tree over the last dim (size 2**LEVELS) of [N, 2**LEVELS]."""
+def _tree_kernel(m_ptr, s_ptr, e_ptr, mo_ptr, so_ptr, eo_ptr, N, NP2: tl.constexpr, LEVELS: tl.constexpr,
+                 FINAL: tl.constexpr):
+    """One row of N stats (contiguous) -> its adjacent pairwise tree; FINAL: (M + log S, E / S)."""
+    row = tl.program_id(0).to(tl.int64)
+    j = tl.arange(0, NP2)
+    ok = j < N
+    m = tl.reshape(tl.load(m_ptr + row * N + j, mask=ok, other=float("-inf")), (1, NP2))
+    s = tl.reshape(tl.load(s_ptr + row * N + j, mask=ok, other=0.0), (1, NP2))
+    e = tl.reshape(tl.load(e_ptr + row * N + j, mask=ok, other=0.0), (1, NP2))
     for lvl in tl.static_range(LEVELS):
-        ma, mb = tl.split(tl.reshape(m, (N, 1 << (LEVELS - 1 - lvl), 2)))
-        sa, sb = tl.split(tl.reshape(s, (N, 1 << (LEVELS - 1 - lvl), 2)))
+        ma, mb = tl.split(tl.reshape(m, (1 << (LEVELS - 1 - lvl), 2)))
+        sa, sb = tl.split(tl.reshape(s, (1 << (LEVELS - 1 - lvl), 2)))
+        ea, eb = tl.split(tl.reshape(e, (1 << (LEVELS - 1 - lvl), 2)))
         mx = tl.maximum(ma, mb)
         fa = tl.where(ma == float("-inf"), 0.0, tl.exp(ma - mx))
         fb = tl.where(mb == float("-inf"), 0.0, tl.exp(mb - mx))
-        s = sa * fa + sb * fb
-        m = mx
-    return tl.reshape(m, (N,)), tl.reshape(s, (N,))
+        m, s, e = mx, sa * fa + sb * fb, ea * fa + eb * fb
+    m, s, e = tl.sum(tl.reshape(m, (1,)), 0), tl.sum(tl.reshape(s, (1,)), 0), tl.sum(tl.reshape(e, (1,)), 0)
+    if FINAL:
+        tl.store(mo_ptr + row, m + tl.log(s))
+        tl.store(eo_ptr + row, e / s)
+    else:
+        tl.store(mo_ptr + row, m)
+        tl.store(so_ptr + row, s)
+        tl.store(eo_ptr + row, e)
 
 
-@triton.jit
-def _combine_kernel(m_ptr, s_ptr, t_ptr, out_ptr, T, n_tiles, TPG: tl.constexpr, LEVELS: tl.constexpr,
-                    G: tl.constexpr, G_LEVELS: tl.constexpr):
-    row = tl.program_id(0)
-    g = tl.arange(0, G)[:, None]
-    j = tl.arange(0, 1 << LEVELS)[None, :]
-    tile = g * TPG + j
-    ok = (j < TPG) & (tile < n_tiles)
-    m = tl.load(m_ptr + tile * T + row, mask=ok, other=float("-inf"))
-    s = tl.load(s_ptr + tile * T + row, mask=ok, other=0.0)
-    m, s = _tree(m, s, G, LEVELS)                      # tiles of each group
-    m, s = _tree(tl.reshape(m, (1, G)), tl.reshape(s, (1, G)), 1, G_LEVELS)  # the 8 groups
-    lse = tl.sum(m, axis=0) + tl.log(tl.sum(s, axis=0))
-    tl.store(out_ptr + row, tl.load(t_ptr + row) - lse)
+def _tree(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, final: bool = False):
+    """Adjacent pairwise tree over the last dim of [..., N] stats -> [...] (FINAL: lse, e/s)."""
+    n = m.shape[-1]
+    shape = m.shape[:-1]
+    m, s, e = (x.reshape(-1, n).contiguous() for x in (m, s, e))
+    mo, so, eo = (torch.empty(m.shape[0], dtype=torch.float32, device=m.device) for _ in range(3))
+    if m.shape[0]:
+        levels = max(n - 1, 0).bit_length()
+        _tree_kernel[(m.shape[0],)](m, s, e, mo, so, eo, n, NP2=1 << levels, LEVELS=levels, FINAL=final)
+    return mo.view(shape), so.view(shape), eo.view(shape)
 
 
-def head_stats(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int,
-               block_m: int | None = None, num_warps: int = 8):
-    """Per-tile (max, sum exp) [n_tiles, T] over the real vocab, and the target logit [T]."""
-    t, k = hidden.shape
-    block_m = block_m or (64 if t <= 64 else 128)  # any block gives the same bits (the K order is fixed)
-    n_tiles = triton.cdiv(vocab_size, VOCAB_TILE)
-    m = torch.empty(n_tiles, t, dtype=torch.float32, device=hidden.device)
-    s = torch.empty_like(m)
-    tl_ = torch.empty(t, dtype=torch.float32, device=hidden.device)
-    progs = triton.cdiv(t, block_m) * n_tiles
-    if hidden.is_cuda:
-        progs = min(progs, 4 * torch.cuda.get_device_properties(hidden.device).multi_processor_count)
-    _head_stats_kernel[(progs,)](hidden.contiguous(), weight, targets.contiguous(), m, s, tl_, t, vocab_size, k,
-                                 n_tiles, BLOCK_M=block_m, BLOCK_V=VOCAB_TILE, BLOCK_K=BLOCK_K, NUM_PROGS=progs,
-                                 num_warps=num_warps)
-    return m, s, tl_
+def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats):
+    t, k = h.shape
+    v = w_real.shape[0]
+    dev = h.device
+    m = torch.full((t, n_stats), float("-inf"), dtype=torch.float32, device=dev)
+    s = torch.zeros(t, n_stats, dtype=torch.float32, device=dev)
+    e = torch.zeros_like(s)
+    tgt = torch.zeros(t, dtype=torch.float32, device=dev)
+    logits = torch.empty(t, v, dtype=torch.float32, device=dev) if keep_logits else m
+    n_tiles = triton.cdiv(v, VOCAB_TILE)
+    if t and n_tiles:
+        block_m, warps = STATS_CONFIG
+        progs = triton.cdiv(t, block_m) * n_tiles
+        if h.is_cuda:
+            progs = min(progs, 4 * torch.cuda.get_device_properties(dev).multi_processor_count)
+        groups = k_groups(k)
+        tg = targets.contiguous() if targets is not None else torch.full((t,), -1, dtype=torch.int64, device=dev)
+        _head_stats_kernel[(progs,)](h.contiguous(), w_real.contiguous(), tg, m, s, e, tgt, logits, t, v, k,
+                                     k // groups, n_tiles, n_stats, GROUPS=groups, WITH_E=with_entropy,
+                                     KEEP=keep_logits, BLOCK_M=block_m, BLOCK_V=VOCAB_TILE, BLOCK_K=BLOCK_K,
+                                     NUM_PROGS=progs, num_warps=warps)
+    return m, s, e, tgt, logits
+
+
+def shard_stats(h: torch.Tensor, w_shard: torch.Tensor, shard: tuple[int, int], vocab_size: int,
+                targets: torch.Tensor | None, with_entropy: bool, keep_logits: bool = False):
+    """Stats of one vocab shard ``[start, end)`` (rows of ``w_shard``), its groups combined:
+    (m, s, e [T], target logit [T] (exactly 0 where the target is in another shard), [logits
+    [T, real entries]] if kept)."""
+    start, end = shard
+    pv = padded_vocab(vocab_size)
+    n_groups = (end - start) * VOCAB_GROUPS // pv
+    tpg = pv // VOCAB_GROUPS // VOCAB_TILE
+    real = max(0, min(end, vocab_size) - start)
+    local = None if targets is None else torch.where((targets >= start) & (targets < start + real),
+                                                     targets - start, torch.full_like(targets, -1))
+    m, s, e, tgt, logits = _launch_stats(h, w_shard[:real], local, with_entropy, keep_logits, n_groups * tpg)
+    t = h.shape[0]
+    m, s, e = _tree(*(x.view(t, n_groups, tpg) for x in (m, s, e)))  # tiles of each group
+    m, s, e = _tree(m, s, e)                                          # this shard's groups
+    return m, s, e, tgt, ([logits] if keep_logits else [])
+
+
+def combine_shards(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, tgt: torch.Tensor):
+    """Finish the canonical tree over per-rank stats stacked in rank order ([k, T] each):
+    (lse, e/s, target logit) [T]."""
+    lse, _, mean_l = _tree(m.t(), s.t(), e.t(), final=True)
+    return lse, mean_l, tgt.sum(0)  # one rank holds the target logit, the others exact zeros
+
+
+def _stats(h, w, vocab_size, targets, with_entropy, keep_logits=False):
+    m, s, e, tgt, kept = shard_stats(h, w, (0, padded_vocab(vocab_size)), vocab_size, targets, with_entropy,
+                                     keep_logits)
+    lse, mean_l, target = combine_shards(m[None], s[None], e[None], tgt[None])
+    return lse, mean_l, target, kept
+
+
+class _LogprobHead(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h, w, targets, vocab_size, with_entropy):
+        lse, mean_l, tgt, _ = _stats(h, w, vocab_size, targets, with_entropy)
+        ctx.save_for_backward(h, w, targets, lse, mean_l)
+        ctx.vocab_size = vocab_size
+        return tgt - lse, (lse - mean_l if with_entropy else None)
+
+    @staticmethod
+    def backward(ctx, g_logp, g_ent):
+        h, w, targets, lse, mean_l = ctx.saved_tensors
+        g_logp = torch.zeros_like(lse) if g_logp is None else g_logp.to(torch.float32)
+        h = h.contiguous()
+        dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
+        dw = torch.zeros_like(w) if ctx.needs_input_grad[1] else None
+        rows = torch.arange(h.shape[0], device=h.device)
+        for a in range(0, ctx.vocab_size, BWD_CHUNK):
+            b = min(a + BWD_CHUNK, ctx.vocab_size)
+            l = mm(h, w[a:b], out_dtype=torch.float32)
+            p = torch.exp(l - lse[:, None])
+            dl = -(g_logp[:, None] * p)
+            inside = (targets >= a) & (targets < b)
+            dl[rows[inside], targets[inside] - a] += g_logp[inside]
+            if g_ent is not None:
+                dl -= g_ent.to(torch.float32)[:, None] * p * (l - mean_l[:, None])
+            del l, p
+            dl16 = dl.to(h.dtype)
+            del dl
+            dh += mm(dl16, w[a:b], b_kn=True, out_dtype=torch.float32)
+            if dw is not None:
+                dw[a:b] = mm(dl16, h, a_km=True, b_kn=True, out_dtype=w.dtype)
+        return dh.to(h.dtype), dw, None, None, None
+
+
+def logprob_head(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int,
+                 with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """fp32 (log p(targets[t] | hidden[t]) [T], entropy [T] or None) without a [T, V] tensor."""
+    if hidden.dim() != 2 or targets.shape != hidden.shape[:1]:
+        raise ValueError(f"logprob_head: hidden {tuple(hidden.shape)} and targets "
+                         f"{tuple(targets.shape)} must be [T, K] and [T]")
+    if weight.shape[0] < vocab_size or weight.shape[1] != hidden.shape[1]:
+        raise ValueError(f"logprob_head: weight {tuple(weight.shape)} must be [>= {vocab_size}, {hidden.shape[1]}]")
+    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= vocab_size):
+        raise IndexError(f"logprob_head: targets must lie in [0, {vocab_size})")
+    return _LogprobHead.apply(hidden, weight, targets.long(), vocab_size, with_entropy)
+
+
+@torch.no_grad()
+def full_logprobs(hidden: torch.Tensor, weight: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """fp32 [T, vocab_size] log-probs; entry [t, v] equals ``logprob_head`` with target v."""
+    lse, _, _, kept = _stats(hidden, weight, vocab_size, None, False, keep_logits=True)
+    return kept[0].sub_(lse[:, None])
 
 
 @torch.no_grad()
 def logprob_head_forward(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int):
-    """fp32 log p(targets[t] | hidden[t]) [T] through the canonical tile/group trees."""
-    m, s, tgt = head_stats(hidden, weight, targets, vocab_size)
-    t = hidden.shape[0]
-    tpg = padded_vocab(vocab_size) // VOCAB_GROUPS // VOCAB_TILE
-    out = torch.empty(t, dtype=torch.float32, device=hidden.device)
-    if t:
-        _combine_kernel[(t,)](m, s, tgt, out, t, m.shape[0], TPG=tpg, LEVELS=max(tpg - 1, 0).bit_length(),
-                              G=VOCAB_GROUPS, G_LEVELS=(VOCAB_GROUPS - 1).bit_length())
-    return out
+    """Forward only (benchmarks): fp32 log p(targets) [T]."""
+    lse, _, target, _ = _stats(hidden, weight, vocab_size, targets.long(), False)
+    return target - lse
+
+
+__all__ = ["VOCAB_GROUPS", "VOCAB_TILE", "combine_shards", "full_logprobs", "logprob_head", "padded_vocab",
+           "shard_stats", "vocab_shard"]

@@ -1,21 +1,29 @@
-"""Batch-invariant matmul ``y = x @ w.T`` (+ bias) in Triton: persistent grid, fixed K order.
+"""Batch-invariant matmul / linear in Triton: fixed K order in canonical K-groups, forward and
+backward, with a persistent TMA kernel and a split-K path for small M that gives the same bits.
 
 What it computes
-    y[m, n] = sum_k x[m, k] w[n, k] with fp32 accumulation, rounded once to the output dtype
-    (bias added in fp32 before the rounding).
+    y[m, n] = sum_k x[m, k] w[n, k] with fp32 accumulation (+ bias in fp32), rounded once to
+    the output dtype.
 
 Contract
-    The reduction over K walks K-tiles of ``BLOCK_K`` (a constant: 64) in increasing order, each
-    tile accumulated into the fp32 accumulator by ``tl.dot``; nothing about that order depends on
-    M, N or the SM count. Tile sizes along M and N, warps, stages and the persistent grid are
-    chosen by M (``config_for``); that is allowed only because every configuration gives the same
-    bits -- which the H200 sweep (``benchmarks/triton/matmul_sweep.py``) checks for every config
-    at every M, and the tests check under ``TRITON_INTERPRET=1``. No split-K, no atomics.
+    K is cut into ``k_groups(K)`` contiguous groups: 8 when K is a multiple of 8 * BLOCK_K, else
+    1 (a function of K only). Inside a group, K-tiles of ``BLOCK_K`` = 64 are accumulated in
+    increasing order by ``tl.dot`` into an fp32 partial that starts at zero; the group partials
+    are then added in group order, ``((0 + p0) + p1) + ... + p7``, then the bias. Nothing about
+    that order depends on M, N, the tile shape or the SM count. Two launch forms compute it:
+    *fused* (one program per output tile walks all groups, adding each partial to its running
+    sum) and *split-K* (one program per (tile, group) writes its partial to an fp32 buffer; a
+    second kernel adds them in group order) -- the latter fills the GPU at decode sizes. Which
+    form and which tile config run is chosen by M and N; every choice gives the same bits,
+    which the tests (interpreter) and the H200 sweep (``benchmarks/triton/matmul_sweep.py``)
+    check. The groups are also the tensor-parallel unit: a rank owning a contiguous 1/k of K
+    (k | 8) owns whole groups and returns their partials (``shard_partial``); combined in rank
+    order (``combine_partials``) they give TP=1's bits.
 
-Limits
-    Two variants: pointer loads (``_mm_kernel``; runs in the interpreter) and TMA tensor
-    descriptors (``_mm_tma_kernel``; Hopper). K must be a multiple of 8 for TMA (16-byte strides).
-    Forward only so far; the autograd function and backward kernels are to come.
+Backward
+    dx = dy @ w and dw = dy^T @ x by the same kernels on transposed operand layouts (TMA loads
+    the natural layout and transposes in registers): deterministic, no atomics, fp32
+    accumulation, one rounding. db = ones @ dy, likewise.
 """
 
 from __future__ import annotations
@@ -25,6 +33,11 @@ import triton
 import triton.language as tl
 
 BLOCK_K = 64
+K_GROUPS = 8
+
+
+def k_groups(k: int) -> int:
+    return K_GROUPS if k % (K_GROUPS * BLOCK_K) == 0 else 1
 
 
 @triton.jit
@@ -36,52 +49,111 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, sam, sak, sbn, sbk, scm, scn,
-               HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr):
+def _group_ptr(a_ptr, b_ptr, rm, rn, rk, M, N, K, k_lo, k_hi, sam, sak, sbn, sbk, part, BLOCK_K: tl.constexpr):
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        k = k0 + rk
+        a = tl.load(a_ptr + rm[:, None] * sam + k[None, :] * sak, mask=(rm[:, None] < M) & (k[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + k[:, None] * sbk + rn[None, :] * sbn, mask=(k[:, None] < K) & (rn[None, :] < N), other=0.0)
+        part = tl.dot(a, b, part)
+    return part
+
+
+@triton.jit
+def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, scm, scn,
+               HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr):
+    """Pointer loads (any strides; runs in the interpreter). SPLIT: program axis 1 is the group
+    and c is the [GROUPS, M, N] fp32 partial buffer."""
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     for tile in range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGS):
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):  # the fixed K order
-            k = k0 + rk
-            a = tl.load(a_ptr + rm[:, None] * sam + k[None, :] * sak, mask=(rm[:, None] < M) & (k[None, :] < K), other=0.0)
-            b = tl.load(b_ptr + k[:, None] * sbk + rn[None, :] * sbn, mask=(k[:, None] < K) & (rn[None, :] < N), other=0.0)
-            acc = tl.dot(a, b, acc)
-        if HAS_BIAS:
-            acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-        tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(c_ptr.dtype.element_ty),
-                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+        c_off = rm[:, None].to(tl.int64) * scm + rn[None, :] * scn
+        c_mask = (rm[:, None] < M) & (rn[None, :] < N)
+        if SPLIT:
+            g = tl.program_id(1)
+            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            part = _group_ptr(a_ptr, b_ptr, rm, rn, rk, M, N, K, g * KG, g * KG + KG, sam, sak, sbn, sbk, part, BLOCK_K)
+            tl.store(c_ptr + g.to(tl.int64) * M * N + c_off, part, mask=c_mask)
+        else:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for g in range(GROUPS):
+                part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                part = _group_ptr(a_ptr, b_ptr, rm, rn, rk, M, N, K, g * KG, g * KG + KG, sam, sak, sbn, sbk, part,
+                                  BLOCK_K)
+                acc = acc + part
+            if HAS_BIAS:
+                acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+            tl.store(c_ptr + c_off, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
 @triton.jit
-def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+def _group_tma(a_desc, b_desc, pid_m, pid_n, k_lo, k_hi, part, A_KM: tl.constexpr, B_KN: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    for k0 in range(k_lo, k_hi, BLOCK_K):  # the fixed K order; TMA zero-fills the K tail
+        if A_KM:
+            a = a_desc.load([k0, pid_m * BLOCK_M]).T
+        else:
+            a = a_desc.load([pid_m * BLOCK_M, k0])
+        if B_KN:
+            b = b_desc.load([k0, pid_n * BLOCK_N])
+        else:
+            b = b_desc.load([pid_n * BLOCK_N, k0]).T
+        part = tl.dot(a, b, part)
+    return part
+
+
+@triton.jit
+def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr,
+                   SPLIT: tl.constexpr, A_KM: tl.constexpr, B_KN: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr):
+    """TMA tensor descriptors (Hopper). SPLIT: program axis 1 is the group and c_desc is the
+    [GROUPS, M, N] fp32 partial buffer."""
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGS, flatten=True):
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):  # the fixed K order; TMA zero-fills the K tail
-            a = a_desc.load([pid_m * BLOCK_M, k0])
-            b = b_desc.load([pid_n * BLOCK_N, k0])
-            acc = tl.dot(a, b.T, acc)
-        if HAS_BIAS:
-            rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-            acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+        if SPLIT:
+            g = tl.program_id(1)
+            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M, BLOCK_N,
+                              BLOCK_K)
+            c_desc.store([g, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(part, (1, BLOCK_M, BLOCK_N)))
+        else:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for g in range(GROUPS):
+                part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M,
+                                  BLOCK_N, BLOCK_K)
+                acc = acc + part
+            if HAS_BIAS:
+                rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+                acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+
+
+@triton.jit
+def _fold_kernel(p_ptr, c_ptr, bias_ptr, M, N, HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr, BLOCK: tl.constexpr):
+    """c = ((0 + p0) + p1) + ... (+ bias), rounded once: the fused kernel's group order."""
+    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = idx < M * N
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for g in range(GROUPS):
+        acc = acc + tl.load(p_ptr + g * M * N + idx, mask=ok, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + idx % N, mask=ok, other=0.0).to(tl.float32)
+    tl.store(c_ptr + idx, acc.to(c_ptr.dtype.element_ty), mask=ok)
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) by M bucket, for narrow (N <= 8192) and wide outputs;
 # BLOCK_K is fixed. Picked from the H200 sweep (docs/benchmarks.md), which also shows that every
 # one of them gives the same bits.
 CONFIGS = {
-    (16, "narrow"): (16, 32, 4, 4), (16, "wide"): (64, 256, 4, 3),
+    (16, "narrow"): (16, 64, 4, 4), (16, "wide"): (64, 256, 4, 3),
     (128, "narrow"): (64, 64, 4, 4), (128, "wide"): (128, 128, 4, 4),
     (1024, "narrow"): (128, 128, 4, 4), (1024, "wide"): (128, 128, 4, 4),
-    (1 << 62, "narrow"): (128, 256, 8, 3), (1 << 62, "wide"): (128, 256, 8, 3),
+    (1 << 62, "narrow"): (128, 128, 8, 4), (1 << 62, "wide"): (128, 128, 8, 4),
 }
 
 
@@ -96,26 +168,117 @@ def _num_sms(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def matmul(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
-           config: tuple[int, int, int, int] | None = None, tma: bool | None = None) -> torch.Tensor:
-    """``x [M, K] @ w [N, K].T (+ bias)`` -> [M, N] in ``out_dtype`` (default x.dtype)."""
-    m, k = x.shape
-    n = w.shape[0]
-    out = torch.empty(m, n, dtype=out_dtype or x.dtype, device=x.device)
+def _tma_ok(*ts: torch.Tensor) -> bool:
+    return all(t.is_cuda and t.stride(-1) == 1 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
+               and t.data_ptr() % 16 == 0 for t in ts)
+
+
+def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+       a_km: bool = False, b_kn: bool = False, config: tuple[int, int, int, int] | None = None,
+       tma: bool | None = None, split: bool | None = None, groups: int | None = None) -> torch.Tensor:
+    """The contract's product C[M, N] = A @ B^T over K, with A given as [M, K] (``a_km``: as
+    [K, M]) and B as [N, K] (``b_kn``: as [K, N]). ``config``/``tma``/``split`` override the
+    choices made by shape (every choice gives the same bits); ``groups=1`` computes one group's
+    plain partial (tensor parallelism)."""
+    m, k = (a.shape[1], a.shape[0]) if a_km else a.shape
+    n = b.shape[1] if b_kn else b.shape[0]
+    if (b.shape[0] if b_kn else b.shape[1]) != k:
+        raise ValueError(f"matmul: A {tuple(a.shape)} and B {tuple(b.shape)} disagree on K")
+    out = torch.empty(m, n, dtype=out_dtype or a.dtype, device=a.device)
+    if m == 0 or n == 0:
+        return out
+    groups = k_groups(k) if groups is None else groups
+    kg = k // groups if groups > 1 else k
     bm, bn, warps, stages = config or config_for(m, n)
-    progs = min(_num_sms(x.device), triton.cdiv(m, bm) * triton.cdiv(n, bn))
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    sms = _num_sms(a.device)
+    if split is None:
+        split = groups > 1 and tiles < sms
+    split = split and groups > 1
+    progs = tiles if split else min(sms, tiles)
+    c = torch.empty(groups, m, n, dtype=torch.float32, device=a.device) if split else out
     bias_arg = bias if bias is not None else out
-    use_tma = (x.is_cuda and k % 8 == 0) if tma is None else tma
+    grid = (progs, groups) if split else (progs,)
+    use_tma = _tma_ok(a, b, out) if tma is None else tma
     if use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        a_d = TensorDescriptor.from_tensor(x, [bm, BLOCK_K])
-        b_d = TensorDescriptor.from_tensor(w, [bn, BLOCK_K])
-        c_d = TensorDescriptor.from_tensor(out, [bm, bn])
-        _mm_tma_kernel[(progs,)](a_d, b_d, c_d, bias_arg, m, n, k, bias is not None, bm, bn, BLOCK_K, 8, progs,
-                                 num_warps=warps, num_stages=stages)
+        a_d = TensorDescriptor.from_tensor(a, [BLOCK_K, bm] if a_km else [bm, BLOCK_K])
+        b_d = TensorDescriptor.from_tensor(b, [BLOCK_K, bn] if b_kn else [bn, BLOCK_K])
+        c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if split else [bm, bn])
+        _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, split, a_km, b_kn,
+                             bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages)
     else:
-        _mm_kernel[(progs,)](x, w, out, bias_arg, m, n, k, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
-                             out.stride(0), out.stride(1), bias is not None, bm, bn, BLOCK_K, 8, progs,
-                             num_warps=warps, num_stages=stages)
+        sam, sak = (a.stride(1), a.stride(0)) if a_km else (a.stride(0), a.stride(1))
+        sbn, sbk = (b.stride(1), b.stride(0)) if b_kn else (b.stride(0), b.stride(1))
+        _mm_kernel[grid](a, b, c, bias_arg, m, n, k, kg, sam, sak, sbn, sbk, n, 1, bias is not None, groups, split,
+                         bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages)
+    if split:
+        block = 1024
+        _fold_kernel[(triton.cdiv(m * n, block),)](c, out, bias_arg, m, n, bias is not None, groups, block)
+    return out
+
+
+def matmul(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+           config: tuple[int, int, int, int] | None = None, tma: bool | None = None,
+           split: bool | None = None) -> torch.Tensor:
+    """``x [M, K] @ w [N, K].T (+ bias)`` -> [M, N] in ``out_dtype`` (default x.dtype)."""
+    return mm(x, w, bias, out_dtype, config=config, tma=tma, split=split)
+
+
+class _Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, b, out_dtype):
+        x2 = x.reshape(-1, x.shape[-1]).contiguous()
+        ctx.save_for_backward(x2, w, b)
+        ctx.x_shape = x.shape
+        return matmul(x2, w, b, out_dtype).reshape(*x.shape[:-1], w.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2, w, b = ctx.saved_tensors
+        dy2 = dy.reshape(-1, w.shape[0]).to(x2.dtype).contiguous()
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = mm(dy2, w, b_kn=True, out_dtype=x2.dtype).reshape(ctx.x_shape)
+        if ctx.needs_input_grad[1]:
+            dw = mm(dy2, x2, a_km=True, b_kn=True, out_dtype=w.dtype)
+        if b is not None and ctx.needs_input_grad[2]:
+            ones = torch.ones(1, dy2.shape[0], dtype=dy2.dtype, device=dy2.device)
+            db = mm(ones, dy2, b_kn=True, out_dtype=torch.float32)[0].to(b.dtype)
+        return dx, dw, db, None
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``x [..., K] @ weight[N, K].T (+ bias[N])`` -> [..., N] in ``out_dtype`` (default x.dtype)."""
+    if x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: x has {x.shape[-1]} features, weight expects {weight.shape[1]}")
+    return _Linear.apply(x, weight, bias, out_dtype or x.dtype)
+
+
+def shard_partial(x: torch.Tensor, w_shard: torch.Tensor, tp_size: int) -> torch.Tensor:
+    """fp32 group partials of a row-parallel rank: [8/k, ..., N] for its K-slice."""
+    k_full = x.shape[-1] * tp_size
+    if K_GROUPS % tp_size or k_groups(k_full) != K_GROUPS:
+        raise ValueError(f"triton row-parallel linear: TP={tp_size} needs TP | {K_GROUPS} and K={k_full} a multiple "
+                         f"of {K_GROUPS * BLOCK_K}")
+    x2 = x.reshape(-1, x.shape[-1]).contiguous()
+    mine = K_GROUPS // tp_size
+    kg = x2.shape[1] // mine
+    parts = torch.stack([mm(x2[:, g * kg:(g + 1) * kg].contiguous(), w_shard[:, g * kg:(g + 1) * kg].contiguous(),
+                            out_dtype=torch.float32, groups=1) for g in range(mine)])
+    return parts.reshape(mine, *x.shape[:-1], w_shard.shape[0])
+
+
+def combine_partials(parts: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
+    """Ranks' partials stacked in rank order [k, 8/k, ..., N]: added in group order, + bias,
+    one rounding -- the fused kernel's sum."""
+    flat = parts.reshape(-1, *parts.shape[2:])
+    n = flat.shape[-1]
+    m = flat[0].numel() // n
+    out = torch.empty(*flat.shape[1:], dtype=out_dtype, device=parts.device)
+    bias_arg = bias if bias is not None else out
+    _fold_kernel[(triton.cdiv(m * n, 1024),)](flat.contiguous(), out, bias_arg, m, n, bias is not None,
+                                              flat.shape[0], 1024)
     return out

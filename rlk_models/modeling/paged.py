@@ -1,0 +1,141 @@
+"""A paged-KV-cache runner that reproduces vLLM's paging without vLLM: the check of the rollout
+path on machines where vLLM does not run (the lent GPU), and a second witness on CPU.
+
+It builds the shared decoder with a builder whose attention writes K/V by vLLM's slot mapping
+into per-layer caches (the logical layout of ``rlk_models.ops.paged``) and calls the backend's
+``paged_attention`` -- exactly what ``RLKAttentionImpl`` does inside vLLM. A scheduler mimics
+vLLM's: requests arrive at staggered steps, prompts are prefilled in chunks under a per-step
+token budget, then every request decodes one token per step, decode tokens and prefill chunks
+share a step, and blocks are allocated from a shuffled free list (random block tables). The
+log-prob of each scheduled token's successor comes from the backend's ``full_logprobs`` (what
+vLLM's ``compute_logits`` returns) -- teacher-forced, so they compare one to one with the
+training class's ``packed_token_logprobs`` for the same sequences.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..ops import get_backend
+from ..ops.paged import slots_for, write_kv
+from .decoder import Decoder, TrainingBuilder
+
+
+@dataclass
+class PagedMeta:
+    caches: list[torch.Tensor]      # per layer [num_blocks, Hkv, block_size, 2 D]
+    block_table: torch.Tensor       # [R, max_blocks] int32
+    seq_lens: torch.Tensor          # [R] context length after this step
+    query_start_loc: torch.Tensor   # [R + 1]
+    slot_mapping: torch.Tensor      # [T]
+
+
+class PagedAttention(nn.Module):
+    def __init__(self, layer_idx: int, scale: float, backend: str):
+        super().__init__()
+        self.layer_idx, self.scale, self.backend = layer_idx, scale, backend
+
+    def forward(self, q, k, v, meta: PagedMeta):
+        cache = meta.caches[self.layer_idx]
+        write_kv(cache, k, v, meta.slot_mapping)
+        return get_backend(self.backend).paged_attention(q, cache, meta.block_table, meta.seq_lens,
+                                                         meta.query_start_loc, self.scale)
+
+
+class PagedBuilder(TrainingBuilder):
+    def attention(self, layer_idx, n_heads, n_kv_heads, head_dim, scale, prefix):
+        return PagedAttention(layer_idx, scale, self.backend)
+
+
+class PagedRunner:
+    """Teacher-forced rollout of a training-class model (its weights copied) through a paged cache."""
+
+    def __init__(self, model, block_size: int = 16, num_blocks: int | None = None, seed: int = 0):
+        cfg = model.config
+        p = next(model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        self.decoder = Decoder(cfg, PagedBuilder(cfg.rlk_backend)).to(device=self.device, dtype=self.dtype)
+        self.decoder.load_state_dict(model.model.state_dict())
+        self.decoder.eval()
+        self.head = model.lm_head.weight
+        self.cfg, self.block_size, self.num_blocks = cfg, block_size, num_blocks
+        self.gen = torch.Generator().manual_seed(seed)
+
+    @torch.no_grad()
+    def logprobs(self, sequences: list[list[int]], prefill_lens: list[int], token_budget: int = 64,
+                 arrivals: list[int] | None = None) -> list[torch.Tensor]:
+        """For each sequence, fp32 [L - 1]: log p(token i+1 | tokens 0..i), computed by prefilling
+        ``prefill_lens[s]`` tokens in chunks (at most ``token_budget`` tokens per step across all
+        requests, decodes first, as vLLM schedules) and decoding the rest one token per step.
+        ``arrivals[s]``: the step at which request s is admitted."""
+        cfg, bs = self.cfg, self.block_size
+        n = len(sequences)
+        arrivals = arrivals or [0] * n
+        need = sum(-(-len(s) // bs) for s in sequences)
+        num_blocks = self.num_blocks or need + 3
+        hkv, d = cfg.num_key_value_heads, cfg.head_dim
+        caches = [torch.full((num_blocks, hkv, bs, 2 * d), float("nan"), dtype=self.dtype, device=self.device)
+                  for _ in range(cfg.num_hidden_layers)]  # NaN: any read of an unwritten slot would show
+        free = torch.randperm(num_blocks, generator=self.gen).tolist()
+        tables = [[] for _ in range(n)]
+        done = [0] * n                                  # tokens already in the cache
+        out = [torch.zeros(max(len(s) - 1, 0), dtype=torch.float32) for s in sequences]
+        step = 0
+        while any(done[s] < len(sequences[s]) - 1 for s in range(n)):
+            sched: list[tuple[int, int]] = []           # (request, number of tokens)
+            budget = token_budget
+            active = [s for s in range(n) if arrivals[s] <= step and done[s] < len(sequences[s]) - 1]
+            for s in active:                            # decodes first
+                if done[s] >= prefill_lens[s] and budget:
+                    sched.append((s, 1))
+                    budget -= 1
+            for s in active:                            # then prefill chunks
+                if done[s] < prefill_lens[s] and budget:
+                    take = min(prefill_lens[s] - done[s], budget)
+                    sched.append((s, take))
+                    budget -= take
+            step += 1
+            if not sched:
+                continue
+            ids, pos, slots, targets, qsl, lens, rows = [], [], [], [], [0], [], []
+            for s, take in sched:
+                seq = sequences[s]
+                p = torch.arange(done[s], done[s] + take)
+                while len(tables[s]) * bs < done[s] + take:
+                    tables[s].append(free.pop())
+                table = torch.tensor(tables[s], dtype=torch.int32)
+                ids.append(torch.tensor(seq[done[s]:done[s] + take]))
+                pos.append(p)
+                slots.append(slots_for(table, p, bs))
+                targets.append(torch.tensor(seq[done[s] + 1:done[s] + take + 1]))
+                qsl.append(qsl[-1] + take)
+                lens.append(done[s] + take)
+                rows.append(table)
+            width = max(len(t) for t in rows)
+            bt = torch.zeros(len(rows), width, dtype=torch.int32)
+            for i, t in enumerate(rows):
+                bt[i, :len(t)] = t
+            dev = self.device
+            meta = PagedMeta(caches, bt.to(dev), torch.tensor(lens, dtype=torch.int32, device=dev),
+                             torch.tensor(qsl, dtype=torch.int32, device=dev), torch.cat(slots).to(dev))
+            hidden = self.decoder(torch.cat(ids).to(dev), torch.cat(pos).to(dev), meta)
+            logp = get_backend(cfg.rlk_backend).full_logprobs(hidden, self.head, cfg.vocab_size)
+            tgt = torch.cat(targets).to(dev)
+            picked = logp.gather(1, tgt[:, None])[:, 0].float().cpu()
+            for (s, take), a, b in zip(sched, qsl[:-1], qsl[1:]):
+                out[s][done[s]:done[s] + take] = picked[a:b]
+                done[s] += take
+        return out
+
+
+def training_logprobs(model, sequences: list[list[int]]) -> list[torch.Tensor]:
+    """The training class's teacher-forced log-probs of the same sequences, packed in one batch."""
+    dev = next(model.parameters()).device
+    ids = torch.tensor([t for s in sequences for t in s], device=dev)
+    cu = torch.tensor([0] + torch.tensor([len(s) for s in sequences]).cumsum(0).tolist(), device=dev)
+    with torch.no_grad():
+        lp = model.packed_token_logprobs(ids, cu).float().cpu()
+    return [lp[int(a):int(b) - 1] for a, b in zip(cu[:-1], cu[1:])]

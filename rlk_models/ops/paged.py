@@ -1,0 +1,29 @@
+"""vLLM's paged KV cache as the ops see it, and the slot-mapping write.
+
+The cache of one layer is addressed through its logical view ``[num_blocks, num_kv_heads,
+block_size, 2 * head_size]``: K in the first half of the last dim, V in the second. Token
+position p of request r lives in block ``block_table[r, p // block_size]`` at offset
+``p % block_size``; vLLM's slot mapping is ``block * block_size + offset`` (-1 = padding).
+Writing is a copy (no arithmetic), so it is the same for every backend.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def write_kv(kv_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Store key/value [n, Hkv, D] (n >= len(slot_mapping); extra rows are padding) at their
+    slots; slots < 0 are skipped."""
+    n = slot_mapping.shape[0]
+    bs, d = kv_cache.shape[2], kv_cache.shape[3] // 2
+    slots = slot_mapping.long()
+    valid = slots >= 0
+    blk, off = slots[valid] // bs, slots[valid] % bs
+    kv_cache[blk, :, off, :d] = key[:n][valid].to(kv_cache.dtype)
+    kv_cache[blk, :, off, d:] = value[:n][valid].to(kv_cache.dtype)
+
+
+def slots_for(block_table_row: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
+    """vLLM's slot mapping for the given positions of one request."""
+    return block_table_row[positions // block_size].long() * block_size + positions % block_size

@@ -1,0 +1,303 @@
+"""Causal GQA attention in Triton: packed variable-length training (forward + deterministic
+backward) and vLLM's paged KV cache (decode and chunked prefill in one launch), bitwise
+equal per token.
+
+What it computes
+    For query token i of a sequence, over its visible keys j <= pos(i):
+    ``o_i = sum_j p_ij v_j / sum_j p_ij``, ``p_ij = 2^(s_ij - m_i)``,
+    ``s_ij = (scale * log2 e) * (q_i . k_j)``. Query head h reads KV head h // (Hq / Hkv).
+
+Contract (one row function, ``_tile_update``, shared by both kernels)
+    Keys are walked in tiles of ``BLOCK_N`` = 64 positions *of the sequence* (tile j holds
+    positions 64j .. 64j+63, wherever they are stored), in increasing order, starting at
+    position 0. Per tile: ``s = tl.dot(q, k^T) * qk_scale``, masked to -inf past the row's
+    position; online softmax ``m' = max(m, rowmax s)``, ``alpha = 2^(m - m')``,
+    ``p = 2^(s - m')``, ``l = l * alpha + rowsum p``, ``acc = acc * alpha + tl.dot(p, v)`` (p
+    rounded to the input dtype for the dot). Finally ``o = acc / l``, rounded once. A tile past
+    a row's position is an exact no-op for that row (alpha = 1, p = 0), so how far a kernel walks
+    (to the end of the query block or of the sequence) never changes a row's bits; keys that are
+    not stored (past the context) load as exact zeros. No split-KV.
+
+    The training kernel puts BLOCK_M consecutive tokens of one head on the rows; the paged
+    kernel puts (token, head-of-the-KV-group) pairs on the rows. Rows of one ``tl.dot`` never
+    mix, and the H200 sweep (``benchmarks/triton/attention_sweep.py``) checks that the row
+    composition and BLOCK_M do not change a row's bits.
+
+Backward (deterministic, no atomics): ``delta = rowsum(o * do)``; one kernel per KV tile and KV
+head walks the group's query heads in order and their query tiles in order (dK, dV); another per
+query tile and head walks the key tiles in order (dQ). fp32 accumulation, one rounding.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_N = 64                # the KV tile: part of the contract
+# (BLOCK_M, num_warps, num_stages): launch choices, not part of the contract -- any BLOCK_M gives
+# the same bits (H200 sweep). Training: BLOCK_M consecutive tokens of one head; paged: BLOCK_M
+# (token, group head) pairs.
+TRAIN_CONFIG = (128, 8, 2)
+PAGED_CONFIG = (64, 4, 2)
+BWD_CONFIG = (64, 4, 2)
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _tile_update(q, k, v, m_i, l_i, acc, visible, qk_scale):
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(v.dtype), v, acc)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _varlen_fwd(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_ptr, qk_scale, T, sq, sk, so,
+                GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid_m, seq, h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    start = tl.load(cu_ptr + seq)
+    L = tl.load(cu_ptr + seq + 1) - start
+    if pid_m * BLOCK_M < L:
+        kvh = h // GROUP
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rd = tl.arange(0, D)
+        row_ok = rm < L
+        q = tl.load(q_ptr + (start + rm).to(tl.int64)[:, None] * sq + h * D + rd[None, :], mask=row_ok[:, None],
+                    other=0.0)
+        q_pos = tl.where(row_ok, rm, 0)
+        m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+        l_i = tl.zeros((BLOCK_M,), tl.float32)
+        acc = tl.zeros((BLOCK_M, D), tl.float32)
+        hi = tl.minimum(pid_m * BLOCK_M + BLOCK_M, L)
+        for n0 in range(0, hi, BLOCK_N):
+            rn = n0 + tl.arange(0, BLOCK_N)
+            stored = rn < L
+            kv_off = (start + rn).to(tl.int64)[:, None] * sk + kvh * D + rd[None, :]
+            k = tl.load(k_ptr + kv_off, mask=stored[:, None], other=0.0)
+            v = tl.load(v_ptr + kv_off, mask=stored[:, None], other=0.0)
+            m_i, l_i, acc = _tile_update(q, k, v, m_i, l_i, acc, rn[None, :] <= q_pos[:, None], qk_scale)
+        o = acc / l_i[:, None]
+        tl.store(o_ptr + (start + rm).to(tl.int64)[:, None] * so + h * D + rd[None, :], o.to(o_ptr.dtype.element_ty),
+                 mask=row_ok[:, None])
+        tl.store(lse_ptr + h * T + start + rm, m_i + tl.math.log2(l_i), mask=row_ok)
+
+
+@triton.jit
+def _paged_fwd(q_ptr, kv_ptr, o_ptr, bt_ptr, seq_lens_ptr, qsl_ptr, qk_scale, sq, so, s_blk, s_head, s_off,
+               s_bt, block_size, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr):
+    pid, req, kvh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    q0 = tl.load(qsl_ptr + req)
+    nq = tl.load(qsl_ptr + req + 1) - q0
+    seq_len = tl.load(seq_lens_ptr + req)
+    if pid * BLOCK_M < nq * GROUP:
+        r = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = r < nq * GROUP
+        tok = r // GROUP
+        h = kvh * GROUP + r % GROUP
+        rd = tl.arange(0, D)
+        q_off = (q0 + tok).to(tl.int64)[:, None] * sq + h[:, None] * D + rd[None, :]
+        q = tl.load(q_ptr + q_off, mask=row_ok[:, None], other=0.0)
+        q_pos = tl.where(row_ok, seq_len - nq + tok, 0)
+        m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+        l_i = tl.zeros((BLOCK_M,), tl.float32)
+        acc = tl.zeros((BLOCK_M, D), tl.float32)
+        last_tok = tl.minimum((pid * BLOCK_M + BLOCK_M - 1) // GROUP, nq - 1)
+        hi = seq_len - nq + last_tok + 1
+        for n0 in range(0, hi, BLOCK_N):
+            rn = n0 + tl.arange(0, BLOCK_N)
+            stored = rn < seq_len
+            blk = tl.load(bt_ptr + req * s_bt + rn // block_size, mask=stored, other=0).to(tl.int64)
+            base = blk * s_blk + kvh * s_head + (rn % block_size) * s_off
+            k = tl.load(kv_ptr + base[:, None] + rd[None, :], mask=stored[:, None], other=0.0)
+            v = tl.load(kv_ptr + base[:, None] + D + rd[None, :], mask=stored[:, None], other=0.0)
+            m_i, l_i, acc = _tile_update(q, k, v, m_i, l_i, acc, rn[None, :] <= q_pos[:, None], qk_scale)
+        o = acc / l_i[:, None]
+        o_off = (q0 + tok).to(tl.int64)[:, None] * so + h[:, None] * D + rd[None, :]
+        tl.store(o_ptr + o_off, o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+@triton.jit
+def _bwd_delta(o_ptr, do_ptr, delta_ptr, T, H, D: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # rows of [T * H], token-major
+    rd = tl.arange(0, D)
+    ok = rows < T * H
+    off = rows.to(tl.int64)[:, None] * D + rd[None, :]
+    o = tl.load(o_ptr + off, mask=ok[:, None], other=0.0).to(tl.float32)
+    do = tl.load(do_ptr + off, mask=ok[:, None], other=0.0).to(tl.float32)
+    tl.store(delta_ptr + (rows % H) * T + rows // H, tl.sum(o * do, 1), mask=ok)
+
+
+@triton.jit
+def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_ptr, qk_scale, sm_scale, T,
+              sq, sk, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid_n, seq, kvh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    start = tl.load(cu_ptr + seq)
+    L = tl.load(cu_ptr + seq + 1) - start
+    if pid_n * BLOCK_N < L:
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rd = tl.arange(0, D)
+        key_ok = rn < L
+        kv_off = (start + rn).to(tl.int64)[:, None] * sk + kvh * D + rd[None, :]
+        k = tl.load(k_ptr + kv_off, mask=key_ok[:, None], other=0.0)
+        v = tl.load(v_ptr + kv_off, mask=key_ok[:, None], other=0.0)
+        dk = tl.zeros((BLOCK_N, D), tl.float32)
+        dv = tl.zeros((BLOCK_N, D), tl.float32)
+        for g in range(GROUP):  # the group's query heads, in order
+            h = kvh * GROUP + g
+            for m0 in range((pid_n * BLOCK_N // BLOCK_M) * BLOCK_M, L, BLOCK_M):  # query tiles, in order
+                rm = m0 + tl.arange(0, BLOCK_M)
+                row_ok = rm < L
+                q_off = (start + rm).to(tl.int64)[:, None] * sq + h * D + rd[None, :]
+                q = tl.load(q_ptr + q_off, mask=row_ok[:, None], other=0.0)
+                do = tl.load(do_ptr + q_off, mask=row_ok[:, None], other=0.0)
+                lse = tl.load(lse_ptr + h * T + start + rm, mask=row_ok, other=0.0)
+                delta = tl.load(delta_ptr + h * T + start + rm, mask=row_ok, other=0.0)
+                s = tl.dot(q, tl.trans(k)) * qk_scale
+                vis = (rn[None, :] <= rm[:, None]) & row_ok[:, None]
+                p = tl.where(vis, tl.math.exp2(s - lse[:, None]), 0.0)
+                dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
+                dp = tl.dot(do, tl.trans(v))
+                ds = p * (dp - delta[:, None])
+                dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk)
+        tl.store(dk_ptr + kv_off, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=key_ok[:, None])
+        tl.store(dv_ptr + kv_off, dv.to(dv_ptr.dtype.element_ty), mask=key_ok[:, None])
+
+
+@triton.jit
+def _bwd_dq(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_ptr, qk_scale, sm_scale, T, sq, sk,
+            GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid_m, seq, h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    start = tl.load(cu_ptr + seq)
+    L = tl.load(cu_ptr + seq + 1) - start
+    if pid_m * BLOCK_M < L:
+        kvh = h // GROUP
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rd = tl.arange(0, D)
+        row_ok = rm < L
+        q_off = (start + rm).to(tl.int64)[:, None] * sq + h * D + rd[None, :]
+        q = tl.load(q_ptr + q_off, mask=row_ok[:, None], other=0.0)
+        do = tl.load(do_ptr + q_off, mask=row_ok[:, None], other=0.0)
+        lse = tl.load(lse_ptr + h * T + start + rm, mask=row_ok, other=0.0)
+        delta = tl.load(delta_ptr + h * T + start + rm, mask=row_ok, other=0.0)
+        dq = tl.zeros((BLOCK_M, D), tl.float32)
+        for n0 in range(0, tl.minimum(pid_m * BLOCK_M + BLOCK_M, L), BLOCK_N):  # key tiles, in order
+            rn = n0 + tl.arange(0, BLOCK_N)
+            key_ok = rn < L
+            kv_off = (start + rn).to(tl.int64)[:, None] * sk + kvh * D + rd[None, :]
+            k = tl.load(k_ptr + kv_off, mask=key_ok[:, None], other=0.0)
+            v = tl.load(v_ptr + kv_off, mask=key_ok[:, None], other=0.0)
+            s = tl.dot(q, tl.trans(k)) * qk_scale
+            vis = (rn[None, :] <= rm[:, None]) & row_ok[:, None]
+            p = tl.where(vis, tl.math.exp2(s - lse[:, None]), 0.0)
+            dp = tl.dot(do, tl.trans(v))
+            ds = p * (dp - delta[:, None])
+            dq = tl.dot(ds.to(k.dtype), k, dq)
+        tl.store(dq_ptr + q_off, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+def _check(q, k, v):
+    if q.dim() != 3 or k.shape != v.shape or k.dim() != 3 or q.shape[2] != k.shape[2]:
+        raise ValueError(f"attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
+                         "must be [T, Hq, D], [T, Hkv, D], [T, Hkv, D]")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"attention: {q.shape[1]} query heads is not a multiple of {k.shape[1]} KV heads")
+    d = q.shape[2]
+    if d < 16 or d & (d - 1):
+        raise ValueError(f"triton attention: head_dim {d} must be a power of two >= 16")
+
+
+class _VarlenAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cu_seqlens, scale, config):
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        t, hq, d = q.shape
+        cu = cu_seqlens.to(device=q.device, dtype=torch.int32)
+        max_len = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
+        o = torch.empty_like(q)
+        lse = torch.empty(hq, t, dtype=torch.float32, device=q.device)
+        if t and max_len:
+            block_m, warps, stages = config
+            grid = (triton.cdiv(max_len, block_m), cu.numel() - 1, hq)
+            _varlen_fwd[grid](q, k, v, o, lse, cu, scale * LOG2E, t, q.stride(0), k.stride(0), o.stride(0),
+                              GROUP=hq // k.shape[1], D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N,
+                              num_warps=warps, num_stages=stages)
+        ctx.save_for_backward(q, k, v, o, lse, cu)
+        ctx.scale, ctx.max_len = scale, max_len
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse, cu = ctx.saved_tensors
+        t, hq, d = q.shape
+        hkv = k.shape[1]
+        do = do.contiguous()
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        if t and ctx.max_len:
+            delta = torch.empty(hq, t, dtype=torch.float32, device=q.device)
+            _bwd_delta[(triton.cdiv(t * hq, 64),)](o, do, delta, t, hq, D=d, BLOCK=64)
+            args = (lse, delta)
+            n_seq = cu.numel() - 1
+            bb, warps, stages = BWD_CONFIG
+            blocks = triton.cdiv(ctx.max_len, bb)
+            _bwd_dkdv[(blocks, n_seq, hkv)](q, k, v, do, *args, dk, dv, cu, ctx.scale * LOG2E, ctx.scale, t,
+                                            q.stride(0), k.stride(0), GROUP=hq // hkv, D=d, BLOCK_M=bb,
+                                            BLOCK_N=bb, num_warps=warps, num_stages=stages)
+            _bwd_dq[(blocks, n_seq, hq)](q, k, v, do, *args, dq, cu, ctx.scale * LOG2E, ctx.scale, t,
+                                         q.stride(0), k.stride(0), GROUP=hq // hkv, D=d, BLOCK_M=bb,
+                                         BLOCK_N=bb, num_warps=warps, num_stages=stages)
+        else:
+            dq.zero_(), dk.zero_(), dv.zero_()
+        return dq, dk, dv, None, None, None
+
+
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+                     scale: float, config: tuple[int, int, int] | None = None) -> torch.Tensor:
+    """Causal self-attention of packed sequences: q [T, Hq, D], k/v [T, Hkv, D], sequence s
+    spans tokens cu_seqlens[s]:cu_seqlens[s+1]. Returns [T, Hq, D] in q's dtype."""
+    _check(q, k, v)
+    if int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != q.shape[0]:
+        raise ValueError(f"attention: cu_seqlens must run from 0 to T={q.shape[0]}")
+    return _VarlenAttention.apply(q, k, v, cu_seqlens, float(scale), config or TRAIN_CONFIG)
+
+
+def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
+                    query_start_loc: torch.Tensor, scale: float, out: torch.Tensor | None = None,
+                    config: tuple[int, int, int] | None = None) -> torch.Tensor:
+    """Attention of the tokens scheduled in one step (decode tokens and prefill chunks mixed)
+    against vLLM's paged cache.
+
+    q [T, Hq, D] (request r owns tokens query_start_loc[r]:query_start_loc[r+1], the last ones of
+    its context of seq_lens[r] tokens); kv_cache: the logical view [num_blocks, Hkv, block_size,
+    2 D] (K then V; any strides); block_table [R, max_blocks]. The step's own K/V must already
+    be written (``rlk_models.ops.paged.write_kv``). Returns [T, Hq, D] (into ``out`` if given)."""
+    t, hq, d = q.shape
+    nb, hkv, bs, d2 = kv_cache.shape
+    if d2 != 2 * d or hq % hkv:
+        raise ValueError(f"paged attention: q {tuple(q.shape)} does not fit kv_cache {tuple(kv_cache.shape)} "
+                         "([blocks, Hkv, block_size, 2*D])")
+    if kv_cache.stride(3) != 1:
+        raise ValueError("paged attention: the cache's last dim must be contiguous")
+    out = torch.empty_like(q) if out is None else out
+    n_req = seq_lens.shape[0]
+    if t == 0 or n_req == 0:
+        return out
+    qsl = query_start_loc.to(device=q.device, dtype=torch.int32)
+    max_q = int((qsl[1:] - qsl[:-1]).max())
+    group = hq // hkv
+    block_m, warps, stages = config or PAGED_CONFIG
+    grid = (triton.cdiv(max_q * group, block_m), n_req, hkv)
+    _paged_fwd[grid](q, kv_cache, out, block_table, seq_lens.to(device=q.device, dtype=torch.int32), qsl,
+                     scale * LOG2E, q.stride(0), out.stride(0), kv_cache.stride(0), kv_cache.stride(1),
+                     kv_cache.stride(2), block_table.stride(0), bs, GROUP=group, D=d, BLOCK_M=block_m,
+                     BLOCK_N=BLOCK_N, num_warps=warps, num_stages=stages)
+    return out
+
+
+__all__ = ["BLOCK_N", "paged_attention", "varlen_attention"]

@@ -1,0 +1,61 @@
+"""Embedding in Triton: forward is a gather (exact); backward sums, per id, the gradients of the
+tokens holding it in token order, sequentially in fp32, rounded once -- the reference's
+order. A stable sort groups the tokens; one program per (distinct id, column block); no atomics.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_D = 256
+
+
+@triton.jit
+def _emb_bwd(grad_ptr, order_ptr, starts_ptr, counts_ptr, uniq_ptr, out_ptr, D, BLOCK_D: tl.constexpr):
+    u = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    ok = cols < D
+    start = tl.load(starts_ptr + u)
+    acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    for i in range(tl.load(counts_ptr + u)):  # this id's tokens, in token order
+        t = tl.load(order_ptr + start + i).to(tl.int64)
+        acc += tl.load(grad_ptr + t * D + cols, mask=ok, other=0.0).to(tl.float32)
+    row = tl.load(uniq_ptr + u).to(tl.int64)
+    tl.store(out_ptr + row * D + cols, acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def embedding_backward(ids: torch.Tensor, grad: torch.Tensor, num_embeddings: int, dtype: torch.dtype) -> torch.Tensor:
+    ids = ids.reshape(-1)
+    d = grad.shape[-1]
+    grad = grad.reshape(ids.numel(), d).contiguous()
+    out = torch.zeros(num_embeddings, d, dtype=dtype, device=grad.device)
+    if ids.numel() == 0:
+        return out
+    order = torch.sort(ids, stable=True).indices
+    uniq, counts = torch.unique_consecutive(ids[order], return_counts=True)
+    starts = torch.cumsum(counts, 0) - counts
+    _emb_bwd[(uniq.numel(), triton.cdiv(d, BLOCK_D))](grad, order, starts, counts, uniq, out, d, BLOCK_D=BLOCK_D)
+    return out
+
+
+class _Embedding(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, ids, weight):
+        ctx.save_for_backward(ids)
+        ctx.num, ctx.dtype = weight.shape[0], weight.dtype
+        return weight[ids]
+
+    @staticmethod
+    def backward(ctx, grad):
+        (ids,) = ctx.saved_tensors
+        return None, embedding_backward(ids, grad, ctx.num, ctx.dtype)
+
+
+def embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Rows of ``weight`` [V, D] for integer ``ids`` of any shape -> [*ids.shape, D]."""
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= weight.shape[0]):
+        raise IndexError(f"embedding: token ids must lie in [0, {weight.shape[0]}), "
+                         f"got range [{int(ids.min())}, {int(ids.max())}]")
+    return _Embedding.apply(ids, weight)
