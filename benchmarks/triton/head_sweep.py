@@ -8,6 +8,7 @@ log_softmax + gather), peak extra memory vs fp32 [T, V] logits (forward and forw
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 
@@ -16,7 +17,7 @@ import torch.nn.functional as F
 import triton
 from triton.testing import do_bench
 
-from rlk_models.ops.triton import logprob_head as head
+head = importlib.import_module("rlk_models.ops.triton.logprob_head")  # the package re-exports a function of that name
 
 K, V = 4096, 151936
 M_INV = [1, 2, 3, 7, 16, 64, 255, 1024, 4096, 8192]

@@ -73,6 +73,9 @@ class PagedRunner:
         ``arrivals[s]``: the step at which request s is admitted."""
         cfg, bs = self.cfg, self.block_size
         n = len(sequences)
+        if len(prefill_lens) != n or any(not 0 <= p < max(len(s), 1) for p, s in zip(prefill_lens, sequences)):
+            raise ValueError(f"prefill_lens {prefill_lens} must give each sequence a prefill in [0, len - 1) "
+                             f"(lengths {[len(s) for s in sequences]})")
         arrivals = arrivals or [0] * n
         need = sum(-(-len(s) // bs) for s in sequences)
         num_blocks = self.num_blocks or need + 3

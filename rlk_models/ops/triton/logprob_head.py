@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from ..reference.logprob_head import VOCAB_GROUPS, VOCAB_TILE, padded_vocab, vocab_shard
-from .matmul import BLOCK_K, _group_ptr, k_groups, mm
+from .matmul import BLOCK_K, _group_ptr, fit_stages, k_groups, mm
 
 BWD_CHUNK = 2048
 STATS_CONFIG = (64, 8)  # (BLOCK_M, num_warps) of the stats kernel: any value gives the same bits (H200 sweep)
@@ -132,7 +132,8 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats):
         _head_stats_kernel[(progs,)](h.contiguous(), w_real.contiguous(), tg, m, s, e, tgt, logits, t, v, k,
                                      k // groups, n_tiles, n_stats, GROUPS=groups, WITH_E=with_entropy,
                                      KEEP=keep_logits, BLOCK_M=block_m, BLOCK_V=VOCAB_TILE, BLOCK_K=BLOCK_K,
-                                     NUM_PROGS=progs, num_warps=warps)
+                                     NUM_PROGS=progs, num_warps=warps,
+                                     num_stages=fit_stages(block_m + VOCAB_TILE, h.element_size(), 3))
     return m, s, e, tgt, logits
 
 

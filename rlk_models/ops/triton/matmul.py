@@ -168,6 +168,12 @@ def _num_sms(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def fit_stages(rows: int, elem_size: int, stages: int, budget: int = 200 * 1024) -> int:
+    """Pipeline depth that fits shared memory for (rows of A + rows of B) x BLOCK_K operand tiles
+    (fp32 operands need half the stages of bf16). Stages never change the K order, hence the bits."""
+    return max(1, min(stages, budget // (rows * BLOCK_K * elem_size)))
+
+
 def _tma_ok(*ts: torch.Tensor) -> bool:
     return all(t.is_cuda and t.stride(-1) == 1 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
                and t.data_ptr() % 16 == 0 for t in ts)
@@ -190,6 +196,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     groups = k_groups(k) if groups is None else groups
     kg = k // groups if groups > 1 else k
     bm, bn, warps, stages = config or config_for(m, n)
+    stages = fit_stages(bm + bn, a.element_size(), stages)
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     sms = _num_sms(a.device)
     if split is None:
