@@ -57,8 +57,8 @@ def main() -> None:
         t_mm = do_bench(lambda: F.linear(hm, w), warmup=25, rep=100, return_mode="median")
         best = None
         default = head.STATS_CONFIG
-        for bm, warps in ((16, 4), (32, 4), (64, 4), (64, 8), (128, 8)):
-            head.STATS_CONFIG = (bm, warps)
+        for bm, warps in ((16, 4), (32, 4), (64, 4), (64, 8), (128, 8), (32, 8), (16, 8)):
+            head.STATS_CONFIG = {1 << 62: (bm, warps)}
             try:
                 t = do_bench(lambda: head._launch_stats(hm, w, tm, False, False, 600), warmup=10, rep=50,
                              return_mode="median")
@@ -67,7 +67,7 @@ def main() -> None:
                 continue
             finally:
                 head.STATS_CONFIG = default
-            res.setdefault("stats_configs_same_bits", []).append(same)
+            res.setdefault("stats_configs_same_bits", {})[f"M{m} bm={bm} warps={warps}"] = same
             best = min(best or (t, bm, warps), (t, bm, warps))
         t_full = do_bench(lambda: head.logprob_head_forward(hm, w, tm, V), warmup=10, rep=50, return_mode="median")
         torch.cuda.synchronize()
@@ -76,6 +76,15 @@ def main() -> None:
         head.logprob_head_forward(hm, w, tm, V)
         extra = torch.cuda.max_memory_allocated() - base
         fb = {}
+        if m == 1024:  # where the backward's time goes: its three matmul shapes per vocab chunk
+            c = head.BWD_CHUNK
+            dl16 = torch.randn(m, c, device=dev, generator=g).bfloat16()
+            fb["bwd_parts_us"] = {
+                "logits_chunk": do_bench(lambda: head.mm(hm, w[:c], out_dtype=torch.float32), rep=20) * 1e3,
+                "dh_chunk": do_bench(lambda: head.mm(dl16, w[:c], b_kn=True, out_dtype=torch.float32), rep=20) * 1e3,
+                "dw_chunk": do_bench(lambda: head.mm(dl16, hm, a_km=True, b_kn=True), rep=20) * 1e3,
+                "dw_chunk_cublas": do_bench(lambda: dl16.t() @ hm, rep=20) * 1e3,
+                "dh_chunk_cublas": do_bench(lambda: dl16 @ w[:c], rep=20) * 1e3}
         if m >= 128:
             hmg = hm.clone().requires_grad_()
             gm = torch.randn(m, device=dev, generator=g)

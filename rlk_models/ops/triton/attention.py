@@ -21,7 +21,8 @@ Contract (one row function, ``_tile_update``, shared by both kernels)
     The training kernel puts BLOCK_M consecutive tokens of one head on the rows; the paged
     kernel puts (token, head-of-the-KV-group) pairs on the rows. Rows of one ``tl.dot`` never
     mix, and the H200 sweep (``benchmarks/triton/attention_sweep.py``) checks that the row
-    composition and BLOCK_M do not change a row's bits.
+    composition and BLOCK_M do not change a row's bits: they do not for BLOCK_M >= 64 (wgmma),
+    they do for 16 and 32 (another MMA instruction) -- so paged BLOCK_M is at least 64.
 
 Backward (deterministic, no atomics): ``delta = rowsum(o * do)``; one kernel per KV tile and KV
 head walks the group's query heads in order and their query tiles in order (dK, dV); another per
@@ -35,10 +36,11 @@ import triton
 import triton.language as tl
 
 BLOCK_N = 64                # the KV tile: part of the contract
-# (BLOCK_M, num_warps, num_stages): launch choices, not part of the contract -- any BLOCK_M gives
-# the same bits (H200 sweep). Training: BLOCK_M consecutive tokens of one head; paged: BLOCK_M
-# (token, group head) pairs.
-TRAIN_CONFIG = (128, 8, 2)
+# (BLOCK_M, num_warps, num_stages): launch choices. On the H200 every BLOCK_M >= 64 gives the
+# same bits in both kernels (Hopper wgmma); BLOCK_M 16/32 (mma.sync) gives different bits, so it
+# is never used (benchmarks/triton/attention_sweep.py checks each candidate). Training: BLOCK_M
+# consecutive tokens of one head; paged: BLOCK_M (token, group head) pairs.
+TRAIN_CONFIG = (64, 4, 3)
 PAGED_CONFIG = (64, 4, 2)
 BWD_CONFIG = (64, 4, 2)
 LOG2E = 1.4426950408889634

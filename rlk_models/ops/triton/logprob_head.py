@@ -4,9 +4,10 @@
 Contract
     The canonical vocab tiling of ``rlk_models.ops.reference.logprob_head``: padded vocab =
     next multiple of 8 x 256, 8 contiguous groups of ``VOCAB_TILE`` = 256-entry tiles. The
-    stats kernel computes, for a block of rows and one tile, the fp32 logits by the matmul
-    contract (``matmul._group_ptr``: the same K-groups and K order, so they equal
-    ``matmul.mm``'s fp32 logits), the tile max ``m``, ``s = sum(exp(l - m))`` and ``e = sum(exp(l -
+    stats kernel computes, for a block of rows and one tile, the fp32 logits with one fp32
+    accumulator walking K in tiles of ``BLOCK_K`` in order (``matmul._group_ptr`` over one group:
+    the head is vocab-parallel, K is never split, so it needs no K-groups and keeps one
+    accumulator), the tile max ``m``, ``s = sum(exp(l - m))`` and ``e = sum(exp(l -
     m) * l)`` (``tl.sum`` over the 256-wide tile: a tree fixed by the tile width) and the target
     logit (written by the tile that holds the target). An all-padding tile is the empty tile
     (m = -inf, s = e = 0). Stats are combined by an adjacent pairwise tree
@@ -20,7 +21,7 @@ Contract
 Backward (deterministic; vocab in chunks of ``BWD_CHUNK`` entries, in order)
     Logits recomputed by ``mm``; ``dl = g (onehot - p) - g_ent p (l - e/s)``, ``p = exp(l - lse)``;
     dh += dl @ W_chunk (fp32, chunks in order), dW_chunk = dl^T @ h. Peak extra memory is a
-    few [T, BWD_CHUNK] buffers (about 1/30 of fp32 [T, V] logits at V = 152k).
+    few [T, BWD_CHUNK] buffers (about 1/40 of fp32 [T, V] logits at V = 152k).
 
 Memory (forward): stats are 3 x T x ceil(V/256) fp32: 1/85 of fp32 [T, V] logits.
 """
@@ -32,15 +33,18 @@ import triton
 import triton.language as tl
 
 from ..reference.logprob_head import VOCAB_GROUPS, VOCAB_TILE, padded_vocab, vocab_shard
-from .matmul import BLOCK_K, _group_ptr, fit_stages, k_groups, mm
+from .matmul import BLOCK_K, _group_ptr, fit_stages, mm
 
-BWD_CHUNK = 2048
-STATS_CONFIG = (64, 8)  # (BLOCK_M, num_warps) of the stats kernel: any value gives the same bits (H200 sweep)
+BWD_CHUNK = 1024
+# (BLOCK_M, num_warps) of the stats kernel by T. The warps are fixed: the tile's tl.sum tree
+# follows the MMA layout, which the warp count changes (the H200 sweep found other warp counts
+# give other bits); BLOCK_M 64 and 128 at 8 warps give the same bits (sweep: row 0 at every M).
+STATS_CONFIG = {64: (64, 8), 1 << 62: (128, 8)}
 
 
 @triton.jit
-def _head_stats_kernel(h_ptr, w_ptr, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, l_ptr, T, V, K, KG, n_tiles, n_stats,
-                       GROUPS: tl.constexpr, WITH_E: tl.constexpr, KEEP: tl.constexpr, BLOCK_M: tl.constexpr,
+def _head_stats_kernel(h_ptr, w_ptr, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, l_ptr, T, V, K, n_tiles, n_stats,
+                       WITH_E: tl.constexpr, KEEP: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGS: tl.constexpr):
     """Tiles of the V rows of w (a shard's real vocab); stats [T, n_stats] row-major."""
     num_pid_m = tl.cdiv(T, BLOCK_M)
@@ -51,10 +55,7 @@ def _head_stats_kernel(h_ptr, w_ptr, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, l_ptr,
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rv = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
         acc = tl.zeros((BLOCK_M, BLOCK_V), dtype=tl.float32)
-        for g in range(GROUPS):  # the matmul contract's K-groups and K order
-            part = tl.zeros((BLOCK_M, BLOCK_V), dtype=tl.float32)
-            part = _group_ptr(h_ptr, w_ptr, rm, rv, rk, T, V, K, g * KG, g * KG + KG, K, 1, K, 1, part, BLOCK_K)
-            acc = acc + part
+        acc = _group_ptr(h_ptr, w_ptr, rm, rv, rk, T, V, K, 0, K, K, 1, K, 1, acc, BLOCK_K)  # K in order
         if KEEP:
             tl.store(l_ptr + rm[:, None].to(tl.int64) * V + rv[None, :], acc, mask=(rm[:, None] < T) & (rv[None, :] < V))
         valid = rv[None, :] < V
@@ -123,14 +124,13 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats):
     logits = torch.empty(t, v, dtype=torch.float32, device=dev) if keep_logits else m
     n_tiles = triton.cdiv(v, VOCAB_TILE)
     if t and n_tiles:
-        block_m, warps = STATS_CONFIG
+        block_m, warps = next(c for bound, c in STATS_CONFIG.items() if t <= bound)
         progs = triton.cdiv(t, block_m) * n_tiles
         if h.is_cuda:
             progs = min(progs, 4 * torch.cuda.get_device_properties(dev).multi_processor_count)
-        groups = k_groups(k)
         tg = targets.contiguous() if targets is not None else torch.full((t,), -1, dtype=torch.int64, device=dev)
         _head_stats_kernel[(progs,)](h.contiguous(), w_real.contiguous(), tg, m, s, e, tgt, logits, t, v, k,
-                                     k // groups, n_tiles, n_stats, GROUPS=groups, WITH_E=with_entropy,
+                                     n_tiles, n_stats, WITH_E=with_entropy,
                                      KEEP=keep_logits, BLOCK_M=block_m, BLOCK_V=VOCAB_TILE, BLOCK_K=BLOCK_K,
                                      NUM_PROGS=progs, num_warps=warps,
                                      num_stages=fit_stages(block_m + VOCAB_TILE, h.element_size(), 3))
@@ -185,14 +185,14 @@ class _LogprobHead(torch.autograd.Function):
         h = h.contiguous()
         dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
         dw = torch.zeros_like(w) if ctx.needs_input_grad[1] else None
-        rows = torch.arange(h.shape[0], device=h.device)
         for a in range(0, ctx.vocab_size, BWD_CHUNK):
             b = min(a + BWD_CHUNK, ctx.vocab_size)
             l = mm(h, w[a:b], out_dtype=torch.float32)
             p = torch.exp(l - lse[:, None])
             dl = -(g_logp[:, None] * p)
             inside = (targets >= a) & (targets < b)
-            dl[rows[inside], targets[inside] - a] += g_logp[inside]
+            cols = (targets - a).clamp(0, b - a - 1)[:, None]  # one index per row: no collisions, no sync
+            dl.scatter_add_(1, cols, torch.where(inside, g_logp, 0.0)[:, None])
             if g_ent is not None:
                 dl -= g_ent.to(torch.float32)[:, None] * p * (l - mean_l[:, None])
             del l, p
