@@ -21,7 +21,7 @@ Contract
 Backward (deterministic; vocab in chunks of ``BWD_CHUNK`` entries, in order)
     Logits recomputed by ``mm``; ``dl = g (onehot - p) - g_ent p (l - e/s)``, ``p = exp(l - lse)``;
     dh += dl @ W_chunk (fp32, chunks in order), dW_chunk = dl^T @ h. Peak extra memory is a
-    few [T, BWD_CHUNK] buffers (about 1/40 of fp32 [T, V] logits at V = 152k).
+    few [T, BWD_CHUNK] buffers (about 1/20 of fp32 [T, V] logits at V = 152k).
 
 Memory (forward): stats are 3 x T x ceil(V/256) fp32: 1/85 of fp32 [T, V] logits.
 """
@@ -35,11 +35,12 @@ import triton.language as tl
 from ..reference.logprob_head import VOCAB_GROUPS, VOCAB_TILE, padded_vocab, vocab_shard
 from .matmul import BLOCK_K, _group_ptr, fit_stages, mm
 
-BWD_CHUNK = 1024
-# (BLOCK_M, num_warps) of the stats kernel by T. The warps are fixed: the tile's tl.sum tree
-# follows the MMA layout, which the warp count changes (the H200 sweep found other warp counts
-# give other bits); BLOCK_M 64 and 128 at 8 warps give the same bits (sweep: row 0 at every M).
-STATS_CONFIG = {64: (64, 8), 1 << 62: (128, 8)}
+BWD_CHUNK = 2048
+# (BLOCK_M, num_warps) of the stats kernel by T. The tile's tl.sum tree follows the MMA layout;
+# the H200 sweep found (64, 4) and (128, 8) (16 rows per warp) give the same bits at every T, and
+# every config gives those bits for T <= 16, while (64, 8), (32, *), (16, *) differ at T >= 128.
+# Only the proven ones are used; the sweep re-checks row 0 at every T.
+STATS_CONFIG = {16: (16, 4), 64: (64, 4), 1 << 62: (128, 8)}
 
 
 @triton.jit

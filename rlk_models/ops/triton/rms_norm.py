@@ -79,7 +79,7 @@ class _RMSNorm(torch.autograd.Function):
         x2, w, rstd = ctx.saved_tensors
         m, d = x2.shape
         block, warps = _block(d)
-        rows = 16  # rows per program for dw partials: enough programs to fill the GPU
+        rows = 64
         progs = triton.cdiv(m, rows)
         dx = torch.empty_like(x2)
         dwp = torch.zeros(max(progs, 1), block, dtype=torch.float32, device=x2.device)
