@@ -41,7 +41,7 @@ BLOCK_N = 64                # the KV tile: part of the contract
 # is never used (benchmarks/triton/attention_sweep.py checks each candidate). Training: BLOCK_M
 # consecutive tokens of one head; paged: BLOCK_M (token, group head) pairs.
 TRAIN_CONFIG = (64, 4, 3)
-PAGED_CONFIG = (64, 4, 2)
+PAGED_CONFIG = (64, 4, 5)
 BWD_CONFIG = (64, 4, 2)
 LOG2E = 1.4426950408889634
 

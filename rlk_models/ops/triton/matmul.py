@@ -121,25 +121,12 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
                               BLOCK_K)
             c_desc.store([g, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(part, (1, BLOCK_M, BLOCK_N)))
         else:
-            # one flat, pipelined loop over all K-tiles; at a group's last tile its partial is added
-            # to the running sum and restarted (x * 1 and x + 0 are exact: same sums as per-group loops)
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            tiles_per_group = tl.cdiv(KG, BLOCK_K)
-            for kt in range(0, GROUPS * tiles_per_group):
-                k0 = (kt // tiles_per_group) * KG + (kt % tiles_per_group) * BLOCK_K
-                if A_KM:
-                    a = a_desc.load([k0, pid_m * BLOCK_M]).T
-                else:
-                    a = a_desc.load([pid_m * BLOCK_M, k0])
-                if B_KN:
-                    b = b_desc.load([k0, pid_n * BLOCK_N])
-                else:
-                    b = b_desc.load([pid_n * BLOCK_N, k0]).T
-                part = tl.dot(a, b, part)
-                end = ((kt % tiles_per_group) == tiles_per_group - 1).to(tl.float32)
-                acc = acc + part * end
-                part = part * (1.0 - end)
+            for g in range(GROUPS):  # per-group loops measured faster than one flat loop with the fold inside
+                part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M,
+                                  BLOCK_N, BLOCK_K)
+                acc = acc + part
             if HAS_BIAS:
                 rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
                 acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]

@@ -1,5 +1,10 @@
 """The Triton kernels' logic on CPU under TRITON_INTERPRET=1 (small shapes). Matmul: every tile
-config gives the same bits, a row alone equals the row inside any batch, close to float64.
+config and the split-K form give the same bits, a row alone equals the row inside any batch,
+close to float64, tensor-parallel shards (k = 2, 4, 8) reproduce TP=1, backward close to float64.
+Attention: training (varlen) vs paged prefill / token-by-token decode / mixed chunked steps with
+random block tables are bitwise equal per token, close to the reference backend, backward close
+to it. RoPE and embedding: reference bits (elementwise / same order). Whole tiny Qwen3: training
+log-probs == the paged runner's, close to the reference backend's.
 RMSNorm and SiLU-mul: rows alone equal rows in a batch, forward and backward agree with the
 reference backend. Fused log-prob head forward: rows alone equal rows in a batch, close to
 float64 and to the reference head, for vocabs of one tile, one group and several groups. The interpreter has no bfloat16 arithmetic (triton-lang/triton#11584), so
@@ -70,11 +75,137 @@ def check_rows_ops(dtype_name: str) -> None:
             assert float((a.double() - b.double()).norm() / b.double().norm()) < 10 * TOL[dtype_name], name
 
 
+def check_matmul_tp_and_backward(dtype_name: str) -> None:
+    import torch
+
+    from rlk_models.ops import get_backend
+
+    tri = get_backend("triton")
+    dtype = getattr(torch, dtype_name)
+    g = torch.Generator().manual_seed(3)
+    k = 1024  # 8 groups of 2 K-tiles
+    x = torch.randn(19, k, generator=g).to(dtype)
+    w = (torch.randn(33, k, generator=g) * 0.1).to(dtype)
+    b = torch.randn(33, generator=g).to(dtype)
+    full = tri.linear(x, w, b)
+    for tp in (2, 4, 8):
+        sl = [slice(i * k // tp, (i + 1) * k // tp) for i in range(tp)]
+        parts = torch.stack([tri.shard_partial(x[:, s], w[:, s], tp) for s in sl])
+        assert torch.equal(tri.combine_partials(parts, b, dtype), full), f"TP={tp}"
+    xr, wr, br = (t.clone().requires_grad_() for t in (x, w, b))
+    dy = torch.randn(19, 33, generator=g).to(dtype)
+    got = torch.autograd.grad(tri.linear(xr, wr, br), [xr, wr, br], dy)
+    want = torch.autograd.grad(torch.nn.functional.linear(xr.double(), wr.double(), br.double()), [xr, wr, br],
+                               dy.double())
+    for a, c in zip(got, want):
+        assert float((a.double() - c).norm() / c.norm()) < 10 * TOL[dtype_name]
+
+
+def check_attention(dtype_name: str) -> None:
+    import torch
+
+    from rlk_models.ops import get_backend
+    from rlk_models.ops.paged import slots_for, write_kv
+    from rlk_models.ops.triton.attention import paged_attention, varlen_attention
+
+    ref = get_backend("reference")
+    dtype = getattr(torch, dtype_name)
+    g = torch.Generator().manual_seed(4)
+    lens, hq, hkv, d = [5, 70, 1, 33], 4, 2, 16
+    t = sum(lens)
+    q, k, v = (torch.randn(t, h, d, generator=g).to(dtype) for h in (hq, hkv, hkv))
+    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist())
+    o = varlen_attention(q, k, v, cu, d ** -0.5)
+    assert torch.equal(varlen_attention(q, k, v, cu, d ** -0.5, config=(32, 4, 1)), o), "training BLOCK_M"
+    o_ref = ref.varlen_attention(q, k, v, cu, d ** -0.5)
+    assert float((o.double() - o_ref.double()).abs().max()) < 10 * TOL[dtype_name]
+    for bs in (16, 128):
+        n_blocks = sum(-(-n // bs) for n in lens) + 2
+        cache = torch.full((n_blocks, hkv, bs, 2 * d), float("nan")).to(dtype)
+        perm = torch.randperm(n_blocks, generator=g).tolist()
+        bt = torch.zeros(len(lens), max(-(-n // bs) for n in lens), dtype=torch.int32)
+        for r, n in enumerate(lens):
+            blocks = [perm.pop() for _ in range(-(-n // bs))]
+            bt[r, :len(blocks)] = torch.tensor(blocks)
+        done = [0] * len(lens)
+        out = torch.full_like(q, float("nan"))
+        chunks = iter([3, 1, 1, 40, 1, 7, 1, 1, 64, 2] * 20)
+        while any(dn < n for dn, n in zip(done, lens)):  # every step mixes decodes and chunks
+            reqs, rows, qsl, seq_lens, slots = [], [], [0], [], []
+            for r, n in enumerate(lens):
+                if done[r] < n:
+                    take = min(next(chunks), n - done[r])
+                    a = int(cu[r]) + done[r]
+                    reqs.append(r)
+                    rows.append(torch.arange(a, a + take))
+                    qsl.append(qsl[-1] + take)
+                    seq_lens.append(done[r] + take)
+                    slots.append(slots_for(bt[r], torch.arange(done[r], done[r] + take), bs))
+                    done[r] += take
+            idx = torch.cat(rows)
+            write_kv(cache, k[idx], v[idx], torch.cat(slots))
+            args = (cache, bt[reqs], torch.tensor(seq_lens), torch.tensor(qsl), d ** -0.5)
+            out[idx] = paged_attention(q[idx], *args)
+            assert torch.equal(ref.paged_attention(q[idx], *args), o_ref[idx]), "reference paged"
+        assert torch.equal(out, o), f"paged (block size {bs}) != training"
+    qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
+    do = torch.randn(t, hq, d, generator=g).to(dtype)
+    got = torch.autograd.grad(varlen_attention(qr, kr, vr, cu, d ** -0.5), [qr, kr, vr], do)
+    again = torch.autograd.grad(varlen_attention(qr, kr, vr, cu, d ** -0.5), [qr, kr, vr], do)
+    want = torch.autograd.grad(ref.varlen_attention(qr, kr, vr, cu, d ** -0.5), [qr, kr, vr], do)
+    for a, b2, c in zip(got, again, want):
+        assert torch.equal(a, b2), "attention backward not deterministic"
+        assert float((a.double() - c.double()).norm() / c.double().norm()) < 10 * TOL[dtype_name]
+
+
+def check_rope_embedding() -> None:
+    import torch
+
+    from rlk_models.ops import get_backend, rope_table
+
+    ref, tri = get_backend("reference"), get_backend("triton")
+    g = torch.Generator().manual_seed(5)
+    table = rope_table(32, 64, {"rope_type": "default", "rope_theta": 1e4})
+    x = torch.randn(9, 3, 32, generator=g).requires_grad_()
+    pos = torch.randint(0, 64, (9,), generator=g)
+    y, yr = tri.rope(x, pos, table), ref.rope(x, pos, table)
+    assert float((y - yr).abs().max()) < 1e-6 and torch.equal(tri.rope(x[2:3], pos[2:3], table)[0], y[2])
+    dy = torch.randn(9, 3, 32, generator=g)
+    assert float((torch.autograd.grad(y, x, dy)[0] - torch.autograd.grad(yr, x, dy)[0]).abs().max()) < 1e-6
+    w = torch.randn(50, 20, generator=g).requires_grad_()
+    ids = torch.randint(0, 50, (30,), generator=g)
+    ge = torch.randn(30, 20, generator=g)
+    assert torch.equal(torch.autograd.grad(tri.embedding(ids, w), w, ge)[0],
+                       torch.autograd.grad(ref.embedding(ids, w), w, ge)[0]), "embedding backward order"
+
+
+def check_model() -> None:
+    import torch
+
+    from rlk_models.modeling.paged import PagedRunner, training_logprobs
+    from rlk_models.qwen3 import RLKQwen3Config, RLKQwen3ForCausalLM
+    from rlk_models.tiny import TINY_QWEN3
+
+    torch.manual_seed(0)
+    model = RLKQwen3ForCausalLM(RLKQwen3Config(**dict(TINY_QWEN3, vocab_size=300), rlk_backend="triton")).eval()
+    g = torch.Generator().manual_seed(1)
+    seqs = [torch.randint(0, 300, (n,), generator=g).tolist() for n in (70, 3, 20)]
+    want = training_logprobs(model, seqs)
+    got = PagedRunner(model, block_size=16).logprobs(seqs, prefill_lens=[40, 1, 0], token_budget=24,
+                                                     arrivals=[0, 1, 2])
+    assert all(torch.equal(a, b) for a, b in zip(want, got)), "paged runner != training (triton)"
+    ref = RLKQwen3ForCausalLM(RLKQwen3Config(**dict(TINY_QWEN3, vocab_size=300))).eval()
+    ref.load_state_dict(model.state_dict())
+    assert max(float((a - b).abs().max()) for a, b in zip(want, training_logprobs(ref, seqs))) < 1e-4
+
+
 def check_head(dtype_name: str) -> None:
     import torch
 
     from rlk_models.ops import get_backend
-    from rlk_models.ops.triton.logprob_head import logprob_head_forward
+    import importlib
+
+    logprob_head_forward = importlib.import_module("rlk_models.ops.triton.logprob_head").logprob_head_forward
 
     dtype = getattr(torch, dtype_name)
     g = torch.Generator().manual_seed(2)
@@ -105,4 +236,9 @@ if __name__ == "__main__":
         check(sys.argv[1], k)
     check_rows_ops(sys.argv[1])
     check_head(sys.argv[1])
+    check_matmul_tp_and_backward(sys.argv[1])
+    check_attention(sys.argv[1])
+    if sys.argv[1] == "float32":
+        check_rope_embedding()
+        check_model()
     print("OK")
