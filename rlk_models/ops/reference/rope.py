@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from ..checks import check_rope
+
 
 def _rotate(x32: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     h = x32.shape[-1] // 2
@@ -43,10 +45,5 @@ class _Rope(torch.autograd.Function):
 
 def rope(x: torch.Tensor, positions: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """Rotate ``x [T, H, D]`` by the angles of ``positions [T]`` read from ``table [P, D]``."""
-    if x.dim() != 3 or x.shape[-1] != table.shape[-1] or positions.shape != x.shape[:1]:
-        raise ValueError(f"rope: x {tuple(x.shape)}, positions {tuple(positions.shape)}, "
-                         f"table {tuple(table.shape)} do not match ([T, H, D], [T], [P, D])")
-    if positions.numel() and int(positions.max()) >= table.shape[0]:
-        raise IndexError(f"rope: position {int(positions.max())} is past the table "
-                         f"({table.shape[0]} positions = max_position_embeddings)")
+    check_rope(x, positions, table)
     return _Rope.apply(x, positions, table)

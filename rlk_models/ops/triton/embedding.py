@@ -6,8 +6,11 @@ order. A stable sort groups the tokens; one program per (distinct id, column blo
 from __future__ import annotations
 
 import torch
+
 import triton
 import triton.language as tl
+
+from ..checks import check_embedding
 
 BLOCK_D = 256
 
@@ -55,7 +58,5 @@ class _Embedding(torch.autograd.Function):
 
 def embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """Rows of ``weight`` [V, D] for integer ``ids`` of any shape -> [*ids.shape, D]."""
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= weight.shape[0]):
-        raise IndexError(f"embedding: token ids must lie in [0, {weight.shape[0]}), "
-                         f"got range [{int(ids.min())}, {int(ids.max())}]")
+    check_embedding(ids, weight)
     return _Embedding.apply(ids, weight)

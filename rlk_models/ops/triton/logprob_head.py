@@ -29,9 +29,11 @@ Memory (forward): stats are 3 x T x ceil(V/256) fp32: 1/85 of fp32 [T, V] logits
 from __future__ import annotations
 
 import torch
+
 import triton
 import triton.language as tl
 
+from ..checks import check_head
 from ..reference.logprob_head import VOCAB_GROUPS, VOCAB_TILE, padded_vocab, vocab_shard
 from .matmul import BLOCK_K, _group_ptr, fit_stages, mm
 
@@ -211,13 +213,7 @@ class _LogprobHead(torch.autograd.Function):
 def logprob_head(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int,
                  with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """fp32 (log p(targets[t] | hidden[t]) [T], entropy [T] or None) without a [T, V] tensor."""
-    if hidden.dim() != 2 or targets.shape != hidden.shape[:1]:
-        raise ValueError(f"logprob_head: hidden {tuple(hidden.shape)} and targets "
-                         f"{tuple(targets.shape)} must be [T, K] and [T]")
-    if weight.shape[0] < vocab_size or weight.shape[1] != hidden.shape[1]:
-        raise ValueError(f"logprob_head: weight {tuple(weight.shape)} must be [>= {vocab_size}, {hidden.shape[1]}]")
-    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= vocab_size):
-        raise IndexError(f"logprob_head: targets must lie in [0, {vocab_size})")
+    check_head(hidden, weight, targets, vocab_size)
     return _LogprobHead.apply(hidden, weight, targets.long(), vocab_size, with_entropy)
 
 

@@ -29,8 +29,11 @@ Backward
 from __future__ import annotations
 
 import torch
+
 import triton
 import triton.language as tl
+
+from ..checks import check_linear
 
 BLOCK_K = 64
 K_GROUPS = 8
@@ -259,8 +262,7 @@ class _Linear(torch.autograd.Function):
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``x [..., K] @ weight[N, K].T (+ bias[N])`` -> [..., N] in ``out_dtype`` (default x.dtype)."""
-    if x.shape[-1] != weight.shape[1]:
-        raise ValueError(f"linear: x has {x.shape[-1]} features, weight expects {weight.shape[1]}")
+    check_linear(x, weight)
     return _Linear.apply(x, weight, bias, out_dtype or x.dtype)
 
 
