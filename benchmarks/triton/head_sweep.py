@@ -113,6 +113,18 @@ def main() -> None:
               f"({best[0] / t_mm:.2f}x, bm,warps={best[1:]}) | forward default {t_full * 1e3:8.1f} us "
               f"({t_full / t_mm:.2f}x) | extra mem {extra / 2**20:.1f} MiB = {extra / (m * V * 4):.4f} of fp32 logits | {fb}",
               flush=True)
+    from torch.profiler import ProfilerActivity, profile
+
+    for m in (1, 1024):
+        hm, tm = h[:m], tgt[:m]
+        head.logprob_head_forward(hm, w, tm, V)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                head.logprob_head_forward(hm, w, tm, V)
+            torch.cuda.synchronize()
+        print(f"profile of 5 forwards at M={m}:\n" + prof.key_averages().table(sort_by="cuda_time_total", row_limit=12),
+              flush=True)
     print({k: v for k, v in res.items() if not k.startswith("M")}, flush=True)
     with open(os.path.join(os.environ.get("OUT", "."), "head_sweep.json"), "w") as f:
         json.dump(res, f, indent=1)

@@ -21,7 +21,7 @@ import os
 import torch
 import torch.nn.functional as F
 import triton
-from triton.testing import do_bench
+from triton.testing import do_bench, do_bench_cudagraph
 
 from rlk_models.ops.triton.matmul import CONFIGS, config_for, linear, matmul
 
@@ -88,6 +88,33 @@ def main() -> None:
                   f"({t_default / t_cublas:5.2f}x)  best {best[0] * 1e3:9.1f} us ({best[0] / t_cublas:5.2f}x) {best[1]}",
                   flush=True)
         r["timings"] = timings
+        # the fused form's two loop structures (same bits by contract: checked here) at large M
+        for m in (1024, 8192):
+            xm = x[:m]
+            c = config_for(m, n)
+            same = torch.equal(matmul(xm, w, flat=True), matmul(xm, w, flat=False))
+            t_loops = do_bench(lambda: matmul(xm, w, flat=False), warmup=10, rep=50, return_mode="median")
+            t_flat = do_bench(lambda: matmul(xm, w, flat=True), warmup=10, rep=50, return_mode="median")
+            t_256 = None
+            try:
+                t_256 = do_bench(lambda: matmul(xm, w, config=(128, 256, 8, 3), flat=True), warmup=10, rep=50,
+                                 return_mode="median")
+            except Exception as e:
+                print(f"skip 128x256 flat: {type(e).__name__}", flush=True)
+            r[f"fold_M{m}"] = {"config": str(c), "flat_equals_loops": same, "loops_ratio": t_loops / timings[m]["cublas_ms"],
+                               "flat_ratio": t_flat / timings[m]["cublas_ms"],
+                               "flat_128x256_ratio": None if t_256 is None else t_256 / timings[m]["cublas_ms"]}
+            print(f"{name} M={m} fold: {r[f'fold_M{m}']}", flush=True)
+        # small M under CUDA graphs (how vLLM runs decode): kernel time without Python launch cost
+        for m in (1, 16, 128):
+            xm = x[:m]
+            t_cu = do_bench_cudagraph(lambda: F.linear(xm, w), rep=50)
+            t_ours = do_bench_cudagraph(lambda: matmul(xm, w), rep=50)
+            t_nosplit = do_bench_cudagraph(lambda: matmul(xm, w, split=False), rep=50)
+            r[f"cudagraph_M{m}"] = {"cublas_ms": t_cu, "ours_default_ratio": t_ours / t_cu,
+                                    "ours_nosplit_ratio": t_nosplit / t_cu}
+            print(f"{name} M={m} cudagraph: cuBLAS {t_cu * 1e3:.1f} us, ours {t_ours / t_cu:.2f}x "
+                  f"(no split {t_nosplit / t_cu:.2f}x)", flush=True)
         # backward: dx = dy @ w and dw = dy^T @ x (ours: same kernels on transposed layouts) vs cuBLAS
         m = 4096
         xg, wg = x[:m].clone().requires_grad_(), w.clone().requires_grad_()

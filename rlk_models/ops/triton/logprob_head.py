@@ -19,8 +19,9 @@ Contract
     ``logp`` bitwise. Row-invariant: no number depends on other rows.
 
 Backward (deterministic; vocab in chunks of ``BWD_CHUNK`` entries, in order)
-    Logits recomputed by ``mm``; ``dl = g (onehot - p) - g_ent p (l - e/s)``, ``p = exp(l - lse)``;
-    dh += dl @ W_chunk (fp32, chunks in order), dW_chunk = dl^T @ h. Peak extra memory is a
+    One kernel recomputes a chunk's logits (the forward's K order) and writes
+    ``dl = g (onehot - p) - g_ent p (l - e/s)``, ``p = exp(l - lse)``, in h's dtype; then
+    dh += dl @ W_chunk (fp32, chunks in order) and dW_chunk = dl^T @ h by ``mm`` (plain K order). Peak extra memory is a
     few [T, BWD_CHUNK] buffers (about 1/20 of fp32 [T, V] logits at V = 152k).
 
 Memory (forward): stats are 3 x T x ceil(V/256) fp32: 1/85 of fp32 [T, V] logits.
@@ -76,6 +77,31 @@ def _head_stats_kernel(h_ptr, w_ptr, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, l_ptr,
         inside = (tgt >= pid_v * BLOCK_V) & (tgt < pid_v * BLOCK_V + BLOCK_V)
         hit = tl.sum(tl.where(rv[None, :] == tgt[:, None], acc, 0.0), axis=1)  # one nonzero term at most
         tl.store(t_ptr + rm, hit, mask=(rm < T) & inside)
+
+
+@triton.jit
+def _dlogits_kernel(h_ptr, w_ptr, tgt_ptr, lse_ptr, mean_ptr, g_ptr, ge_ptr, dl_ptr, T, C, K, v0,
+                    WITH_E: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr):
+    """dl [T, C] (h's dtype) for vocab entries v0 .. v0+C: logits recomputed in the forward's
+    K order, ``dl = g (onehot - p) - g_ent p (l - mean)``, ``p = exp(l - lse)``."""
+    pid_m, pid_v = tl.program_id(0), tl.program_id(1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rv = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_V), dtype=tl.float32)
+    acc = _group_ptr(h_ptr, w_ptr + v0 * K, rm, rv, rk, T, C, K, 0, K, K, 1, K, 1, acc, BLOCK_K)
+    row_ok = rm < T
+    lse = tl.load(lse_ptr + rm, mask=row_ok, other=0.0)
+    g = tl.load(g_ptr + rm, mask=row_ok, other=0.0)
+    tgt = tl.load(tgt_ptr + rm, mask=row_ok, other=-1) - v0
+    p = tl.exp(acc - lse[:, None])
+    dl = tl.where(rv[None, :] == tgt[:, None], g[:, None], 0.0) - g[:, None] * p
+    if WITH_E:
+        ge = tl.load(ge_ptr + rm, mask=row_ok, other=0.0)
+        mean = tl.load(mean_ptr + rm, mask=row_ok, other=0.0)
+        dl -= ge[:, None] * p * (acc - mean[:, None])
+    tl.store(dl_ptr + rm.to(tl.int64)[:, None] * C + rv[None, :], dl.to(dl_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & (rv[None, :] < C))
 
 
 @triton.jit
@@ -188,25 +214,25 @@ class _LogprobHead(torch.autograd.Function):
     def backward(ctx, g_logp, g_ent):
         h, w, targets, lse, mean_l = ctx.saved_tensors
         g_logp = torch.zeros_like(lse) if g_logp is None else g_logp.to(torch.float32)
+        with_e = g_ent is not None
         h = h.contiguous()
         dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
         dw = torch.zeros_like(w) if ctx.needs_input_grad[1] else None
+        g_ent = g_ent.to(torch.float32).contiguous() if g_ent is not None else g_logp
+        t, k = h.shape
+        dl = torch.empty(t, BWD_CHUNK, dtype=h.dtype, device=h.device)
         for a in range(0, ctx.vocab_size, BWD_CHUNK):
             b = min(a + BWD_CHUNK, ctx.vocab_size)
-            l = mm(h, w[a:b], out_dtype=torch.float32)
-            p = torch.exp(l - lse[:, None])
-            dl = -(g_logp[:, None] * p)
-            inside = (targets >= a) & (targets < b)
-            cols = (targets - a).clamp(0, b - a - 1)[:, None]  # one index per row: no collisions, no sync
-            dl.scatter_add_(1, cols, torch.where(inside, g_logp, 0.0)[:, None])
-            if g_ent is not None:
-                dl -= g_ent.to(torch.float32)[:, None] * p * (l - mean_l[:, None])
-            del l, p
-            dl16 = dl.to(h.dtype)
-            del dl
-            dh += mm(dl16, w[a:b], b_kn=True, out_dtype=torch.float32)
+            c = b - a
+            dlc = dl[:, :c] if c == BWD_CHUNK else torch.empty(t, c, dtype=h.dtype, device=h.device)
+            if t:
+                _dlogits_kernel[(triton.cdiv(t, 64), triton.cdiv(c, 128))](
+                    h, w, targets, lse, mean_l, g_logp.contiguous(), g_ent, dlc, t, c, k, a, WITH_E=with_e,
+                    BLOCK_M=64, BLOCK_V=128, BLOCK_K=BLOCK_K, num_warps=4,
+                    num_stages=fit_stages(64 + 128, h.element_size(), 3))
+            dh += mm(dlc, w[a:b], b_kn=True, out_dtype=torch.float32, groups=1)
             if dw is not None:
-                dw[a:b] = mm(dl16, h, a_km=True, b_kn=True, out_dtype=w.dtype)
+                mm(dlc, h, a_km=True, b_kn=True, groups=1, out=dw[a:b])
         return dh.to(h.dtype), dw, None, None, None
 
 

@@ -22,8 +22,9 @@ Contract
 
 Backward
     dx = dy @ w and dw = dy^T @ x by the same kernels on transposed operand layouts (TMA loads
-    the natural layout and transposes in registers): deterministic, no atomics, fp32
-    accumulation, one rounding. db = ones @ dy, likewise.
+    the natural layout and transposes in registers), in one K-group (plain K order: gradients
+    promise determinism, not invariance): no atomics, fp32 accumulation, one rounding.
+    db = ones @ dy, likewise.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ..checks import check_linear
 
 BLOCK_K = 64
 K_GROUPS = 8
+FLAT = False  # fused form: one flat K loop (fold at group ends) or one loop per group; same bits
 
 
 def k_groups(k: int) -> int:
@@ -93,24 +95,31 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, s
 
 
 @triton.jit
+def _load_ab(a_desc, b_desc, pid_m, pid_n, k0, A_KM: tl.constexpr, B_KN: tl.constexpr, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr):
+    if A_KM:
+        a = a_desc.load([k0, pid_m * BLOCK_M]).T
+    else:
+        a = a_desc.load([pid_m * BLOCK_M, k0])
+    if B_KN:
+        b = b_desc.load([k0, pid_n * BLOCK_N])
+    else:
+        b = b_desc.load([pid_n * BLOCK_N, k0]).T
+    return a, b
+
+
+@triton.jit
 def _group_tma(a_desc, b_desc, pid_m, pid_n, k_lo, k_hi, part, A_KM: tl.constexpr, B_KN: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     for k0 in range(k_lo, k_hi, BLOCK_K):  # the fixed K order; TMA zero-fills the K tail
-        if A_KM:
-            a = a_desc.load([k0, pid_m * BLOCK_M]).T
-        else:
-            a = a_desc.load([pid_m * BLOCK_M, k0])
-        if B_KN:
-            b = b_desc.load([k0, pid_n * BLOCK_N])
-        else:
-            b = b_desc.load([pid_n * BLOCK_N, k0]).T
+        a, b = _load_ab(a_desc, b_desc, pid_m, pid_n, k0, A_KM, B_KN, BLOCK_M, BLOCK_N)
         part = tl.dot(a, b, part)
     return part
 
 
 @triton.jit
 def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr,
-                   SPLIT: tl.constexpr, A_KM: tl.constexpr, B_KN: tl.constexpr, BLOCK_M: tl.constexpr,
+                   SPLIT: tl.constexpr, FLAT: tl.constexpr, A_KM: tl.constexpr, B_KN: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr):
     """TMA tensor descriptors (Hopper). SPLIT: program axis 1 is the group and c_desc is the
     [GROUPS, M, N] fp32 partial buffer."""
@@ -125,11 +134,22 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
             c_desc.store([g, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(part, (1, BLOCK_M, BLOCK_N)))
         else:
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for g in range(GROUPS):  # per-group loops measured faster than one flat loop with the fold inside
+            if FLAT:  # one pipelined loop over all K-tiles; the fold runs only at a group's last tile
                 part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M,
-                                  BLOCK_N, BLOCK_K)
-                acc = acc + part
+                tpg = tl.cdiv(KG, BLOCK_K)
+                for kt in range(0, GROUPS * tpg):
+                    k0 = (kt // tpg) * KG + (kt % tpg) * BLOCK_K
+                    a, b = _load_ab(a_desc, b_desc, pid_m, pid_n, k0, A_KM, B_KN, BLOCK_M, BLOCK_N)
+                    part = tl.dot(a, b, part)
+                    if kt % tpg == tpg - 1:
+                        acc = acc + part
+                        part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            else:  # one loop per group
+                for g in range(GROUPS):
+                    part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                    part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M,
+                                      BLOCK_N, BLOCK_K)
+                    acc = acc + part
             if HAS_BIAS:
                 rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
                 acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
@@ -184,16 +204,18 @@ def _tma_ok(*ts: torch.Tensor) -> bool:
 
 def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
        a_km: bool = False, b_kn: bool = False, config: tuple[int, int, int, int] | None = None,
-       tma: bool | None = None, split: bool | None = None, groups: int | None = None) -> torch.Tensor:
+       tma: bool | None = None, split: bool | None = None, groups: int | None = None,
+       flat: bool | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """The contract's product C[M, N] = A @ B^T over K, with A given as [M, K] (``a_km``: as
     [K, M]) and B as [N, K] (``b_kn``: as [K, N]). ``config``/``tma``/``split`` override the
     choices made by shape (every choice gives the same bits); ``groups=1`` computes one group's
-    plain partial (tensor parallelism)."""
+    plain partial (tensor parallelism); ``out`` (contiguous [M, N]) receives the result."""
     m, k = (a.shape[1], a.shape[0]) if a_km else a.shape
     n = b.shape[1] if b_kn else b.shape[0]
     if (b.shape[0] if b_kn else b.shape[1]) != k:
         raise ValueError(f"matmul: A {tuple(a.shape)} and B {tuple(b.shape)} disagree on K")
-    out = torch.empty(m, n, dtype=out_dtype or a.dtype, device=a.device)
+    if out is None:
+        out = torch.empty(m, n, dtype=out_dtype or a.dtype, device=a.device)
     if m == 0 or n == 0:
         return out
     groups = k_groups(k) if groups is None else groups
@@ -216,7 +238,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         a_d = TensorDescriptor.from_tensor(a, [BLOCK_K, bm] if a_km else [bm, BLOCK_K])
         b_d = TensorDescriptor.from_tensor(b, [BLOCK_K, bn] if b_kn else [bn, BLOCK_K])
         c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if split else [bm, bn])
-        _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, split, a_km, b_kn,
+        _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, split,
+                             FLAT if flat is None else flat, a_km, b_kn,
                              bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages)
     else:
         sam, sak = (a.stride(1), a.stride(0)) if a_km else (a.stride(0), a.stride(1))
@@ -231,9 +254,9 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
 
 def matmul(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
            config: tuple[int, int, int, int] | None = None, tma: bool | None = None,
-           split: bool | None = None) -> torch.Tensor:
+           split: bool | None = None, flat: bool | None = None) -> torch.Tensor:
     """``x [M, K] @ w [N, K].T (+ bias)`` -> [M, N] in ``out_dtype`` (default x.dtype)."""
-    return mm(x, w, bias, out_dtype, config=config, tma=tma, split=split)
+    return mm(x, w, bias, out_dtype, config=config, tma=tma, split=split, flat=flat)
 
 
 class _Linear(torch.autograd.Function):
@@ -250,12 +273,12 @@ class _Linear(torch.autograd.Function):
         dy2 = dy.reshape(-1, w.shape[0]).to(x2.dtype).contiguous()
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            dx = mm(dy2, w, b_kn=True, out_dtype=x2.dtype).reshape(ctx.x_shape)
+            dx = mm(dy2, w, b_kn=True, out_dtype=x2.dtype, groups=1).reshape(ctx.x_shape)
         if ctx.needs_input_grad[1]:
-            dw = mm(dy2, x2, a_km=True, b_kn=True, out_dtype=w.dtype)
+            dw = mm(dy2, x2, a_km=True, b_kn=True, out_dtype=w.dtype, groups=1)
         if b is not None and ctx.needs_input_grad[2]:
             ones = torch.ones(1, dy2.shape[0], dtype=dy2.dtype, device=dy2.device)
-            db = mm(ones, dy2, b_kn=True, out_dtype=torch.float32)[0].to(b.dtype)
+            db = mm(ones, dy2, b_kn=True, out_dtype=torch.float32, groups=1)[0].to(b.dtype)
         return dx, dw, db, None
 
 

@@ -9,9 +9,9 @@ Contract
     (tolerance-level).
 
 Backward (deterministic, no atomics)
-    dx per row; dw: each program accumulates dy * n over its fixed, contiguous block of rows in
-    row order, and the per-program partials are summed by the reference ``tree_sum`` in program
-    order.
+    dx: one program per row. dw: one program per (128-column block, chunk of 256 rows) sums
+    dy * n over its chunk, 16 rows at a time in row order; the chunk partials are summed by the
+    reference ``tree_sum``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ import triton
 import triton.language as tl
 
 from ..reference.primitives import tree_sum
+
+
+DW_CHUNK = 256  # rows per dw partial
 
 
 def _block(d: int) -> tuple[int, int]:
@@ -42,23 +45,37 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, D, eps, BLOCK_D: tl.constexpr):
 
 
 @triton.jit
-def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, M, D, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
-    pid = tl.program_id(0)
+def _rms_bwd_dx(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, D, BLOCK_D: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
     mask = cols < D
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    dw = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    for r in range(pid * ROWS, tl.minimum(pid * ROWS + ROWS, M)):  # this program's rows, in order
-        row = r
-        x = tl.load(x_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.load(rstd_ptr + row)
-        n = x * rstd
-        g = dy * w
-        dx = rstd * (g - n * (tl.sum(g * n, axis=0) / D))
-        tl.store(dx_ptr + row * D + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-        dw += dy * n
-    tl.store(dwp_ptr + pid * BLOCK_D + cols, dw, mask=mask)
+    x = tl.load(x_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.load(rstd_ptr + row)
+    n = x * rstd
+    g = dy * w
+    dx = rstd * (g - n * (tl.sum(g * n, axis=0) / D))
+    tl.store(dx_ptr + row * D + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rms_bwd_dw(dy_ptr, x_ptr, rstd_ptr, dwp_ptr, M, D, CHUNK: tl.constexpr, ROWS: tl.constexpr,
+                BLOCK_C: tl.constexpr):
+    """Partial dw over rows [chunk * CHUNK, +CHUNK) for one column block: ROWS rows at a time,
+    summed in a fixed order (the partition depends on M only through the chunk count)."""
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    chunk = tl.program_id(1)
+    acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    for r0 in range(chunk * CHUNK, tl.minimum(chunk * CHUNK + CHUNK, M), ROWS):
+        rows = r0 + tl.arange(0, ROWS)
+        ok = (rows[:, None] < M) & (cols[None, :] < D)
+        off = rows.to(tl.int64)[:, None] * D + cols[None, :]
+        x = tl.load(x_ptr + off, mask=ok, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + off, mask=ok, other=0.0).to(tl.float32)
+        rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
+        acc += tl.sum(dy * (x * rstd[:, None]), axis=0)
+    tl.store(dwp_ptr + chunk * D + cols, acc, mask=cols < D)
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -79,14 +96,14 @@ class _RMSNorm(torch.autograd.Function):
         x2, w, rstd = ctx.saved_tensors
         m, d = x2.shape
         block, warps = _block(d)
-        rows = 64
-        progs = triton.cdiv(m, rows)
         dx = torch.empty_like(x2)
-        dwp = torch.zeros(max(progs, 1), block, dtype=torch.float32, device=x2.device)
+        chunks = max(1, triton.cdiv(m, DW_CHUNK))
+        dwp = torch.zeros(chunks, d, dtype=torch.float32, device=x2.device)
         if m:
-            _rms_bwd[(progs,)](dy.reshape(m, d).contiguous(), x2, w, rstd, dx, dwp, m, d, ROWS=rows,
-                               BLOCK_D=block, num_warps=warps)
-        dw = tree_sum(dwp[:, :d].t())
+            dy2 = dy.reshape(m, d).contiguous()
+            _rms_bwd_dx[(m,)](dy2, x2, w, rstd, dx, d, BLOCK_D=block, num_warps=warps)
+            _rms_bwd_dw[(triton.cdiv(d, 128), chunks)](dy2, x2, rstd, dwp, m, d, CHUNK=DW_CHUNK, ROWS=16, BLOCK_C=128)
+        dw = tree_sum(dwp.t())  # chunk partials in a fixed tree
         return dx.view(dy.shape), dw.to(w.dtype), None
 
 
