@@ -6,7 +6,6 @@ order. A stable sort groups the tokens; one program per (distinct id, column blo
 from __future__ import annotations
 
 import torch
-
 import triton
 import triton.language as tl
 

@@ -30,13 +30,12 @@ Memory (forward): stats are 3 x T x ceil(V/256) fp32: 1/85 of fp32 [T, V] logits
 from __future__ import annotations
 
 import torch
-
 import triton
 import triton.language as tl
 
 from ..checks import check_head
 from ..reference.logprob_head import VOCAB_GROUPS, VOCAB_TILE, padded_vocab, vocab_shard
-from .matmul import BLOCK_K, _group_ptr, fit_stages, mm
+from .matmul import BLOCK_K, _group_ptr, _num_sms, fit_stages, mm
 
 BWD_CHUNK = 2048
 # (BLOCK_M, num_warps) of the stats kernel by T. The tile's tl.sum tree follows the MMA layout;
@@ -158,8 +157,7 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats):
         block_m, warps = (next(c for bound, c in STATS_CONFIG.items() if t <= bound) if h.dtype == torch.bfloat16
                           else STATS_CONFIG_OTHER)
         progs = triton.cdiv(t, block_m) * n_tiles
-        if h.is_cuda:
-            progs = min(progs, 4 * torch.cuda.get_device_properties(dev).multi_processor_count)
+        progs = min(progs, 4 * _num_sms(dev))
         tg = targets.contiguous() if targets is not None else torch.full((t,), -1, dtype=torch.int64, device=dev)
         _head_stats_kernel[(progs,)](h.contiguous(), w_real.contiguous(), tg, m, s, e, tgt, logits, t, v, k,
                                      n_tiles, n_stats, WITH_E=with_entropy,

@@ -29,8 +29,9 @@ Backward
 
 from __future__ import annotations
 
-import torch
+import functools
 
+import torch
 import triton
 import triton.language as tl
 
@@ -38,7 +39,6 @@ from ..checks import check_linear
 
 BLOCK_K = 64
 K_GROUPS = 8
-FLAT = False  # fused form: one flat K loop (fold at group ends) or one loop per group; same bits
 
 
 def k_groups(k: int) -> int:
@@ -119,7 +119,7 @@ def _group_tma(a_desc, b_desc, pid_m, pid_n, k_lo, k_hi, part, A_KM: tl.constexp
 
 @triton.jit
 def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr,
-                   SPLIT: tl.constexpr, FLAT: tl.constexpr, A_KM: tl.constexpr, B_KN: tl.constexpr, BLOCK_M: tl.constexpr,
+                   SPLIT: tl.constexpr, A_KM: tl.constexpr, B_KN: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr):
     """TMA tensor descriptors (Hopper). SPLIT: program axis 1 is the group and c_desc is the
     [GROUPS, M, N] fp32 partial buffer."""
@@ -134,22 +134,11 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
             c_desc.store([g, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(part, (1, BLOCK_M, BLOCK_N)))
         else:
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            if FLAT:  # one pipelined loop over all K-tiles; the fold runs only at a group's last tile
+            for g in range(GROUPS):  # one loop per group (a flat loop with the fold inside measured slower)
                 part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                tpg = tl.cdiv(KG, BLOCK_K)
-                for kt in range(0, GROUPS * tpg):
-                    k0 = (kt // tpg) * KG + (kt % tpg) * BLOCK_K
-                    a, b = _load_ab(a_desc, b_desc, pid_m, pid_n, k0, A_KM, B_KN, BLOCK_M, BLOCK_N)
-                    part = tl.dot(a, b, part)
-                    if kt % tpg == tpg - 1:
-                        acc = acc + part
-                        part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            else:  # one loop per group
-                for g in range(GROUPS):
-                    part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                    part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M,
-                                      BLOCK_N, BLOCK_K)
-                    acc = acc + part
+                part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M,
+                                  BLOCK_N, BLOCK_K)
+                acc = acc + part
             if HAS_BIAS:
                 rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
                 acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
@@ -185,10 +174,13 @@ def config_for(m: int, n: int) -> tuple[int, int, int, int]:
     return next(cfg for (bound, w), cfg in CONFIGS.items() if m <= bound and w == width)
 
 
+@functools.cache
+def _sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
 def _num_sms(device) -> int:
-    if device.type != "cuda":
-        return 4
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4 if device.type != "cuda" else _sms(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def fit_stages(rows: int, elem_size: int, stages: int, budget: int = 200 * 1024) -> int:
@@ -205,7 +197,7 @@ def _tma_ok(*ts: torch.Tensor) -> bool:
 def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
        a_km: bool = False, b_kn: bool = False, config: tuple[int, int, int, int] | None = None,
        tma: bool | None = None, split: bool | None = None, groups: int | None = None,
-       flat: bool | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+       out: torch.Tensor | None = None) -> torch.Tensor:
     """The contract's product C[M, N] = A @ B^T over K, with A given as [M, K] (``a_km``: as
     [K, M]) and B as [N, K] (``b_kn``: as [K, N]). ``config``/``tma``/``split`` override the
     choices made by shape (every choice gives the same bits); ``groups=1`` computes one group's
@@ -238,8 +230,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         a_d = TensorDescriptor.from_tensor(a, [BLOCK_K, bm] if a_km else [bm, BLOCK_K])
         b_d = TensorDescriptor.from_tensor(b, [BLOCK_K, bn] if b_kn else [bn, BLOCK_K])
         c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if split else [bm, bn])
-        _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, split,
-                             FLAT if flat is None else flat, a_km, b_kn,
+        _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, split, a_km, b_kn,
                              bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages)
     else:
         sam, sak = (a.stride(1), a.stride(0)) if a_km else (a.stride(0), a.stride(1))
@@ -254,9 +245,9 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
 
 def matmul(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
            config: tuple[int, int, int, int] | None = None, tma: bool | None = None,
-           split: bool | None = None, flat: bool | None = None) -> torch.Tensor:
+           split: bool | None = None) -> torch.Tensor:
     """``x [M, K] @ w [N, K].T (+ bias)`` -> [M, N] in ``out_dtype`` (default x.dtype)."""
-    return mm(x, w, bias, out_dtype, config=config, tma=tma, split=split, flat=flat)
+    return mm(x, w, bias, out_dtype, config=config, tma=tma, split=split)
 
 
 class _Linear(torch.autograd.Function):

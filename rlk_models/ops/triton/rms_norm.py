@@ -10,8 +10,8 @@ Contract
 
 Backward (deterministic, no atomics)
     dx: one program per row. dw: one program per (128-column block, chunk of 256 rows) sums
-    dy * n over its chunk, 16 rows at a time in row order; the chunk partials are summed by the
-    reference ``tree_sum``.
+    dy * n over its chunk, 16 rows at a time in row order; the chunk partials are added in chunk
+    order (fp32), rounded once.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ..reference.primitives import tree_sum
 
 
 DW_CHUNK = 256  # rows per dw partial
@@ -78,6 +77,16 @@ def _rms_bwd_dw(dy_ptr, x_ptr, rstd_ptr, dwp_ptr, M, D, CHUNK: tl.constexpr, ROW
     tl.store(dwp_ptr + chunk * D + cols, acc, mask=cols < D)
 
 
+@triton.jit
+def _fold_chunks(dwp_ptr, dw_ptr, n_chunks, D, BLOCK_C: tl.constexpr):
+    """dw = chunk partials added in chunk order (one launch, no host-side loop)."""
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    for c in range(n_chunks):
+        acc += tl.load(dwp_ptr + c * D + cols, mask=cols < D, other=0.0)
+    tl.store(dw_ptr + cols, acc.to(dw_ptr.dtype.element_ty), mask=cols < D)
+
+
 class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, eps):
@@ -99,12 +108,13 @@ class _RMSNorm(torch.autograd.Function):
         dx = torch.empty_like(x2)
         chunks = max(1, triton.cdiv(m, DW_CHUNK))
         dwp = torch.zeros(chunks, d, dtype=torch.float32, device=x2.device)
+        dw = torch.empty_like(w)
         if m:
             dy2 = dy.reshape(m, d).contiguous()
             _rms_bwd_dx[(m,)](dy2, x2, w, rstd, dx, d, BLOCK_D=block, num_warps=warps)
             _rms_bwd_dw[(triton.cdiv(d, 128), chunks)](dy2, x2, rstd, dwp, m, d, CHUNK=DW_CHUNK, ROWS=16, BLOCK_C=128)
-        dw = tree_sum(dwp.t())  # chunk partials in a fixed tree
-        return dx.view(dy.shape), dw.to(w.dtype), None
+        _fold_chunks[(triton.cdiv(d, 128),)](dwp, dw, chunks, d, BLOCK_C=128)
+        return dx.view(dy.shape), dw, None
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

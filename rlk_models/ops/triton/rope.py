@@ -11,7 +11,6 @@ Contract
 from __future__ import annotations
 
 import torch
-
 import triton
 import triton.language as tl
 
