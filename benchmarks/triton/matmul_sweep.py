@@ -42,7 +42,8 @@ def _same(x, w, c, ref):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="two shapes, fewer candidates")
+    ap.add_argument("--quick", action="store_true", help="two shapes only")
+    ap.add_argument("--defaults-only", action="store_true", help="time the default config only (no candidate search)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     out_dir = os.environ.get("OUT", ".")
@@ -63,7 +64,8 @@ def main() -> None:
         r["run_to_run"] = torch.equal(matmul(x, w), full)
         for m in (1, 1024):
             ref = matmul(x[:m], w)
-            r[f"all_configs_equal_M{m}"] = {str(c): _same(x[:m], w, c, ref) for c in CANDIDATES}
+            r[f"all_configs_equal_M{m}"] = {str(c): _same(x[:m], w, c, ref)
+                                            for c in (set(CONFIGS.values()) if args.defaults_only else CANDIDATES)}
         r["pointer_kernel_equals_tma_M128"] = torch.equal(matmul(x[:128], w, tma=False), matmul(x[:128], w))
         ref64 = x[:128].double() @ w.double().T
         r["rel_err_vs_fp64_M128"] = float((full[:128].double() - ref64).norm() / ref64.norm())
@@ -74,7 +76,7 @@ def main() -> None:
             t_cublas = do_bench(lambda: F.linear(xm, w), warmup=25, rep=100, return_mode="median")
             t_default = do_bench(lambda: matmul(xm, w), warmup=25, rep=100, return_mode="median")
             best = (t_default, str(config_for(m, n)))
-            for c in CANDIDATES:
+            for c in ([] if args.defaults_only else CANDIDATES):
                 for sp in ((False, True) if m <= 128 else (False,)):
                     try:
                         t = do_bench(lambda: matmul(xm, w, config=c, split=sp), warmup=10, rep=50, return_mode="median")

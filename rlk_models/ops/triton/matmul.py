@@ -163,9 +163,8 @@ def _fold_kernel(p_ptr, c_ptr, bias_ptr, M, N, HAS_BIAS: tl.constexpr, GROUPS: t
 # one of them gives the same bits.
 CONFIGS = {
     (16, "narrow"): (16, 64, 4, 4), (16, "wide"): (64, 256, 4, 3),
-    (128, "narrow"): (64, 64, 4, 4), (128, "wide"): (128, 128, 4, 4),
-    (1024, "narrow"): (128, 128, 4, 4), (1024, "wide"): (128, 128, 4, 4),
-    (1 << 62, "narrow"): (128, 128, 8, 4), (1 << 62, "wide"): (128, 128, 8, 4),
+    (128, "narrow"): (64, 64, 4, 4), (128, "wide"): (128, 128, 8, 5),
+    (1 << 62, "narrow"): (256, 128, 8, 3), (1 << 62, "wide"): (256, 128, 8, 3),
 }
 
 
@@ -216,8 +215,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     stages = fit_stages(bm + bn, a.element_size(), stages)
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     sms = _num_sms(a.device)
-    if split is None:
-        split = groups > 1 and tiles < sms
+    if split is None:  # split-K where the unsplit grid leaves SMs idle and N is narrow (H200 sweep)
+        split = groups > 1 and tiles < sms and n <= 8192
     split = split and groups > 1 and groups * m * n < 2 ** 31  # int32 offsets in the partial buffer
     progs = tiles if split else min(sms, tiles)
     c = torch.empty(groups, m, n, dtype=torch.float32, device=a.device) if split else out
