@@ -182,10 +182,11 @@ def _num_sms(device) -> int:
     return 4 if device.type != "cuda" else _sms(device.index if device.index is not None else torch.cuda.current_device())
 
 
-def fit_stages(rows: int, elem_size: int, stages: int, budget: int = 200 * 1024) -> int:
-    """Pipeline depth that fits shared memory for (rows of A + rows of B) x BLOCK_K operand tiles
-    (fp32 operands need half the stages of bf16). Stages never change the K order, hence the bits."""
-    return max(1, min(stages, budget // (rows * BLOCK_K * elem_size)))
+def fit_stages(rows: int, elem_size: int, stages: int, out_bytes: int = 0, budget: int = 216 * 1024) -> int:
+    """Pipeline depth that fits shared memory: (rows of A + rows of B) x BLOCK_K operand tiles
+    per stage, plus ``out_bytes`` of epilogue staging (fp32 operands need half the stages of
+    bf16). Stages never change the K order, hence the bits."""
+    return max(1, min(stages, (budget - out_bytes) // (rows * BLOCK_K * elem_size)))
 
 
 def _tma_ok(*ts: torch.Tensor) -> bool:
@@ -212,12 +213,16 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     groups = k_groups(k) if groups is None else groups
     kg = k // groups if groups > 1 else k
     bm, bn, warps, stages = config or config_for(m, n)
-    stages = fit_stages(bm + bn, a.element_size(), stages)
-    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     sms = _num_sms(a.device)
     if split is None:  # split-K where the unsplit grid leaves SMs idle and N is narrow (H200 sweep)
-        split = groups > 1 and tiles < sms and n <= 8192
+        split = groups > 1 and triton.cdiv(m, bm) * triton.cdiv(n, bn) < sms and n <= 8192
     split = split and groups > 1 and groups * m * n < 2 ** 31  # int32 offsets in the partial buffer
+    out_bytes = bm * bn * (4 if split else out.element_size())
+    if out_bytes > 64 * 1024 and config is None:  # a big fp32 epilogue tile would starve the pipeline
+        bm, bn, warps, stages = 128, 128, 8, 4
+        out_bytes = bm * bn * (4 if split else out.element_size())
+    stages = fit_stages(bm + bn, a.element_size(), stages, out_bytes)
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     progs = tiles if split else min(sms, tiles)
     c = torch.empty(groups, m, n, dtype=torch.float32, device=a.device) if split else out
     bias_arg = bias if bias is not None else out
