@@ -128,11 +128,17 @@ def combine_shards(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, tgt: torch
     return lse, E / S, target
 
 
-def _stats(h, w, vocab_size, targets, with_entropy, keep_logits=False):
-    m, s, e, tgt, kept = shard_stats(h, w, (0, padded_vocab(vocab_size)), vocab_size, targets,
-                                     with_entropy, keep_logits)
-    lse, mean_l, target = combine_shards(m[None], s[None], e[None], tgt[None])
+def one_shard_stats(shard_stats_fn, combine_fn, h, w, vocab_size, targets, with_entropy, keep_logits=False):
+    """TP=1 is one shard: the same two calls as every TP size, so TP=k gives TP=1's bits.
+    Shared by every backend (pass its ``shard_stats`` and ``combine_shards``)."""
+    m, s, e, tgt, kept = shard_stats_fn(h, w, (0, padded_vocab(vocab_size)), vocab_size, targets,
+                                        with_entropy, keep_logits)
+    lse, mean_l, target = combine_fn(m[None], s[None], e[None], tgt[None])
     return lse, mean_l, target, kept
+
+
+def _stats(h, w, vocab_size, targets, with_entropy, keep_logits=False):
+    return one_shard_stats(shard_stats, combine_shards, h, w, vocab_size, targets, with_entropy, keep_logits)
 
 
 class _LogprobHead(torch.autograd.Function):

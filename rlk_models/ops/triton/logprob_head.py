@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from ..checks import check_head
-from ..reference.logprob_head import VOCAB_GROUPS, VOCAB_TILE, padded_vocab, vocab_shard
+from ..reference.logprob_head import VOCAB_GROUPS, VOCAB_TILE, one_shard_stats, padded_vocab, vocab_shard
 from .matmul import BLOCK_K, _group_ptr, _num_sms, fit_stages, mm
 
 BWD_CHUNK = 2048
@@ -194,10 +194,7 @@ def combine_shards(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, tgt: torch
 
 
 def _stats(h, w, vocab_size, targets, with_entropy, keep_logits=False):
-    m, s, e, tgt, kept = shard_stats(h, w, (0, padded_vocab(vocab_size)), vocab_size, targets, with_entropy,
-                                     keep_logits)
-    lse, mean_l, target = combine_shards(m[None], s[None], e[None], tgt[None])
-    return lse, mean_l, target, kept
+    return one_shard_stats(shard_stats, combine_shards, h, w, vocab_size, targets, with_entropy, keep_logits)
 
 
 class _LogprobHead(torch.autograd.Function):
