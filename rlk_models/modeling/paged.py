@@ -31,6 +31,7 @@ class PagedMeta:
     seq_lens: torch.Tensor          # [R] context length after this step
     query_start_loc: torch.Tensor   # [R + 1]
     slot_mapping: torch.Tensor      # [T]
+    max_query_len: int
 
 
 class PagedAttention(nn.Module):
@@ -42,7 +43,8 @@ class PagedAttention(nn.Module):
         cache = meta.caches[self.layer_idx]
         write_kv(cache, k, v, meta.slot_mapping)
         return get_backend(self.backend).paged_attention(q, cache, meta.block_table, meta.seq_lens,
-                                                         meta.query_start_loc, self.scale)
+                                                         meta.query_start_loc, self.scale,
+                                                         max_query_len=meta.max_query_len)
 
 
 class PagedBuilder(TrainingBuilder):
@@ -123,7 +125,8 @@ class PagedRunner:
                 bt[i, :len(t)] = t
             dev = self.device
             meta = PagedMeta(caches, bt.to(dev), torch.tensor(lens, dtype=torch.int32, device=dev),
-                             torch.tensor(qsl, dtype=torch.int32, device=dev), torch.cat(slots).to(dev))
+                             torch.tensor(qsl, dtype=torch.int32, device=dev), torch.cat(slots).to(dev),
+                             max(take for _, take in sched))
             hidden = self.decoder(torch.cat(ids).to(dev), torch.cat(pos).to(dev), meta)
             logp = get_backend(cfg.rlk_backend).full_logprobs(hidden, self.head, cfg.vocab_size)
             tgt = torch.cat(targets).to(dev)

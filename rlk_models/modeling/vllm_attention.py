@@ -56,6 +56,7 @@ class RLKAttentionBackend(AttentionBackend):
 @dataclass
 class RLKAttentionMetadata(AttentionMetadata):
     num_actual_tokens: int
+    max_query_len: int
     query_start_loc: torch.Tensor  # [num_reqs + 1]
     seq_lens: torch.Tensor         # [num_reqs]
     block_table: torch.Tensor   # [num_reqs, max_blocks]
@@ -71,6 +72,7 @@ class RLKAttentionMetadataBuilder(AttentionMetadataBuilder[RLKAttentionMetadata]
         m = common_attn_metadata
         return RLKAttentionMetadata(
             num_actual_tokens=m.num_actual_tokens,
+            max_query_len=m.max_query_len,
             query_start_loc=m.query_start_loc[: m.num_reqs + 1],
             seq_lens=m.seq_lens[: m.num_reqs],
             block_table=m.block_table_tensor[: m.num_reqs],
@@ -105,5 +107,6 @@ class RLKAttentionImpl(AttentionImpl[RLKAttentionMetadata]):
         q = query.view(-1, self.num_heads, d)[:n]
         out = output.view(-1, self.num_heads, d)[:n]
         get_backend(self.rlk_backend).paged_attention(q, kv_cache, md.block_table, md.seq_lens,
-                                                      md.query_start_loc, self.scale, out=out)
+                                                      md.query_start_loc, self.scale, out=out,
+                                                      max_query_len=md.max_query_len)
         return output

@@ -271,14 +271,15 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
                     query_start_loc: torch.Tensor, scale: float, out: torch.Tensor | None = None,
-                    config: tuple[int, int, int] | None = None) -> torch.Tensor:
+                    max_query_len: int | None = None, config: tuple[int, int, int] | None = None) -> torch.Tensor:
     """Attention of the tokens scheduled in one step (decode tokens and prefill chunks mixed)
     against vLLM's paged cache.
 
     q [T, Hq, D] (request r owns tokens query_start_loc[r]:query_start_loc[r+1], the last ones of
     its context of seq_lens[r] tokens); kv_cache: the logical view [num_blocks, Hkv, block_size,
     2 D] (K then V; any strides); block_table [R, max_blocks]. The step's own K/V must already
-    be written (``rlk_models.ops.paged.write_kv``). Returns [T, Hq, D] (into ``out`` if given)."""
+    be written (``rlk_models.ops.paged.write_kv``). Returns [T, Hq, D] (into ``out`` if given).
+    ``max_query_len`` (vLLM knows it on the host) sizes the grid without a device sync."""
     t, hq, d = q.shape
     nb, hkv, bs, d2 = kv_cache.shape
     if d2 != 2 * d or hq % hkv:
@@ -291,7 +292,7 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     if t == 0 or n_req == 0:
         return out
     qsl = query_start_loc.to(device=q.device, dtype=torch.int32)
-    max_q = int((qsl[1:] - qsl[:-1]).max())
+    max_q = max_query_len if max_query_len is not None else int((qsl[1:] - qsl[:-1]).max())
     group = hq // hkv
     block_m, warps, stages = config or PAGED_CONFIG
     grid = (triton.cdiv(max_q * group, block_m), n_req, hkv)
