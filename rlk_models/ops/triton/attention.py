@@ -137,6 +137,28 @@ def _bwd_delta(o_ptr, do_ptr, delta_ptr, T, H, D: tl.constexpr, BLOCK: tl.conste
 
 
 @triton.jit
+def _bwd_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, start, rm, row_ok, sq, h, T, D: tl.constexpr):
+    """One query tile of head h for the backward: q, dO, the saved lse and delta, q's offsets."""
+    q_off = (start + rm).to(tl.int64)[:, None] * sq + h * D + tl.arange(0, D)[None, :]
+    q = tl.load(q_ptr + q_off, mask=row_ok[:, None], other=0.0)
+    do = tl.load(do_ptr + q_off, mask=row_ok[:, None], other=0.0)
+    lse = tl.load(lse_ptr + h * T + start + rm, mask=row_ok, other=0.0)
+    delta = tl.load(delta_ptr + h * T + start + rm, mask=row_ok, other=0.0)
+    return q, do, lse, delta, q_off
+
+
+@triton.jit
+def _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale):
+    """P and dS of one (query tile, key tile), recomputed from the saved lse and delta: the one
+    formula both backward kernels use."""
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    vis = (rn[None, :] <= rm[:, None]) & row_ok[:, None]
+    p = tl.where(vis, tl.math.exp2(s - lse[:, None]), 0.0)
+    dp = tl.dot(do, tl.trans(v))
+    return p, p * (dp - delta[:, None])
+
+
+@triton.jit
 def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_ptr, qk_scale, sm_scale, T,
               sq, sk, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     pid_n, seq, kvh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -156,17 +178,9 @@ def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, c
             for m0 in range((pid_n * BLOCK_N // BLOCK_M) * BLOCK_M, L, BLOCK_M):  # query tiles, in order
                 rm = m0 + tl.arange(0, BLOCK_M)
                 row_ok = rm < L
-                q_off = (start + rm).to(tl.int64)[:, None] * sq + h * D + rd[None, :]
-                q = tl.load(q_ptr + q_off, mask=row_ok[:, None], other=0.0)
-                do = tl.load(do_ptr + q_off, mask=row_ok[:, None], other=0.0)
-                lse = tl.load(lse_ptr + h * T + start + rm, mask=row_ok, other=0.0)
-                delta = tl.load(delta_ptr + h * T + start + rm, mask=row_ok, other=0.0)
-                s = tl.dot(q, tl.trans(k)) * qk_scale
-                vis = (rn[None, :] <= rm[:, None]) & row_ok[:, None]
-                p = tl.where(vis, tl.math.exp2(s - lse[:, None]), 0.0)
+                q, do, lse, delta, _ = _bwd_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, start, rm, row_ok, sq, h, T, D)
+                p, ds = _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale)
                 dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
-                dp = tl.dot(do, tl.trans(v))
-                ds = p * (dp - delta[:, None])
                 dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk)
         tl.store(dk_ptr + kv_off, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=key_ok[:, None])
         tl.store(dv_ptr + kv_off, dv.to(dv_ptr.dtype.element_ty), mask=key_ok[:, None])
@@ -183,11 +197,7 @@ def _bwd_dq(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_ptr, qk_
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rd = tl.arange(0, D)
         row_ok = rm < L
-        q_off = (start + rm).to(tl.int64)[:, None] * sq + h * D + rd[None, :]
-        q = tl.load(q_ptr + q_off, mask=row_ok[:, None], other=0.0)
-        do = tl.load(do_ptr + q_off, mask=row_ok[:, None], other=0.0)
-        lse = tl.load(lse_ptr + h * T + start + rm, mask=row_ok, other=0.0)
-        delta = tl.load(delta_ptr + h * T + start + rm, mask=row_ok, other=0.0)
+        q, do, lse, delta, q_off = _bwd_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, start, rm, row_ok, sq, h, T, D)
         dq = tl.zeros((BLOCK_M, D), tl.float32)
         for n0 in range(0, tl.minimum(pid_m * BLOCK_M + BLOCK_M, L), BLOCK_N):  # key tiles, in order
             rn = n0 + tl.arange(0, BLOCK_N)
@@ -195,11 +205,7 @@ def _bwd_dq(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_ptr, qk_
             kv_off = (start + rn).to(tl.int64)[:, None] * sk + kvh * D + rd[None, :]
             k = tl.load(k_ptr + kv_off, mask=key_ok[:, None], other=0.0)
             v = tl.load(v_ptr + kv_off, mask=key_ok[:, None], other=0.0)
-            s = tl.dot(q, tl.trans(k)) * qk_scale
-            vis = (rn[None, :] <= rm[:, None]) & row_ok[:, None]
-            p = tl.where(vis, tl.math.exp2(s - lse[:, None]), 0.0)
-            dp = tl.dot(do, tl.trans(v))
-            ds = p * (dp - delta[:, None])
+            _, ds = _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale)
             dq = tl.dot(ds.to(k.dtype), k, dq)
         tl.store(dq_ptr + q_off, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
 
