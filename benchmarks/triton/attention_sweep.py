@@ -28,7 +28,7 @@ import torch.nn.functional as F
 import triton
 from triton.testing import do_bench
 
-from rlk_models.ops.paged import slots_for, write_kv
+from rlk_models.ops.paged import paged_steps, random_block_table
 from rlk_models.ops.triton import attention as attn
 
 HQ, HKV, D = 32, 8, 128
@@ -42,48 +42,15 @@ def log(*a):
     print(*a, flush=True)
 
 
-def random_tables(lens, bs, gen):
-    need = [-(-n // bs) for n in lens]
-    perm = torch.randperm(sum(need) + 5, generator=gen).tolist()
-    tables, i = [], 0
-    for n in need:
-        tables.append(perm[i:i + n])
-        i += n
-    bt = torch.zeros(len(lens), max(need), dtype=torch.int32)
-    for r, t in enumerate(tables):
-        bt[r, :len(t)] = torch.tensor(t, dtype=torch.int32)
-    return bt.cuda(), sum(need) + 5
-
-
-def new_cache(n_blocks, bs):
-    return torch.full((n_blocks, HKV, bs, 2 * D), float("nan"), dtype=torch.bfloat16, device="cuda")
-
-
 def run_schedule(q, k, v, cu, lens, bs, cfg, chunker, gen):
-    """Write K/V and attend step by step: each step every unfinished sequence takes
-    chunker(remaining) tokens (1 = decode), all in one launch. Returns [T, Hq, D]."""
-    bt, nb = random_tables(lens, bs, gen)
-    cache = new_cache(nb, bs)
+    """Write K/V and attend step by step (``paged_steps``): each step every unfinished sequence
+    takes chunker(remaining) tokens (1 = decode), all in one launch, into a NaN-filled cache
+    with a random block table. Returns [T, Hq, D]."""
+    bt, nb = random_block_table(lens, bs, gen, spare=5, device="cuda")
+    cache = torch.full((nb, HKV, bs, 2 * D), float("nan"), dtype=torch.bfloat16, device="cuda")
     out = torch.full_like(q, float("nan"))
-    done = [0] * len(lens)
-    while any(d < n for d, n in zip(done, lens)):
-        reqs, rows, qsl, seq_lens, slots = [], [], [0], [], []
-        for r, n in enumerate(lens):
-            if done[r] >= n:
-                continue
-            take = min(chunker(n - done[r]), n - done[r])
-            a = int(cu[r]) + done[r]
-            reqs.append(r)
-            rows.append(torch.arange(a, a + take))
-            qsl.append(qsl[-1] + take)
-            seq_lens.append(done[r] + take)
-            slots.append(slots_for(bt[r].cpu(), torch.arange(done[r], done[r] + take), bs))
-            done[r] += take
-        idx = torch.cat(rows).cuda()
-        write_kv(cache, k[idx], v[idx], torch.cat(slots).cuda())
-        o = attn.paged_attention(q[idx], cache, bt[reqs], torch.tensor(seq_lens, device="cuda"),
-                                 torch.tensor(qsl, device="cuda"), SCALE, config=cfg)
-        out[idx] = o
+    for idx, rows, seq_lens, qsl in paged_steps(cache, k, v, cu, lens, bt, chunker):
+        out[idx] = attn.paged_attention(q[idx], cache, rows, seq_lens, qsl, SCALE, config=cfg)
     return out
 
 
@@ -237,7 +204,7 @@ def bench(res):
     r["paged_decode"] = {}
     qd = torch.randn(nseq, HQ, D, device="cuda", generator=g).bfloat16()
     for bs in (16, 128):
-        bt, nb = random_tables([ctx] * nseq, bs, gen)
+        bt, nb = random_block_table([ctx] * nseq, bs, gen, spare=5, device="cuda")
         cache = torch.randn(nb, HKV, bs, 2 * D, device="cuda", generator=g).bfloat16()
         lens_t = torch.full((nseq,), ctx, device="cuda", dtype=torch.int32)
         qsl = torch.arange(nseq + 1, device="cuda", dtype=torch.int32)

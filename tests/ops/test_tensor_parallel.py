@@ -3,8 +3,6 @@ vocab-parallel log-prob head computed as k shards (k in 1, 2, 4, 8) -- simulated
 process, and for real with torch.distributed (gloo) in 2 and 4 processes -- give the TP=1
 bits (torch.equal)."""
 
-import os
-
 import pytest
 import torch
 import torch.distributed as dist

@@ -105,7 +105,7 @@ def check_attention(dtype_name: str) -> None:
     import torch
 
     from rlk_models.ops import get_backend
-    from rlk_models.ops.paged import slots_for, write_kv
+    from rlk_models.ops.paged import paged_steps, random_block_table
     from rlk_models.ops.triton.attention import paged_attention, varlen_attention
 
     ref = get_backend("reference")
@@ -120,31 +120,12 @@ def check_attention(dtype_name: str) -> None:
     o_ref = ref.varlen_attention(q, k, v, cu, d ** -0.5)
     assert float((o.double() - o_ref.double()).abs().max()) < 10 * TOL[dtype_name]
     for bs in (16, 128):
-        n_blocks = sum(-(-n // bs) for n in lens) + 2
+        bt, n_blocks = random_block_table(lens, bs, g)
         cache = torch.full((n_blocks, hkv, bs, 2 * d), float("nan")).to(dtype)
-        perm = torch.randperm(n_blocks, generator=g).tolist()
-        bt = torch.zeros(len(lens), max(-(-n // bs) for n in lens), dtype=torch.int32)
-        for r, n in enumerate(lens):
-            blocks = [perm.pop() for _ in range(-(-n // bs))]
-            bt[r, :len(blocks)] = torch.tensor(blocks)
-        done = [0] * len(lens)
         out = torch.full_like(q, float("nan"))
         chunks = iter([3, 1, 1, 40, 1, 7, 1, 1, 64, 2] * 20)
-        while any(dn < n for dn, n in zip(done, lens)):  # every step mixes decodes and chunks
-            reqs, rows, qsl, seq_lens, slots = [], [], [0], [], []
-            for r, n in enumerate(lens):
-                if done[r] < n:
-                    take = min(next(chunks), n - done[r])
-                    a = int(cu[r]) + done[r]
-                    reqs.append(r)
-                    rows.append(torch.arange(a, a + take))
-                    qsl.append(qsl[-1] + take)
-                    seq_lens.append(done[r] + take)
-                    slots.append(slots_for(bt[r], torch.arange(done[r], done[r] + take), bs))
-                    done[r] += take
-            idx = torch.cat(rows)
-            write_kv(cache, k[idx], v[idx], torch.cat(slots))
-            args = (cache, bt[reqs], torch.tensor(seq_lens), torch.tensor(qsl), d ** -0.5)
+        for idx, rows, seq_lens, qsl in paged_steps(cache, k, v, cu, lens, bt, lambda n: next(chunks)):
+            args = (cache, rows, seq_lens, qsl, d ** -0.5)  # every step mixes decodes and chunks
             out[idx] = paged_attention(q[idx], *args)
             assert torch.equal(ref.paged_attention(q[idx], *args), o_ref[idx]), "reference paged"
         assert torch.equal(out, o), f"paged (block size {bs}) != training"
