@@ -62,7 +62,8 @@ def _head_stats_kernel(h_ptr, w_ptr, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, l_ptr,
         acc = tl.zeros((BLOCK_M, BLOCK_V), dtype=tl.float32)
         acc = _group_ptr(h_ptr, w_ptr, rm, rv, rk, T, V, K, 0, K, K, 1, K, 1, acc, BLOCK_K)  # K in order
         if KEEP:
-            tl.store(l_ptr + rm[:, None].to(tl.int64) * V + rv[None, :], acc, mask=(rm[:, None] < T) & (rv[None, :] < V))
+            tl.store(l_ptr + rm[:, None].to(tl.int64) * V + rv[None, :], acc,
+                     mask=(rm[:, None] < T) & (rv[None, :] < V))
         valid = rv[None, :] < V
         acc = tl.where(valid, acc, float("-inf"))
         mx = tl.max(acc, axis=1)
@@ -213,6 +214,7 @@ class _LogprobHead(torch.autograd.Function):
         h = h.contiguous()
         dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
         dw = torch.zeros_like(w) if ctx.needs_input_grad[1] else None
+        # without entropy the kernel never reads g_ent; g_logp stands in as its pointer
         g_ent = g_ent.to(torch.float32).contiguous() if g_ent is not None else g_logp
         t, k = h.shape
         dl = torch.empty(t, BWD_CHUNK, dtype=h.dtype, device=h.device)

@@ -179,7 +179,9 @@ def _sms(index: int) -> int:
 
 
 def _num_sms(device) -> int:
-    return 4 if device.type != "cuda" else _sms(device.index if device.index is not None else torch.cuda.current_device())
+    if device.type != "cuda":
+        return 4
+    return _sms(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def fit_stages(rows: int, elem_size: int, stages: int, out_bytes: int = 0, budget: int = 216 * 1024) -> int:
