@@ -7,10 +7,22 @@ import os
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
-import rlk_models  # noqa: F401  (registers the Auto classes)
-from rlk_models.conversion import convert
-from rlk_models.tiny import make_tiny_hf_checkpoint
+# Triton kernels run natively on CUDA, else under the interpreter; the variable must be set
+# before anything imports the kernels (they are decorated at import).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# Property tests must not depend on the machine's speed or on earlier runs: no deadline, no
+# too-slow health check, examples derived from the test alone, no example database.
+settings.register_profile("rlk", deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                          derandomize=True, database=None)
+settings.load_profile("rlk")
+
+import rlk_models  # noqa: E402,F401  (registers the Auto classes)
+from rlk_models.conversion import convert  # noqa: E402
+from rlk_models.tiny import make_tiny_hf_checkpoint  # noqa: E402
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
