@@ -51,7 +51,7 @@ def main() -> None:
         print(json.dumps(_engine_run(args._engine[0], args._engine[1], args.prompts, args.max_tokens)))
         return
     from rlk_models.conversion import convert
-    from rlk_models.tiny import make_tiny_hf_checkpoint
+    from rlk_models.testing.tiny import make_tiny_hf_checkpoint
 
     out = Path(args.out)
     hf = out / "qwen3-hf"

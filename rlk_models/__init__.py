@@ -7,22 +7,18 @@ Importing the package registers the rlk configs and training classes with transf
 
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from .families import FAMILIES
 from .llama import RLKLlamaConfig, RLKLlamaForCausalLM
 from .qwen3 import RLKQwen3Config, RLKQwen3ForCausalLM
 
 __version__ = "0.1.0"
 
-FAMILIES = {
-    "qwen3": (RLKQwen3Config, RLKQwen3ForCausalLM),
-    "llama": (RLKLlamaConfig, RLKLlamaForCausalLM),
-}
-
 
 def register_auto_classes() -> None:
     """Idempotent: make ``AutoConfig`` / ``AutoModelForCausalLM`` know the rlk model types."""
-    for config_cls, model_cls in FAMILIES.values():
-        AutoConfig.register(config_cls.model_type, config_cls, exist_ok=True)
-        AutoModelForCausalLM.register(config_cls, model_cls, exist_ok=True)
+    for family in FAMILIES.values():
+        AutoConfig.register(family.model_type, family.config_cls, exist_ok=True)
+        AutoModelForCausalLM.register(family.config_cls, family.training_cls, exist_ok=True)
 
 
 register_auto_classes()

@@ -12,8 +12,7 @@ def register() -> None:
 
     import rlk_models  # registers the rlk config classes with transformers' AutoConfig
 
-    for family in rlk_models.FAMILIES:
-        arch = rlk_models.FAMILIES[family][1].__name__
-        if arch not in ModelRegistry.get_supported_archs():
-            ModelRegistry.register_model(arch, f"rlk_models.{family}.vllm:{arch}")
+    for family in rlk_models.FAMILIES.values():
+        if family.architecture not in ModelRegistry.get_supported_archs():
+            ModelRegistry.register_model(family.architecture, family.vllm_class)
     register_backend(AttentionBackendEnum.CUSTOM, "rlk_models.modeling.vllm_attention.RLKAttentionBackend")

@@ -5,7 +5,7 @@
 set -uo pipefail
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 RLK_CACHE_DIR="$OUT/cache"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
-python3 -c "from rlk_models.selftest import self_test; print('selftest triton:', self_test('triton', use_cache=False))" \
+python3 -c "from rlk_models.ops.selftest import self_test; print('selftest triton:', self_test('triton', use_cache=False))" \
   2>&1 | tee "$OUT/selftest.log"
 [ "${SKIP_ATTN:-0}" = 1 ] || python3 benchmarks/triton/attention_sweep.py ${ATTN_ARGS:-} 2>&1 | tee "$OUT/attention_sweep.log"
 [ "${SKIP_OPS:-0}" = 1 ] || python3 benchmarks/triton/ops_sweep.py 2>&1 | tee "$OUT/ops_sweep.log"

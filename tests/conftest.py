@@ -22,7 +22,7 @@ settings.load_profile("rlk")
 
 import rlk_models  # noqa: E402,F401  (registers the Auto classes)
 from rlk_models.conversion import convert  # noqa: E402
-from rlk_models.tiny import make_tiny_hf_checkpoint  # noqa: E402
+from rlk_models.testing.tiny import make_tiny_hf_checkpoint  # noqa: E402
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -30,7 +30,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 VARIANTS = {
     "qwen3": ("qwen3", {}),
     "qwen3_tied": ("qwen3", {"tie_word_embeddings": True}),
-    "llama3": ("llama", {}),  # Llama-3 rope scaling (see rlk_models.tiny.TINY_LLAMA)
+    "llama3": ("llama", {}),  # Llama-3 rope scaling (rlk_models.llama.FAMILY.tiny)
     "llama_bias": ("llama", {"attention_bias": True, "mlp_bias": True, "num_key_value_heads": 1,
                              "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
 }
@@ -52,3 +52,13 @@ def _restore_threads():
     n = torch.get_num_threads()
     yield
     torch.set_num_threads(n)
+
+
+# Backends whose bitwise contract can be shown on this machine: the reference everywhere; Triton
+# natively on CUDA (under the interpreter its dots follow the host BLAS, so its bitwise checks are
+# the exact-input ones in tests/ops/triton/test_kernels.py).
+CONTRACT_BACKENDS = ["reference"] + (["triton"] if torch.cuda.is_available() else [])
+
+
+def backend_device(backend: str) -> str:
+    return "cuda" if backend == "triton" and torch.cuda.is_available() else "cpu"

@@ -5,7 +5,7 @@ import sys
 
 
 def test_demo_runs_and_reports_bitwise_equality(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "rlk_models.demo", "--out", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-m", "rlk_models.cli.demo", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "OK -- every configuration bitwise equal" in r.stdout

@@ -10,7 +10,7 @@ import pytest
 
 
 def _run(tmp_path, *args):
-    r = subprocess.run([sys.executable, "-m", "rlk_models.grpo", "--out", str(tmp_path), *args],
+    r = subprocess.run([sys.executable, "-m", "rlk_models.cli.grpo", "--out", str(tmp_path), *args],
                        capture_output=True, text=True, timeout=900)
     rows = [json.loads(ln) for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()] \
         if (tmp_path / "metrics.jsonl").exists() else []

@@ -22,10 +22,11 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
-from ..fingerprint import expected_fingerprint
+from ..families import FAMILIES, Family, by_hf_model_type, by_model_type
 from ..modeling.config import UnsupportedConfig, validate_config
 from ..ops import BackendUnavailable
-from .maps import ARCHITECTURES, FUSED, IGNORED_SUFFIXES, MODEL_TYPES, hf_tensor_shapes, hf_to_rlk_plan
+from ..ops.fingerprint import expected_fingerprint
+from .maps import FUSED, IGNORED_SUFFIXES, hf_tensor_shapes, hf_to_rlk_plan
 
 DEFAULT_MAX_SHARD_BYTES = 2 * 1024**3
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -45,18 +46,17 @@ def _read_json(path: Path) -> dict:
         raise ConversionError(f"{path}: unreadable JSON ({e})") from None
 
 
-def _config_for(raw: dict, to: str):
-    """The rlk config object describing ``raw`` (an HF or rlk config.json dict)."""
-    from .. import FAMILIES
-
+def _config_for(raw: dict, to: str) -> tuple[Family, object]:
+    """The family and the rlk config object describing ``raw`` (an HF or rlk config.json dict)."""
     mt = raw.get("model_type")
-    rlk_types = {v: k for k, v in MODEL_TYPES.items()}
-    if to == "rlk" and mt not in MODEL_TYPES:
-        raise ConversionError(f"unsupported architecture: model_type {mt!r} (supported: {sorted(MODEL_TYPES)})")
-    if to == "hf" and mt not in rlk_types:
-        raise ConversionError(f"not an rlk checkpoint: model_type {mt!r} (expected one of {sorted(rlk_types)})")
-    family = mt if to == "rlk" else rlk_types[mt]
-    cfg_cls = FAMILIES[family][0]
+    family = by_hf_model_type(mt) if to == "rlk" else by_model_type(mt)
+    if family is None and to == "rlk":
+        raise ConversionError(f"unsupported architecture: model_type {mt!r} "
+                              f"(supported: {sorted(f.hf_model_type for f in FAMILIES.values())})")
+    if family is None:
+        raise ConversionError(f"not an rlk checkpoint: model_type {mt!r} "
+                              f"(expected one of {sorted(f.model_type for f in FAMILIES.values())})")
+    cfg_cls = family.config_cls
     fields = {k: v for k, v in raw.items() if k not in ("model_type", "architectures", "transformers_version")}
     try:
         cfg = cfg_cls(**fields)
@@ -137,7 +137,8 @@ def _check_tensors(src: _Source, expected: dict[str, tuple[int, ...]], what: str
         raise ConversionError(f"missing tensor(s) in {what}: {', '.join(missing[:5])}"
                               + (f" (+{len(missing) - 5} more)" if len(missing) > 5 else ""))
     if unexpected:
-        hint = " (tie_word_embeddings is true, so lm_head.weight must be absent)" if "lm_head.weight" in unexpected else ""
+        tied = "lm_head.weight" in unexpected
+        hint = " (tie_word_embeddings is true, so lm_head.weight must be absent)" if tied else ""
         raise ConversionError(f"unexpected tensor(s) in {what}: {', '.join(unexpected[:5])}"
                               + (f" (+{len(unexpected) - 5} more)" if len(unexpected) > 5 else "") + hint)
     for k, shape in expected.items():
@@ -191,12 +192,32 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str = "rlk", *, 
     family, cfg = _config_for(raw, to)
     source = _Source(src, allow_pickle)
     expected, steps = _plan(to, cfg)
-    _check_tensors(source, expected, f"{src} ({family}, {'HF' if to == 'rlk' else 'rlk'} layout)")
-
+    _check_tensors(source, expected, f"{src} ({family.name}, {'HF' if to == 'rlk' else 'rlk'} layout)")
     # sizes are known from headers, so shards are planned before anything is read
     out_bytes = [sum(source.nbytes(s) for s in srcs) if split is None else
                  source.nbytes(srcs[0]) * split[0][split[1]] // sum(split[0])
                  for _, srcs, split in steps]
+    shards = _plan_shards(out_bytes, max_shard_bytes)
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+    try:
+        _write_shards(tmp, source, steps, shards, sum(out_bytes), f"convert -> {to}", progress)
+        weights_dtype = source.get("model.embed_tokens.weight").dtype
+        out_config = _out_config(raw, family, to, rlk_backend, weights_dtype)
+        (tmp / "config.json").write_text(json.dumps(out_config, indent=2) + "\n")
+        for f in src.iterdir():  # tokenizer, generation config, chat template, ...
+            if f.is_file() and f.name != "config.json" and not _is_weight_file(f):
+                shutil.copy2(f, tmp / f.name)
+        _replace(tmp, dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dst
+
+
+def _plan_shards(out_bytes: list[int], max_shard_bytes: int) -> list[list[int]]:
+    """Output tensors (by index, in order) grouped into shards of at most ``max_shard_bytes``."""
     shards: list[list[int]] = [[]]
     size = 0
     for i, nb in enumerate(out_bytes):
@@ -205,13 +226,14 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str = "rlk", *, 
             size = 0
         shards[-1].append(i)
         size += nb
-    names = _shard_names(len(shards))
+    return shards
 
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
-    try:
-        weight_map = {}
-        bar = tqdm(total=len(steps), desc=f"convert -> {to}", unit="tensor", disable=not progress)
+
+def _write_shards(tmp: Path, source, steps, shards: list[list[int]], total: int, desc: str, progress: bool) -> None:
+    """Stream the planned tensors into safetensors shards in ``tmp`` (+ the index if several)."""
+    names = _shard_names(len(shards))
+    weight_map = {}
+    with tqdm(total=len(steps), desc=desc, unit="tensor", disable=not progress) as bar:
         for shard_name, idxs in zip(names, shards):
             tensors = {}
             for i in idxs:
@@ -227,43 +249,28 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str = "rlk", *, 
                 bar.update(1)
             save_file(tensors, str(tmp / shard_name), metadata={"format": "pt"})
             del tensors
-        bar.close()
-        if len(names) > 1:
-            total = sum(out_bytes)
-            (tmp / "model.safetensors.index.json").write_text(
-                json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
-        weights_dtype = source.get("model.embed_tokens.weight").dtype
-        (tmp / "config.json").write_text(json.dumps(_out_config(raw, to, rlk_backend, weights_dtype), indent=2) + "\n")
-        for f in src.iterdir():  # tokenizer, generation config, chat template, ...
-            if f.is_file() and f.name != "config.json" and not _is_weight_file(f):
-                shutil.copy2(f, tmp / f.name)
-        _replace(tmp, dst)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return dst
+    if len(names) > 1:
+        (tmp / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
 
 
 def _is_weight_file(f: Path) -> bool:
     return f.name in _WEIGHT_FILES or f.suffix in (".safetensors", ".bin") or f.name.endswith(".index.json")
 
 
-def _out_config(raw: dict, to: str, rlk_backend: str | None, weights_dtype: torch.dtype) -> dict:
+def _out_config(raw: dict, family: Family, to: str, rlk_backend: str | None, weights_dtype: torch.dtype) -> dict:
     out = dict(raw)
     if to == "rlk":
-        out["model_type"] = MODEL_TYPES[raw["model_type"]]
-        out["architectures"] = [ARCHITECTURES.get(a, a) for a in raw.get("architectures") or []] or \
-            [ARCHITECTURES[{"qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM"}[raw["model_type"]]]]
+        out["model_type"] = family.model_type
+        out["architectures"] = [family.architecture]
         out["rlk_backend"] = rlk_backend or raw.get("rlk_backend", "reference")
         try:
             out["rlk_fingerprint"] = expected_fingerprint(out["rlk_backend"], weights_dtype)
         except BackendUnavailable as e:
             raise ConversionError(str(e)) from None
     else:
-        back_types = {v: k for k, v in MODEL_TYPES.items()}
-        back_archs = {v: k for k, v in ARCHITECTURES.items()}
-        out["model_type"] = back_types[raw["model_type"]]
-        out["architectures"] = [back_archs.get(a, a) for a in raw.get("architectures") or []]
+        out["model_type"] = family.hf_model_type
+        out["architectures"] = [family.hf_architecture]
         for k in [k for k in out if k.startswith("rlk_")]:
             del out[k]
     return out

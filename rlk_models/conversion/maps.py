@@ -19,10 +19,6 @@ FUSED: dict[str, tuple[str, ...]] = {
     "mlp.gate_up_proj.bias": ("mlp.gate_proj.bias", "mlp.up_proj.bias"),
 }
 
-# HF model_type / architecture <-> rlk
-MODEL_TYPES = {"qwen3": "rlk_qwen3", "llama": "rlk_llama"}
-ARCHITECTURES = {"Qwen3ForCausalLM": "RLKQwen3ForCausalLM", "LlamaForCausalLM": "RLKLlamaForCausalLM"}
-
 # tensors some checkpoints carry that are recomputed, never loaded
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 

@@ -22,7 +22,7 @@ class UnsupportedConfig(ValueError):
 class RLKConfigFields:
     """The fields every rlk config adds (mixed into the family's config dataclass)."""
     rlk_backend: str = "reference"           # op backend computing every number (rlk_models.ops)
-    rlk_fingerprint: dict | None = None      # numerics the checkpoint was converted for (rlk_models.fingerprint)
+    rlk_fingerprint: dict | None = None      # numerics the checkpoint was converted for (rlk_models.ops.fingerprint)
     rlk_check_fingerprint: bool = True       # refuse to load with different numerics
     rlk_strict: bool = False                 # run the cached self-test at load, refuse on failure
 

@@ -1,12 +1,13 @@
 """The shared decoder stack over packed tokens: one definition for training and rollout.
 
 Tokens of all sequences are packed: hidden states are [T, D], with ``positions [T]`` and
-an attention-metadata object that only the inner attention reads. What differs between the
-HF training class and the vLLM class is injected through a *builder*: how linears, the
-embedding and the inner attention are made (plain parameters and varlen attention for
-training; vLLM's tensor-parallel layers and paged attention for rollout). The arithmetic
-around them -- norms, RoPE, SiLU-mul, residual adds in the model dtype -- is written once,
-here, with the op backend.
+an ``AttentionMeta`` that only the inner attention reads. What differs between the HF training
+class and the vLLM class is injected through a ``Builder``: how linears, the embedding and the
+inner attention are made (``TrainingBuilder``: plain parameters and varlen attention;
+``modeling.vllm.VllmBuilder``: vLLM's tensor-parallel layers and paged attention;
+``testing.paged_runner.PagedBuilder``: a paged cache without vLLM). The arithmetic around them
+-- norms, RoPE, SiLU-mul, residual adds in the model dtype -- is written once, here, with the
+op backend.
 
 Qwen3 = Llama + per-head q/k RMSNorm before RoPE (``config.rlk_qk_norm``) + explicit head_dim.
 """
@@ -14,6 +15,7 @@ Qwen3 = Llama + per-head q/k RMSNorm before RoPE (``config.rlk_qk_norm``) + expl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -56,10 +58,41 @@ class RMSNorm(nn.Module):
         return get_backend(self.backend).rms_norm(x, self.weight, self.eps)
 
 
-@dataclass
+@dataclass(frozen=True)
 class VarlenMeta:
     """Attention metadata of the training path: sequence s is tokens cu_seqlens[s]:cu_seqlens[s+1]."""
     cu_seqlens: torch.Tensor
+
+
+@dataclass(frozen=True)
+class PagedMeta:
+    """One step through paged caches outside vLLM (``testing.paged_runner``)."""
+    caches: list[torch.Tensor]      # per layer [num_blocks, Hkv, block_size, 2 D]
+    block_table: torch.Tensor       # [R, max_blocks] int32
+    seq_lens: torch.Tensor          # [R] context length after this step
+    query_start_loc: torch.Tensor   # [R + 1]
+    slot_mapping: torch.Tensor      # [T]
+    max_query_len: int
+
+
+@dataclass(frozen=True)
+class VllmContextMeta:
+    """Inside vLLM: its attention layers read the step's metadata from vLLM's forward context."""
+
+
+AttentionMeta = VarlenMeta | PagedMeta | VllmContextMeta
+
+
+class Builder(Protocol):
+    """Makes the decoder's parametrised layers and its inner attention (see module docstring)."""
+    tp_size: int
+
+    def embedding(self, vocab_size: int, dim: int, prefix: str) -> nn.Module: ...
+    def qkv(self, hidden: int, head_dim: int, n_heads: int, n_kv_heads: int, bias: bool, prefix: str) -> nn.Module: ...
+    def merged(self, in_features: int, out_sizes: list[int], bias: bool, prefix: str) -> nn.Module: ...
+    def row(self, in_features: int, out_features: int, bias: bool, prefix: str) -> nn.Module: ...
+    def attention(self, layer_idx: int, n_heads: int, n_kv_heads: int, head_dim: int, scale: float,
+                  prefix: str) -> nn.Module: ...
 
 
 class VarlenAttention(nn.Module):
@@ -74,7 +107,7 @@ class VarlenAttention(nn.Module):
 
 
 class TrainingBuilder:
-    """Makes the layers of the training class (tensor-parallel size 1, plain parameters)."""
+    """``Builder`` of the training class (tensor-parallel size 1, plain parameters)."""
     tp_size = 1
 
     def __init__(self, backend: str):
@@ -97,7 +130,7 @@ class TrainingBuilder:
 
 
 class Attention(nn.Module):
-    def __init__(self, config, build, prefix: str, layer_idx: int):
+    def __init__(self, config, build: Builder, prefix: str, layer_idx: int):
         super().__init__()
         self.backend = config.rlk_backend
         d, hq, hkv = config.head_dim, config.num_attention_heads, config.num_key_value_heads
@@ -107,17 +140,17 @@ class Attention(nn.Module):
         bias = config.attention_bias
         self.qkv_proj = build.qkv(config.hidden_size, d, hq, hkv, bias, f"{prefix}.qkv_proj")
         self.o_proj = build.row(hq * d, config.hidden_size, bias, f"{prefix}.o_proj")
-        if config.rlk_qk_norm:
-            self.q_norm = RMSNorm(d, config.rms_norm_eps, self.backend)
-            self.k_norm = RMSNorm(d, config.rms_norm_eps, self.backend)
+        qk_norm = config.rlk_qk_norm  # Qwen3: per-head RMSNorm of q and k before RoPE
+        self.q_norm = RMSNorm(d, config.rms_norm_eps, self.backend) if qk_norm else None
+        self.k_norm = RMSNorm(d, config.rms_norm_eps, self.backend) if qk_norm else None
         self.attn = build.attention(layer_idx, self.n_heads, self.n_kv_heads, d, d ** -0.5, f"{prefix}.attn")
 
-    def forward(self, x_TD, positions_T, rope_PD, meta):
+    def forward(self, x_TD, positions_T, rope_PD, meta: AttentionMeta):
         ops, T, d = get_backend(self.backend), x_TD.shape[0], self.head_dim
         qkv = self.qkv_proj(x_TD)
         q, k, v = qkv.split([self.n_heads * d, self.n_kv_heads * d, self.n_kv_heads * d], dim=-1)
         q_TNH, k_TKH, v_TKH = q.view(T, -1, d), k.view(T, -1, d), v.view(T, -1, d)
-        if hasattr(self, "q_norm"):
+        if self.q_norm is not None:
             q_TNH, k_TKH = self.q_norm(q_TNH), self.k_norm(k_TKH)
         q_TNH = ops.rope(q_TNH, positions_T, rope_PD)
         k_TKH = ops.rope(k_TKH, positions_T, rope_PD)
@@ -126,7 +159,7 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, config, build, prefix: str):
+    def __init__(self, config, build: Builder, prefix: str):
         super().__init__()
         self.backend = config.rlk_backend
         bias = getattr(config, "mlp_bias", False)
@@ -139,7 +172,7 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(GradientCheckpointingLayer):
-    def __init__(self, config, build, prefix: str, layer_idx: int):
+    def __init__(self, config, build: Builder, prefix: str, layer_idx: int):
         super().__init__()
         eps, b = config.rms_norm_eps, config.rlk_backend
         self.input_layernorm = RMSNorm(config.hidden_size, eps, b)
@@ -147,7 +180,7 @@ class DecoderLayer(GradientCheckpointingLayer):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps, b)
         self.mlp = MLP(config, build, f"{prefix}.mlp")
 
-    def forward(self, h_TD, positions_T, rope_PD, meta):
+    def forward(self, h_TD, positions_T, rope_PD, meta: AttentionMeta):
         h_TD = h_TD + self.self_attn(self.input_layernorm(h_TD), positions_T, rope_PD, meta)
         return h_TD + self.mlp(self.post_attention_layernorm(h_TD))
 
@@ -155,7 +188,7 @@ class DecoderLayer(GradientCheckpointingLayer):
 class Decoder(nn.Module):
     """Embedding -> layers -> final norm over packed tokens; returns hidden states [T, D]."""
 
-    def __init__(self, config, build, prefix: str = "model"):
+    def __init__(self, config, build: Builder, prefix: str = "model"):
         super().__init__()
         self.config = config
         self.embed_tokens = build.embedding(config.vocab_size, config.hidden_size, f"{prefix}.embed_tokens")
@@ -172,7 +205,7 @@ class Decoder(nn.Module):
             self._rope[device] = rope_table(c.head_dim, c.max_position_embeddings, rope_parameters(c)).to(device)
         return self._rope[device]
 
-    def forward(self, input_ids_T: torch.Tensor | None, positions_T: torch.Tensor, meta,
+    def forward(self, input_ids_T: torch.Tensor | None, positions_T: torch.Tensor, meta: AttentionMeta,
                 inputs_embeds_TD: torch.Tensor | None = None) -> torch.Tensor:
         h_TD = self.embed_tokens(input_ids_T) if inputs_embeds_TD is None else inputs_embeds_TD
         rope_PD = self.rope_table(h_TD.device)

@@ -24,10 +24,9 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from ..fingerprint import check_fingerprint
-from ..selftest import maybe_require
 from ..ops import get_backend
-from ..ops.reference.primitives import tree_sum
+from ..ops.fingerprint import check_fingerprint
+from ..ops.selftest import maybe_require
 from .config import validate_config
 from .decoder import Decoder, Embedding, Linear, RMSNorm, TrainingBuilder, VarlenMeta
 
@@ -200,22 +199,32 @@ class RLKForCausalLM(RLKPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         shape = tuple((input_ids if input_ids is not None else inputs_embeds).shape[:2])
-        if position_ids is not None and attention_mask is None:
-            if shape[0] != 1:
-                raise ValueError("position_ids without attention_mask is the packed format: batch size must be 1")
-            pos = position_ids.reshape(-1).to(torch.int64)
-            starts = torch.nonzero(pos == 0)[:, 0]
-            if starts.numel() == 0 or int(starts[0]) != 0:
-                raise ValueError("packed position_ids must start every sequence at 0")
-            cu = torch.cat([starts, torch.tensor([pos.numel()], device=pos.device)])
-            p = Packed(input_ids.reshape(-1) if input_ids is not None else None, pos, cu,
-                       torch.arange(pos.numel(), device=pos.device), shape)
-        else:
-            p = pack(input_ids, attention_mask, shape)
+        p = self._pack_inputs(input_ids, attention_mask, position_ids, shape)
         embeds = inputs_embeds.reshape(-1, inputs_embeds.shape[-1])[p.flat_index] if inputs_embeds is not None else None
         hidden = self.packed_hidden_states(p.input_ids, p.cu_seqlens, p.positions, embeds)
+        logits = self._kept_logits(hidden, p, logits_to_keep)
+        loss = None if labels is None else self._loss(hidden, p, labels, num_items_in_batch)
+        return CausalLMOutputWithPast(loss=loss, logits=logits)
 
-        b, s = shape
+    @staticmethod
+    def _pack_inputs(input_ids, attention_mask, position_ids, shape: tuple[int, int]) -> Packed:
+        """Pack by ``attention_mask``; or, for padding-free batches (``position_ids`` of one row
+        and no mask), start a new sequence wherever the position is 0."""
+        if position_ids is None or attention_mask is not None:
+            return pack(input_ids, attention_mask, shape)
+        if shape[0] != 1:
+            raise ValueError("position_ids without attention_mask is the packed format: batch size must be 1")
+        pos = position_ids.reshape(-1).to(torch.int64)
+        starts = torch.nonzero(pos == 0)[:, 0]
+        if starts.numel() == 0 or int(starts[0]) != 0:
+            raise ValueError("packed position_ids must start every sequence at 0")
+        cu = torch.cat([starts, torch.tensor([pos.numel()], device=pos.device)])
+        return Packed(input_ids.reshape(-1) if input_ids is not None else None, pos, cu,
+                      torch.arange(pos.numel(), device=pos.device), shape)
+
+    def _kept_logits(self, hidden: torch.Tensor, p: Packed, logits_to_keep: int | torch.Tensor) -> torch.Tensor:
+        """fp32 logits [B, S or kept, V] at the positions ``logits_to_keep`` selects (0 = all)."""
+        b, s = p.shape
         keep = torch.zeros(b, s, dtype=torch.bool, device=hidden.device)
         if isinstance(logits_to_keep, int):
             keep[:, -logits_to_keep if logits_to_keep else 0:] = True
@@ -225,18 +234,19 @@ class RLKForCausalLM(RLKPreTrainedModel):
         logits_flat = self.ops.linear(hidden[rows], self.lm_head.weight, out_dtype=torch.float32)
         logits = hidden.new_zeros(b * s, self.config.vocab_size, dtype=torch.float32)
         logits[p.flat_index[rows]] = logits_flat
-        logits = logits.view(b, s, -1)[:, keep.any(0)] if not bool(keep.all()) else logits.view(b, s, -1)
+        return logits.view(b, s, -1)[:, keep.any(0)] if not bool(keep.all()) else logits.view(b, s, -1)
 
-        loss = None
-        if labels is not None:
-            if labels.shape != (b, s):
-                raise ValueError(f"labels {tuple(labels.shape)} must match input_ids ({b}, {s})")
-            shifted = torch.cat([labels[:, 1:], labels.new_full((b, 1), -100)], dim=1).reshape(-1)[p.flat_index]
-            valid = shifted != -100
-            if valid.any() and (int(shifted[valid].min()) < 0 or int(shifted[valid].max()) >= self.config.vocab_size):
-                raise IndexError(f"labels must be -100 or lie in [0, {self.config.vocab_size})")
-            logp, _ = self._head(hidden[valid], shifted[valid], False)
-            total = -tree_sum(logp)
-            denom = num_items_in_batch if num_items_in_batch is not None else valid.sum()
-            loss = total / torch.as_tensor(denom, dtype=torch.float32, device=total.device).clamp_min(1)
-        return CausalLMOutputWithPast(loss=loss, logits=logits)
+    def _loss(self, hidden: torch.Tensor, p: Packed, labels: torch.Tensor, num_items_in_batch) -> torch.Tensor:
+        """Next-token cross-entropy through the log-prob head: the sum over labelled tokens (in the
+        backend's fixed order) over their count, or over ``num_items_in_batch``."""
+        b, s = p.shape
+        if labels.shape != (b, s):
+            raise ValueError(f"labels {tuple(labels.shape)} must match input_ids ({b}, {s})")
+        shifted = torch.cat([labels[:, 1:], labels.new_full((b, 1), -100)], dim=1).reshape(-1)[p.flat_index]
+        valid = shifted != -100
+        if valid.any() and (int(shifted[valid].min()) < 0 or int(shifted[valid].max()) >= self.config.vocab_size):
+            raise IndexError(f"labels must be -100 or lie in [0, {self.config.vocab_size})")
+        logp, _ = self._head(hidden[valid], shifted[valid], False)
+        total = -self.ops.token_sum(logp)
+        denom = num_items_in_batch if num_items_in_batch is not None else valid.sum()
+        return total / torch.as_tensor(denom, dtype=torch.float32, device=total.device).clamp_min(1)

@@ -39,11 +39,12 @@ from vllm.model_executor.layers.vocab_parallel_embedding import (
 )
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
-from ..fingerprint import check_fingerprint
 from ..ops import get_backend
-from ..selftest import maybe_require
+from ..ops.canonical import padded_vocab, vocab_shard
+from ..ops.fingerprint import check_fingerprint
+from ..ops.selftest import maybe_require
 from .config import validate_config
-from .decoder import Decoder
+from .decoder import Decoder, VllmContextMeta
 from .vllm_attention import RLKAttentionBackend
 
 LOGPROBS_FLAG = ('logprobs_mode="raw_logits" (Python: LLM(..., logprobs_mode="raw_logits"); '
@@ -84,7 +85,7 @@ class _PagedAttention(Attention):
     """vLLM's Attention layer (owns this layer's paged KV cache) with the decoder's calling
     convention: per-head tensors in, per-head tensors out."""
 
-    def forward(self, q_TNH, k_TKH, v_TKH, meta=None):
+    def forward(self, q_TNH, k_TKH, v_TKH, meta: VllmContextMeta):
         t, _, d = q_TNH.shape
         out = super().forward(q_TNH.reshape(t, -1), k_TKH.reshape(t, -1), v_TKH.reshape(t, -1))
         return out.view(t, -1, d)
@@ -97,7 +98,7 @@ class VllmBuilder:
         self.cache_config = vllm_config.cache_config
         self.backend = backend
         self.tp_size = get_tensor_model_parallel_world_size()
-        self.vocab_padding = get_backend(backend).padded_vocab(1)  # the canonical padding multiple
+        self.vocab_padding = padded_vocab(1)  # the canonical padding multiple
 
     def _ours(self, layer):
         layer.quant_method = RLKLinearMethod(self.backend)
@@ -159,7 +160,7 @@ class RLKVllmForCausalLM(nn.Module):
         return self.model.embed_tokens(input_ids)
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
-        return self.model(input_ids, positions, None, inputs_embeds)
+        return self.model(input_ids, positions, VllmContextMeta(), inputs_embeds)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """fp32 log-probs [n, vocab] from the log-prob head (reported as-is under raw_logits).
@@ -168,15 +169,13 @@ class RLKVllmForCausalLM(nn.Module):
         ops, vocab, head = get_backend(self.config.rlk_backend), self.config.vocab_size, self.lm_head
         if head.tp_size == 1:
             return ops.full_logprobs(hidden_states, head.weight, vocab)
-        shard = ops.vocab_shard(vocab, head.tp_rank, head.tp_size)
-        m, s, e, _, tiles = ops.shard_stats(hidden_states, head.weight, shard, vocab, None, False, keep_logits=True)
-        m, s, e = (tensor_model_parallel_all_gather(t[None], dim=0) for t in (m, s, e))
+        shard = vocab_shard(vocab, head.tp_rank, head.tp_size)
+        st = ops.shard_stats(hidden_states, head.weight, shard, vocab, None, with_entropy=False, keep_logits=True)
+        m, s, e = (tensor_model_parallel_all_gather(t[None], dim=0) for t in (st.m, st.s, st.e))
         lse, _, _ = ops.combine_shards(m, s, e, torch.zeros_like(m))
         local = hidden_states.new_full((hidden_states.shape[0], shard[1] - shard[0]), float("-inf"),
                                        dtype=torch.float32)
-        if tiles:
-            logits = torch.cat(tiles, dim=-1)
-            local[:, :logits.shape[1]] = logits - lse[:, None]
+        local[:, :st.logits.shape[1]] = st.logits - lse[:, None]
         return tensor_model_parallel_all_gather(local, dim=-1)[:, :vocab]
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:

@@ -3,6 +3,11 @@
 A backend is a module exposing the functions of ``Backend``; models hold the backend they
 were built with (``config.rlk_backend``), so the choice is explicit per model and never a
 process-wide switch. A backend that is requested but cannot run here raises.
+
+Layers: ``canonical`` (what every backend agrees on: K-groups, the canonical padded vocab and its
+shards, stats records), ``checks`` (argument checks for every op), ``autograd`` (shared autograd
+glue); the backends ``reference`` and ``triton`` build on those three and never on each other.
+``fingerprint`` and ``selftest`` check a backend's contract per checkpoint and per machine.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Protocol
 
 import torch
 
+from .canonical import ShardStats
 from .rope_table import UnsupportedRope, rope_table
 
 _BACKENDS = {"reference": "rlk_models.ops.reference", "triton": "rlk_models.ops.triton"}
@@ -45,11 +51,12 @@ class Backend(Protocol):
     def shard_partial(self, x: torch.Tensor, w_shard: torch.Tensor, tp_size: int) -> torch.Tensor: ...
     def combine_partials(self, parts: torch.Tensor, bias: torch.Tensor | None,
                          out_dtype: torch.dtype) -> torch.Tensor: ...
-    def padded_vocab(self, vocab_size: int) -> int: ...
-    def vocab_shard(self, vocab_size: int, rank: int, tp_size: int) -> tuple[int, int]: ...
     def shard_stats(self, h: torch.Tensor, w_shard: torch.Tensor, shard: tuple[int, int], vocab_size: int,
-                    targets: torch.Tensor | None, with_entropy: bool, keep_logits: bool = False): ...
-    def combine_shards(self, m, s, e, tgt): ...
+                    targets: torch.Tensor | None, *, with_entropy: bool, keep_logits: bool = False) -> ShardStats: ...
+    def combine_shards(self, m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, tgt: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+    # the training loss: a fixed-order sum of per-token values
+    def token_sum(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
 class BackendUnavailable(RuntimeError):

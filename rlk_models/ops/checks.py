@@ -1,5 +1,6 @@
 """Argument checks shared by every backend's public ops: bad input fails the same way, with a
-message naming what is wrong, whichever backend runs."""
+message naming what is wrong, whichever backend runs. A backend adds only the limits of its own
+kernels (e.g. Triton attention's power-of-two head_dim)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,16 @@ def check_embedding(ids: torch.Tensor, weight: torch.Tensor) -> None:
                          f"got range [{int(ids.min())}, {int(ids.max())}]")
 
 
+def check_rms_norm(x: torch.Tensor, weight: torch.Tensor) -> None:
+    if x.shape[-1] != weight.shape[0]:
+        raise ValueError(f"rms_norm: x has last dim {x.shape[-1]}, weight has {weight.shape[0]}")
+
+
+def check_silu_mul(gate_up: torch.Tensor) -> None:
+    if gate_up.shape[-1] % 2:
+        raise ValueError(f"silu_mul: last dim must be even (gate|up), got {gate_up.shape[-1]}")
+
+
 def check_rope(x: torch.Tensor, positions: torch.Tensor, table: torch.Tensor) -> None:
     if x.dim() != 3 or x.shape[-1] != table.shape[-1] or positions.shape != x.shape[:1]:
         raise ValueError(f"rope: x {tuple(x.shape)}, positions {tuple(positions.shape)}, "
@@ -24,6 +35,22 @@ def check_rope(x: torch.Tensor, positions: torch.Tensor, table: torch.Tensor) ->
     if positions.numel() and int(positions.max()) >= table.shape[0]:
         raise IndexError(f"rope: position {int(positions.max())} is past the table "
                          f"({table.shape[0]} positions = max_position_embeddings)")
+
+
+def check_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
+    if q.dim() != 3 or k.shape != v.shape or k.dim() != 3 or k.shape[0] != q.shape[0] or q.shape[2] != k.shape[2]:
+        raise ValueError(f"attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
+                         "must be [T, Hq, D], [T, Hkv, D], [T, Hkv, D]")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"attention: {q.shape[1]} query heads is not a multiple of {k.shape[1]} KV heads")
+    if int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != q.shape[0]:
+        raise ValueError(f"attention: cu_seqlens must run from 0 to T={q.shape[0]}")
+
+
+def check_paged_attention(q: torch.Tensor, kv_cache: torch.Tensor) -> None:
+    if q.dim() != 3 or kv_cache.dim() != 4 or kv_cache.shape[3] != 2 * q.shape[2] or q.shape[1] % kv_cache.shape[1]:
+        raise ValueError(f"paged attention: q {tuple(q.shape)} does not fit kv_cache {tuple(kv_cache.shape)} "
+                         "([T, Hq, D] and [blocks, Hkv, block_size, 2*D], Hkv dividing Hq)")
 
 
 def check_head(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> None:

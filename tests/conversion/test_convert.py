@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
 from rlk_models.conversion import ConversionError, convert
-from rlk_models.tiny import make_tiny_hf_checkpoint
+from rlk_models.testing.tiny import make_tiny_hf_checkpoint
 
 
 def tensors(path):
@@ -134,12 +134,13 @@ def test_rlk_to_rlk_is_refused(checkpoints, tmp_path):
 
 def test_cli(checkpoints, tmp_path):
     hf = checkpoints["llama3"][0]
-    run = [sys.executable, "-m", "rlk_models.conversion.cli"]
+    run = [sys.executable, "-m", "rlk_models.cli.convert"]
     ok = subprocess.run(run + [str(hf), str(tmp_path / "out")], capture_output=True, text=True)
     assert ok.returncode == 0 and (tmp_path / "out" / "config.json").exists(), ok.stderr
     again = subprocess.run(run + [str(hf), str(tmp_path / "out")], capture_output=True, text=True)
     assert again.returncode == 2 and "exists; pass force" in again.stderr
-    back = subprocess.run(run + [str(tmp_path / "out"), str(tmp_path / "back"), "--to", "hf", "--max-shard-size", "40KB"],
+    back = subprocess.run(run + [str(tmp_path / "out"), str(tmp_path / "back"), "--to", "hf",
+                                 "--max-shard-size", "40KB"],
                           capture_output=True, text=True)
     assert back.returncode == 0, back.stderr
     assert (tmp_path / "back" / "model.safetensors.index.json").exists()

@@ -13,9 +13,9 @@ from transformers import AutoModelForCausalLM
 
 from rlk_models import RLKQwen3Config, RLKQwen3ForCausalLM
 from rlk_models.conversion import convert
-from rlk_models.fingerprint import FingerprintMismatch
-from rlk_models.selftest import SelfTestFailed, self_test
-from rlk_models.tiny import make_tiny_hf_checkpoint
+from rlk_models.ops.fingerprint import FingerprintMismatch
+from rlk_models.ops.selftest import SelfTestFailed, self_test
+from rlk_models.testing.tiny import make_tiny_hf_checkpoint
 
 from ..vllm.conftest import ROOT, run_json
 
@@ -43,13 +43,13 @@ def test_bisector_names_the_planted_layer_and_op(fp32):
 
 def test_bisect_cli_reports_no_divergence_between_two_backends_runs(fp32):
     good, _ = fp32
-    r = subprocess.run([sys.executable, "-m", "rlk_models.bisect", f"train:{good}", f"train:{good}@reference",
+    r = subprocess.run([sys.executable, "-m", "rlk_models.cli.bisect", f"train:{good}", f"train:{good}@reference",
                         "--tokens", "5,9,13,200,7"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0 and "no divergence" in r.stdout, r.stdout + r.stderr
 
 
 def _verify(ckpt):
-    return subprocess.run([sys.executable, "-m", "rlk_models.verify", str(ckpt), "--dtype", "float32",
+    return subprocess.run([sys.executable, "-m", "rlk_models.cli.verify", str(ckpt), "--dtype", "float32",
                            "--configs", "batches_16_3_temp1", "--import", "tests.planted_backend"],
                           capture_output=True, text=True, cwd=ROOT, timeout=900,
                           env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})

@@ -12,7 +12,8 @@ from rlk_models.ops.reference.primitives import tree_sum
 
 @pytest.fixture(scope="module")
 def qwen(checkpoints):
-    return AutoModelForCausalLM.from_pretrained(checkpoints["qwen3"][1], dtype=torch.float32, rlk_check_fingerprint=False)
+    return AutoModelForCausalLM.from_pretrained(checkpoints["qwen3"][1], dtype=torch.float32,
+                                                rlk_check_fingerprint=False)
 
 
 def batch(vocab, seed=0):
@@ -78,7 +79,8 @@ def test_gradient_checkpointing_gives_identical_gradients(checkpoints):
     ids, mask = batch(512, seed=1)
 
     def grads(gc):
-        m = AutoModelForCausalLM.from_pretrained(checkpoints["qwen3"][1], dtype=torch.float32, rlk_check_fingerprint=False)
+        m = AutoModelForCausalLM.from_pretrained(checkpoints["qwen3"][1], dtype=torch.float32,
+                                                rlk_check_fingerprint=False)
         if gc:
             m.gradient_checkpointing_enable()
         m.train()
@@ -90,7 +92,8 @@ def test_gradient_checkpointing_gives_identical_gradients(checkpoints):
 
 
 def test_a_training_step_reduces_loss(checkpoints):
-    m = AutoModelForCausalLM.from_pretrained(checkpoints["llama_bias"][1], dtype=torch.float32, rlk_check_fingerprint=False)
+    m = AutoModelForCausalLM.from_pretrained(checkpoints["llama_bias"][1], dtype=torch.float32,
+                                                rlk_check_fingerprint=False)
     ids, mask = batch(m.config.vocab_size, seed=2)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
     losses = []

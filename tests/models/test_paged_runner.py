@@ -1,4 +1,4 @@
-"""The vLLM-paging simulator (``rlk_models.modeling.paged``) on CPU with the reference backend:
+"""The vLLM-paging simulator (``rlk_models.testing.paged_runner``) on CPU with the reference backend:
 teacher-forced log-probs through random block tables (block sizes 16 and 128), chunked prefill
 under a token budget, staggered arrivals and mixed decode/prefill steps equal the training
 class's log-probs bitwise. The same runner drives the Triton paged kernel on the H200
@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlk_models.modeling.paged import PagedRunner, training_logprobs
+from rlk_models.testing.paged_runner import PagedRunner, training_logprobs
 
 
 @pytest.mark.parametrize("name", ["qwen3", "llama_bias"])
@@ -30,7 +30,7 @@ def test_paged_runner_can_fail(checkpoints):
     model = AutoModelForCausalLM.from_pretrained(checkpoints["qwen3"][1], dtype=torch.bfloat16)
     seq = torch.randint(0, model.config.vocab_size, (30,), generator=torch.Generator().manual_seed(0)).tolist()
     runner = PagedRunner(model, block_size=16)
-    import rlk_models.modeling.paged as paged
+    import rlk_models.testing.paged_runner as paged
 
     real = paged.slots_for
     paged.slots_for = lambda table, pos, bs: real(table, pos.flip(0), bs)  # writes K/V to the wrong slots

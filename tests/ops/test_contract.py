@@ -1,6 +1,10 @@
-"""Bitwise contract of every reference op (torch.equal only): a row computed alone equals the
-same row inside batches of other rows, at any position, with 1 or 2 threads, on every run;
-backward twice gives bitwise-equal gradients."""
+"""Bitwise contract of every op (torch.equal only), for every backend that can show it on this
+machine (``tests.conftest.CONTRACT_BACKENDS``: the reference everywhere, Triton natively on
+CUDA; under the interpreter Triton's bitwise checks are tests/ops/triton/test_kernels.py): a row
+computed alone equals the same row inside batches of other rows, at any position, with 1 or 2
+threads, on every run; backward twice gives bitwise-equal gradients. The context form
+``attend`` (prefill == chunked == decode) is the reference's; Triton's paged kernel is checked
+against its training kernel in test_kernels.py."""
 
 import pytest
 import torch
@@ -8,15 +12,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlk_models.ops import get_backend, rope_table
+from tests.conftest import CONTRACT_BACKENDS, backend_device
 
-ops = get_backend("reference")
 DTYPES = [torch.float32, torch.bfloat16]
 WEIRD = [1, 5, 17, 64, 123]
 SETTINGS = settings(max_examples=15, deadline=None)
+on_backends = pytest.mark.parametrize("backend", CONTRACT_BACKENDS)
+ops = get_backend("reference")  # the reference-only tests below (attend)
+DEV = "cpu"
+
+
+def use(backend: str) -> None:
+    """Point this module's ``ops`` and ``rand`` at ``backend`` and its device."""
+    global ops, DEV
+    ops, DEV = get_backend(backend), backend_device(backend)
 
 
 def rand(*shape, dtype=torch.float32, seed=0, scale=1.0):
-    return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale).to(dtype)
+    return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale).to(dtype).to(DEV)
 
 
 def embed_row(row, others, pos):
@@ -37,55 +50,69 @@ def assert_row_invariant(fn, rows, others_n, pos, seed, dtype):
     assert torch.equal(single, full) and torch.equal(fn(rows), full)
 
 
+@on_backends
 @SETTINGS
 @given(m=st.integers(1, 9), k=st.sampled_from(WEIRD + [256]), n=st.sampled_from(WEIRD), others=st.integers(0, 40),
        pos=st.integers(0, 40), bias=st.booleans(), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999))
-def test_linear_rows(m, k, n, others, pos, bias, dtype, seed):
+def test_linear_rows(backend, m, k, n, others, pos, bias, dtype, seed):
+    use(backend)
     w, b = rand(n, k, dtype=dtype, seed=seed + 2), (rand(n, dtype=dtype, seed=seed + 3) if bias else None)
     assert_row_invariant(lambda x: ops.linear(x, w, b), rand(m, k, dtype=dtype, seed=seed), others, pos, seed, dtype)
 
 
+@on_backends
 @SETTINGS
 @given(m=st.integers(1, 9), d=st.sampled_from(WEIRD + [32]), others=st.integers(0, 40), pos=st.integers(0, 40),
        dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999))
-def test_rms_norm_rows(m, d, others, pos, dtype, seed):
+def test_rms_norm_rows(backend, m, d, others, pos, dtype, seed):
+    use(backend)
     w = rand(d, dtype=dtype, seed=seed + 2)
-    assert_row_invariant(lambda x: ops.rms_norm(x, w, 1e-6), rand(m, d, dtype=dtype, seed=seed), others, pos, seed, dtype)
+
+    def norm(x):
+        return ops.rms_norm(x, w, 1e-6)
+
+    assert_row_invariant(norm, rand(m, d, dtype=dtype, seed=seed), others, pos, seed, dtype)
     # per-head form [T, H, D]
-    assert_row_invariant(lambda x: ops.rms_norm(x, w, 1e-6), rand(m, 3, d, dtype=dtype, seed=seed), others, pos, seed, dtype)
+    assert_row_invariant(norm, rand(m, 3, d, dtype=dtype, seed=seed), others, pos, seed, dtype)
 
 
+@on_backends
 @SETTINGS
 @given(m=st.integers(1, 9), i=st.sampled_from(WEIRD + [128]), others=st.integers(0, 40), pos=st.integers(0, 40),
        dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999))
-def test_silu_mul_rows(m, i, others, pos, dtype, seed):
+def test_silu_mul_rows(backend, m, i, others, pos, dtype, seed):
+    use(backend)
     assert_row_invariant(ops.silu_mul, rand(m, 2 * i, dtype=dtype, seed=seed, scale=4), others, pos, seed, dtype)
 
 
+@on_backends
 @SETTINGS
 @given(m=st.integers(1, 9), others=st.integers(0, 40), pos=st.integers(0, 40), dtype=st.sampled_from(DTYPES),
        seed=st.integers(0, 999))
-def test_rope_rows(m, others, pos, dtype, seed):
-    table = rope_table(32, 128, {"rope_type": "default", "rope_theta": 10000.0})
+def test_rope_rows(backend, m, others, pos, dtype, seed):
+    use(backend)
+    table = rope_table(32, 128, {"rope_type": "default", "rope_theta": 10000.0}).to(DEV)
     g = torch.Generator().manual_seed(seed)
-    x, positions = rand(m, 3, 32, dtype=dtype, seed=seed), torch.randint(0, 128, (m,), generator=g)
+    x, positions = rand(m, 3, 32, dtype=dtype, seed=seed), torch.randint(0, 128, (m,), generator=g).to(DEV)
     full = ops.rope(x, positions, table)
-    ox, opos = rand(others, 3, 32, dtype=dtype, seed=seed + 1), torch.randint(0, 128, (others,), generator=g)
+    ox, opos = rand(others, 3, 32, dtype=dtype, seed=seed + 1), torch.randint(0, 128, (others,), generator=g).to(DEV)
     p = min(pos, others)
     for r in range(m):
         out = ops.rope(embed_row(x[r], ox, p), embed_row(positions[r], opos, p), table)
         assert torch.equal(out[p], full[r])
 
 
+@on_backends
 @SETTINGS
 @given(m=st.integers(1, 9), vocab=st.sampled_from([7, 256, 300, 700, 1025]), others=st.integers(0, 30),
        pos=st.integers(0, 30), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999))
-def test_logprob_head_rows_and_full_logprobs(m, vocab, others, pos, dtype, seed):
+def test_logprob_head_rows_and_full_logprobs(backend, m, vocab, others, pos, dtype, seed):
+    use(backend)
     w = rand(vocab + 3, 48, dtype=dtype, seed=seed + 2)  # +3 rows: vLLM-style vocab padding, ignored
     g = torch.Generator().manual_seed(seed)
-    h, tgt = rand(m, 48, dtype=dtype, seed=seed), torch.randint(0, vocab, (m,), generator=g)
+    h, tgt = rand(m, 48, dtype=dtype, seed=seed), torch.randint(0, vocab, (m,), generator=g).to(DEV)
     lp, ent = ops.logprob_head(h, w, tgt, vocab, True)
-    oh, otg = rand(others, 48, dtype=dtype, seed=seed + 1), torch.randint(0, vocab, (others,), generator=g)
+    oh, otg = rand(others, 48, dtype=dtype, seed=seed + 1), torch.randint(0, vocab, (others,), generator=g).to(DEV)
     p = min(pos, others)
     for r in range(m):
         lp2, ent2 = ops.logprob_head(embed_row(h[r], oh, p), w, embed_row(tgt[r], otg, p), vocab, True)
@@ -97,21 +124,23 @@ def test_logprob_head_rows_and_full_logprobs(m, vocab, others, pos, dtype, seed)
 
 def _packed(lengths, hq, hkv, d, dtype, seed):
     t = sum(lengths)
-    cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)))
+    cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), device=DEV)
     return (rand(t, hq, d, dtype=dtype, seed=seed), rand(t, hkv, d, dtype=dtype, seed=seed + 1),
             rand(t, hkv, d, dtype=dtype, seed=seed + 2), cu)
 
 
+@on_backends
 @SETTINGS
 @given(lengths=st.lists(st.integers(1, 40), min_size=1, max_size=5), which=st.integers(0, 4),
-       gqa=st.sampled_from([(4, 4), (4, 2), (4, 1)]), d=st.sampled_from([8, 32]), dtype=st.sampled_from(DTYPES),
+       gqa=st.sampled_from([(4, 4), (4, 2), (4, 1)]), d=st.sampled_from([16, 32]), dtype=st.sampled_from(DTYPES),
        seed=st.integers(0, 999))
-def test_attention_sequence_alone_equals_in_batch(lengths, which, gqa, d, dtype, seed):
+def test_attention_sequence_alone_equals_in_batch(backend, lengths, which, gqa, d, dtype, seed):
+    use(backend)
     which %= len(lengths)
     q, k, v, cu = _packed(lengths, *gqa, d, dtype, seed)
     out = ops.varlen_attention(q, k, v, cu, d ** -0.5)
     a, b = int(cu[which]), int(cu[which + 1])
-    alone = ops.varlen_attention(q[a:b], k[a:b], v[a:b], torch.tensor([0, b - a]), d ** -0.5)
+    alone = ops.varlen_attention(q[a:b], k[a:b], v[a:b], torch.tensor([0, b - a], device=DEV), d ** -0.5)
     assert torch.equal(alone, out[a:b])
 
 
@@ -120,6 +149,7 @@ def test_attention_sequence_alone_equals_in_batch(lengths, which, gqa, d, dtype,
        dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999))
 def test_attention_prefill_chunked_prefill_and_decode_agree(n, chunk, gqa, dtype, seed):
     """Full-sequence pass == chunks of queries over the keys so far == token-by-token decode."""
+    use("reference")
     q, k, v, cu = _packed([n], *gqa, 32, dtype, seed)
     full = ops.varlen_attention(q, k, v, cu, 32 ** -0.5)
     pos = torch.arange(n)
@@ -136,28 +166,35 @@ def _grads(fn, *inputs):
     leaves = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs]
     out = fn(*leaves)
     out = out[0] if isinstance(out, tuple) else out
-    (out.float() * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+    (out.float() * torch.linspace(-1, 1, out.numel(), device=out.device).view_as(out)).sum().backward()
     return [x.grad for x in leaves if x.grad is not None]
 
 
 CASES = {
-    "linear": (lambda x, w, b: ops.linear(x, w, b), lambda dt: (rand(33, 40, dtype=dt), rand(17, 40, dtype=dt, seed=1), rand(17, dtype=dt, seed=2))),
-    "embedding": (lambda w: ops.embedding(torch.tensor([3, 1, 3, 0, 3, 1]), w), lambda dt: (rand(5, 8, dtype=dt),)),
-    "rms_norm": (lambda x, w: ops.rms_norm(x, w, 1e-6), lambda dt: (rand(33, 40, dtype=dt), rand(40, dtype=dt, seed=1))),
+    "linear": (lambda x, w, b: ops.linear(x, w, b),
+               lambda dt: (rand(33, 40, dtype=dt), rand(17, 40, dtype=dt, seed=1), rand(17, dtype=dt, seed=2))),
+    "embedding": (lambda w: ops.embedding(torch.tensor([3, 1, 3, 0, 3, 1], device=DEV), w),
+                  lambda dt: (rand(5, 8, dtype=dt),)),
+    "rms_norm": (lambda x, w: ops.rms_norm(x, w, 1e-6),
+                 lambda dt: (rand(33, 40, dtype=dt), rand(40, dtype=dt, seed=1))),
     "silu_mul": (ops.silu_mul, lambda dt: (rand(33, 34, dtype=dt, scale=3),)),
-    "rope": (lambda x: ops.rope(x, torch.arange(9), rope_table(16, 32, {"rope_type": "default", "rope_theta": 1e4})),
+    "rope": (lambda x: ops.rope(x, torch.arange(9, device=DEV),
+                                      rope_table(16, 32, {"rope_type": "default", "rope_theta": 1e4}).to(DEV)),
              lambda dt: (rand(9, 2, 16, dtype=dt),)),
-    "attention": (lambda q, k, v: ops.varlen_attention(q, k, v, torch.tensor([0, 5, 12, 20]), 0.25),
-                  lambda dt: (rand(20, 4, 16, dtype=dt), rand(20, 2, 16, dtype=dt, seed=1), rand(20, 2, 16, dtype=dt, seed=2))),
-    "logprob_head": (lambda h, w: ops.logprob_head(h, w, torch.arange(11) * 50 % 600, 600, True)[0]
-                     + ops.logprob_head(h, w, torch.arange(11) * 50 % 600, 600, True)[1],
+    "attention": (lambda q, k, v: ops.varlen_attention(q, k, v, torch.tensor([0, 5, 12, 20], device=DEV), 0.25),
+                  lambda dt: (rand(20, 4, 16, dtype=dt), rand(20, 2, 16, dtype=dt, seed=1),
+                              rand(20, 2, 16, dtype=dt, seed=2))),
+    "logprob_head": (lambda h, w: ops.logprob_head(h, w, torch.arange(11, device=DEV) * 50 % 600, 600, True)[0]
+                     + ops.logprob_head(h, w, torch.arange(11, device=DEV) * 50 % 600, 600, True)[1],
                      lambda dt: (rand(11, 24, dtype=dt), rand(600, 24, dtype=dt, seed=1))),
 }
 
 
+@on_backends
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_backward_is_deterministic(name, dtype):
+def test_backward_is_deterministic(backend, name, dtype):
+    use(backend)
     fn, make = CASES[name]
     inputs = make(dtype)
     g1, g2 = _grads(fn, *inputs), _grads(fn, *inputs)
@@ -172,6 +209,7 @@ def test_backward_is_deterministic(name, dtype):
 def test_attention_batched_decode_equals_single(lengths, dtype, seed):
     """The batched form (one decode token per sequence, contexts zero-padded to the longest)
     gives each sequence the bits of its own unbatched call."""
+    use("reference")
     ks = [rand(n, 2, 32, dtype=dtype, seed=seed + i) for i, n in enumerate(lengths)]
     vs = [rand(n, 2, 32, dtype=dtype, seed=seed + 50 + i) for i, n in enumerate(lengths)]
     q = rand(len(lengths), 1, 4, 32, dtype=dtype, seed=seed + 99)
@@ -179,6 +217,6 @@ def test_attention_batched_decode_equals_single(lengths, dtype, seed):
     pad = lambda t: torch.cat([t, torch.zeros(lmax - t.shape[0], *t.shape[1:], dtype=dtype)])  # noqa: E731
     pos = torch.tensor(lengths)[:, None] - 1
     batched = ops.attend(q, torch.stack([pad(k) for k in ks]), torch.stack([pad(v) for v in vs]), pos, 32 ** -0.5)
-    for i, n in enumerate(lengths):
+    for i in range(len(lengths)):
         single = ops.attend(q[i], ks[i], vs[i], pos[i], 32 ** -0.5)
         assert torch.equal(batched[i], single)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlk_models.ops import get_backend
+from rlk_models.ops.canonical import padded_vocab, vocab_shard
 
 ops = get_backend("reference")
 TP = [1, 2, 4, 8]
@@ -27,11 +28,11 @@ def row_parallel(x, w, b, k, dtype):
 
 
 def head_parallel(h, w_pad, targets, vocab, k):
-    stats = [ops.shard_stats(h, w_pad[a:b], (a, b), vocab, targets, True, keep_logits=True)
-             for a, b in (ops.vocab_shard(vocab, r, k) for r in range(k))]
+    stats = [ops.shard_stats(h, w_pad[a:b], (a, b), vocab, targets, with_entropy=True, keep_logits=True)
+             for a, b in (vocab_shard(vocab, r, k) for r in range(k))]
     m, s, e, tgt = (torch.stack([st_[i] for st_ in stats]) for i in range(4))
     lse, mean_l, target = ops.combine_shards(m, s, e, tgt)
-    full = torch.cat([torch.cat(st_[4], -1) for st_ in stats if st_[4]], -1) - lse[:, None]
+    full = torch.cat([st_.logits for st_ in stats], -1) - lse[:, None]
     return target - lse, lse - mean_l, full
 
 
@@ -51,7 +52,7 @@ def test_row_parallel_linear_equals_tp1(m, k8, n, bias, dtype, seed):
        dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 999))
 def test_vocab_parallel_head_equals_tp1(vocab, t, dtype, seed):
     h = rand(t, 32, dtype=dtype, seed=seed)
-    w_pad = torch.zeros(ops.padded_vocab(vocab), 32, dtype=dtype)
+    w_pad = torch.zeros(padded_vocab(vocab), 32, dtype=dtype)
     w_pad[:vocab] = rand(vocab, 32, dtype=dtype, seed=seed + 1)
     targets = torch.randint(0, vocab, (t,), generator=torch.Generator().manual_seed(seed))
     lp, ent = ops.logprob_head(h, w_pad[:vocab], targets, vocab, True)
@@ -62,13 +63,13 @@ def test_vocab_parallel_head_equals_tp1(vocab, t, dtype, seed):
 
 
 def test_canonical_padded_vocab_does_not_depend_on_tp():
-    assert ops.padded_vocab(151936) == 153600 and ops.padded_vocab(2048) == 2048
+    assert padded_vocab(151936) == 153600 and padded_vocab(2048) == 2048
     for k in TP:
-        shards = [ops.vocab_shard(151936, r, k) for r in range(k)]
+        shards = [vocab_shard(151936, r, k) for r in range(k)]
         assert shards[0][0] == 0 and shards[-1][1] == 153600
         assert all(a[1] == b[0] for a, b in zip(shards, shards[1:]))
     with pytest.raises(ValueError, match="must divide"):
-        ops.vocab_shard(1000, 0, 3)
+        vocab_shard(1000, 0, 3)
 
 
 def _gloo_worker(rank, world, init_file, out_file):
@@ -84,11 +85,11 @@ def _gloo_worker(rank, world, init_file, out_file):
 
         vocab = 2100
         h = rand(7, 32, seed=3)
-        w_pad = torch.zeros(ops.padded_vocab(vocab), 32)
+        w_pad = torch.zeros(padded_vocab(vocab), 32)
         w_pad[:vocab] = rand(vocab, 32, seed=4)
         targets = torch.arange(7) * 297 % vocab
-        a, e = ops.vocab_shard(vocab, rank, world)
-        m, s, en, tgt, _ = ops.shard_stats(h, w_pad[a:e], (a, e), vocab, targets, True)
+        a, e = vocab_shard(vocab, rank, world)
+        m, s, en, tgt, _ = ops.shard_stats(h, w_pad[a:e], (a, e), vocab, targets, with_entropy=True)
         gathered = []
         for t in (m, s, en, tgt):
             bufs = [torch.empty_like(t) for _ in range(world)]

@@ -1,12 +1,12 @@
 """vLLM's reported log-probs (sampled tokens and prompts) equal the training class's
 ``token_logprobs`` bit for bit, through the real vLLM engine on CPU, in every engine
-configuration of ``rlk_models.verify.CONFIGS``: batches of 1-16 mixed-length prompts, several
+configuration of ``rlk_models.cli.verify.CONFIGS``: batches of 1-16 mixed-length prompts, several
 generate calls per engine, chunked prefill (16-token budget), one vs many sequences per step,
 prefix-cache hits at block size 16 and vLLM's default, greedy and temperature-1 sampling."""
 
 import pytest
 
-from rlk_models.verify import CONFIGS
+from rlk_models.rollout.parity import CONFIGS
 
 from .conftest import run_json
 
@@ -18,7 +18,7 @@ from .conftest import run_json
     ("llama_bias", ["batches_16_3_temp1", "prefix_cache_block16"]),
 ])
 def test_vllm_logprobs_equal_training_class(checkpoints, variant, configs):
-    reports = run_json(["-m", "rlk_models.verify", str(checkpoints[variant][1]), "--json",
+    reports = run_json(["-m", "rlk_models.cli.verify", str(checkpoints[variant][1]), "--json",
                         "--configs", ",".join(configs)])
     assert [r["config"] for r in reports] == configs
     for r in reports:

@@ -16,7 +16,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlk_models.verify import Report, mixed_prompts, right_pad
+from rlk_models.rollout.engine import right_pad
+from rlk_models.rollout.parity import Report, mixed_prompts
 
 from .conftest import ROOT
 
@@ -42,7 +43,7 @@ def server(checkpoints, tmp_path_factory):
     port = _free_port()
     log = open(tmp_path_factory.mktemp("server") / "server.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rlk_models.serve", ckpt, "--host", "127.0.0.1", "--port", str(port),
+        [sys.executable, "-m", "rlk_models.cli.serve", ckpt, "--host", "127.0.0.1", "--port", str(port),
          "--max-model-len", "512", "--max-num-batched-tokens", "512", "--enforce-eager", "--dtype", "bfloat16",
          "--seed", "0"],
         stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1"))

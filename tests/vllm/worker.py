@@ -15,13 +15,13 @@ def weight_sync(ckpt: str) -> dict:
     from transformers import AutoModelForCausalLM
     from vllm.inputs import TokensPrompt
 
-    from rlk_models import verify
-    from rlk_models.sync import push_weights
+    from rlk_models.rollout import engine, parity
+    from rlk_models.rollout.sync import push_weights
 
-    verify.in_process_env()
+    engine.in_process_env()
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).eval()
-    llm = verify.make_llm(ckpt, enable_prefix_caching=True, block_size=16)
-    prompts = verify.mixed_prompts(model.config.vocab_size, n=8)
+    llm = engine.make_llm(ckpt, enable_prefix_caching=True, block_size=16)
+    prompts = parity.mixed_prompts(model.config.vocab_size, n=8)
     g = torch.Generator().manual_seed(0)
     results = []
     for step in range(3):
@@ -29,17 +29,17 @@ def weight_sync(ckpt: str) -> dict:
             for p in model.parameters():
                 p.add_((torch.randn(p.shape, generator=g) * 0.02).to(p.dtype))
         if step == 0:
-            stale = verify.Report("stale")
+            stale = parity.Report("stale")
             outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
-                                verify.sampling_params("temp1", 6, True), use_tqdm=False)
-            verify.compare(model, prompts, outs, stale)
+                                parity.sampling_params("temp1", 6, True), use_tqdm=False)
+            parity.compare(model, prompts, outs, stale)
             results.append({"update": "none", **stale.__dict__})
         n = push_weights(llm, model)
-        rep = verify.Report(f"update{step}")
+        rep = parity.Report(f"update{step}")
         for call in range(2):
             outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
-                                verify.sampling_params("temp1", 6, call == 0), use_tqdm=False)
-            verify.compare(model, prompts, outs, rep)
+                                parity.sampling_params("temp1", 6, call == 0), use_tqdm=False)
+            parity.compare(model, prompts, outs, rep)
         results.append({"update": step, "tensors": n, **rep.__dict__})
     return {"results": results}
 
@@ -47,9 +47,9 @@ def weight_sync(ckpt: str) -> dict:
 def fail_closed(ckpt: str) -> dict:
     from vllm import LLM
 
-    from rlk_models import verify
+    from rlk_models.rollout import engine
 
-    verify.in_process_env()
+    engine.in_process_env()
     try:
         LLM(model=ckpt, max_model_len=256, enforce_eager=True)  # default logprobs_mode
     except Exception as e:  # vLLM may wrap the model's error
@@ -63,7 +63,7 @@ def bisect_planted(ckpt: str) -> dict:
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM
 
-    from rlk_models.bisect import first_divergence, run_trace
+    from rlk_models.cli.bisect import first_divergence, run_trace
 
     tokens = list(range(3, 90, 4))
     engine, lp_engine = run_trace(f"vllm:{ckpt}:chunked_prefill_16", tokens)
@@ -79,11 +79,11 @@ def bisect_planted(ckpt: str) -> dict:
 
 
 def vllm_load(ckpt: str) -> dict:
-    from rlk_models import verify
+    from rlk_models.rollout import engine
 
-    verify.in_process_env()
+    engine.in_process_env()
     try:
-        verify.close_llm(verify.make_llm(ckpt, max_model_len=256))
+        engine.close_llm(engine.make_llm(ckpt, max_model_len=256))
     except Exception as e:  # vLLM may wrap the model's error
         return {"error": f"{type(e).__name__}: {e}"}
     return {"error": None}
@@ -99,20 +99,20 @@ def tensor_parallel_2(ckpt: str) -> dict:
     from transformers import AutoModelForCausalLM
     from vllm.inputs import TokensPrompt
 
-    from rlk_models import verify
+    from rlk_models.rollout import engine, parity
 
-    llm = verify.make_llm(ckpt, tensor_parallel_size=2, distributed_executor_backend="mp")
+    llm = engine.make_llm(ckpt, tensor_parallel_size=2, distributed_executor_backend="mp")
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).eval()
-    prompts = verify.mixed_prompts(model.config.vocab_size)
-    report = verify.Report("tp2")
+    prompts = parity.mixed_prompts(model.config.vocab_size)
+    report = parity.Report("tp2")
     for call in range(2):
         outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
-                            verify.sampling_params("temp1", 10, call == 0), use_tqdm=False)
-        verify.compare(model, prompts, outs, report)
+                            parity.sampling_params("temp1", 10, call == 0), use_tqdm=False)
+        parity.compare(model, prompts, outs, report)
     return report.__dict__
 
 
 if __name__ == "__main__":
-    out = {"tensor_parallel_2": tensor_parallel_2, "weight_sync": weight_sync, "fail_closed": fail_closed, "bisect_planted": bisect_planted,
-           "vllm_load": vllm_load}[sys.argv[1]](sys.argv[2])
+    out = {"tensor_parallel_2": tensor_parallel_2, "weight_sync": weight_sync, "fail_closed": fail_closed,
+           "bisect_planted": bisect_planted, "vllm_load": vllm_load}[sys.argv[1]](sys.argv[2])
     print(json.dumps(out))

@@ -4,11 +4,13 @@ Correct on CPU and CUDA, deterministic and batch-invariant by construction (see
 ``primitives``). One file per op, each with its forward, backward and autograd function.
 """
 
+from ..autograd import sum_op
+from ..canonical import LINEAR_K_GROUPS, VOCAB_GROUPS, VOCAB_TILE
 from .attention import attend, paged_attention, varlen_attention
 from .embedding import embedding
-from .linear import LINEAR_K_GROUPS, combine_partials, linear, shard_partial
-from .logprob_head import (VOCAB_GROUPS, VOCAB_TILE, combine_shards, full_logprobs, logprob_head, padded_vocab,
-                           shard_stats, vocab_shard)
+from .linear import combine_partials, linear, shard_partial
+from .logprob_head import combine_shards, full_logprobs, logprob_head, shard_stats
+from .primitives import tree_sum
 from .rms_norm import rms_norm
 from .rope import rope
 from .silu_mul import silu_mul
@@ -18,11 +20,13 @@ NAME = "reference"
 FINGERPRINT = {"backend": NAME, "contract_version": 1, "linear_k_groups": LINEAR_K_GROUPS, "vocab_tile": VOCAB_TILE,
                "vocab_groups": VOCAB_GROUPS, "transcendentals": "cephes-fp32", "rope_table": "float64-block64"}
 
+token_sum = sum_op(tree_sum)
+
 
 def is_available() -> tuple[bool, str]:
     return True, ""
 
 
 __all__ = ["attend", "combine_partials", "combine_shards", "embedding", "full_logprobs", "linear", "logprob_head",
-           "paged_attention", "padded_vocab", "rms_norm", "rope", "shard_partial", "shard_stats", "silu_mul", "varlen_attention",
-           "vocab_shard"]
+           "paged_attention", "rms_norm", "rope", "shard_partial", "shard_stats", "silu_mul", "token_sum",
+           "varlen_attention"]

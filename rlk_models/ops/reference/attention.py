@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from ..checks import check_attention, check_paged_attention
 from .primitives import CHUNK_ELEMS, exp, tree_sum
 
 
@@ -102,6 +103,7 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     the last tokens of its seq_lens[r]-token context. All single-token (decode) requests go in
     one batched ``attend``; each prefill chunk in one more. Returns [T, Hq, D].
     (``max_query_len`` is a launch hint for kernel backends; unused here.)"""
+    check_paged_attention(q, kv_cache)
     out = torch.empty_like(q) if out is None else out
     qsl, lens = query_start_loc.tolist(), seq_lens.tolist()
     decode = [r for r in range(len(lens)) if qsl[r + 1] - qsl[r] == 1]
@@ -197,11 +199,5 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                      scale: float) -> torch.Tensor:
     """Causal self-attention of packed sequences: q [T, Hq, D], k/v [T, Hkv, D], sequence s
     spans tokens cu_seqlens[s]:cu_seqlens[s+1]. Returns [T, Hq, D] in q's dtype."""
-    if q.dim() != 3 or k.shape != v.shape or k.shape[0] != q.shape[0] or q.shape[2] != k.shape[2]:
-        raise ValueError(f"attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
-                         "must be [T, Hq, D], [T, Hkv, D], [T, Hkv, D]")
-    if q.shape[1] % k.shape[1]:
-        raise ValueError(f"attention: {q.shape[1]} query heads is not a multiple of {k.shape[1]} KV heads")
-    if int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != q.shape[0]:
-        raise ValueError(f"attention: cu_seqlens must run from 0 to T={q.shape[0]}")
+    check_attention(q, k, v, cu_seqlens)
     return _VarlenAttention.apply(q, k, v, cu_seqlens, scale)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import check_embedding
+from ..autograd import embedding_op
+from ..canonical import embedding_order
 
 
 def embedding_backward(ids: torch.Tensor, grad: torch.Tensor, num_embeddings: int,
@@ -21,9 +22,7 @@ def embedding_backward(ids: torch.Tensor, grad: torch.Tensor, num_embeddings: in
     out = torch.zeros(num_embeddings, grad.shape[1], dtype=torch.float32, device=grad.device)
     if ids.numel() == 0:
         return out.to(dtype)
-    order = torch.sort(ids, stable=True).indices
-    uniq, counts = torch.unique_consecutive(ids[order], return_counts=True)
-    starts = torch.cumsum(counts, 0) - counts
+    order, uniq, counts, starts = embedding_order(ids)
     acc = torch.zeros(uniq.numel(), grad.shape[1], dtype=torch.float32, device=grad.device)
     for r in range(int(counts.max())):
         active = counts > r
@@ -32,20 +31,4 @@ def embedding_backward(ids: torch.Tensor, grad: torch.Tensor, num_embeddings: in
     return out.to(dtype)
 
 
-class _Embedding(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, ids, weight):
-        ctx.save_for_backward(ids)
-        ctx.num, ctx.dtype = weight.shape[0], weight.dtype
-        return weight[ids]
-
-    @staticmethod
-    def backward(ctx, grad):
-        (ids,) = ctx.saved_tensors
-        return None, embedding_backward(ids, grad, ctx.num, ctx.dtype)
-
-
-def embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """Rows of ``weight`` [V, D] for integer ``ids`` of any shape -> [*ids.shape, D]."""
-    check_embedding(ids, weight)
-    return _Embedding.apply(ids, weight)
+embedding = embedding_op(embedding_backward)

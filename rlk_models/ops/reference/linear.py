@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import torch
 
+from ..canonical import LINEAR_K_GROUPS
 from ..checks import check_linear
-
-
 from .primitives import matmul_nt, pairwise_combine, tree_sum
-
-LINEAR_K_GROUPS = 8
 
 
 def linear_fwd(x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:

@@ -37,28 +37,10 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import check_head
-
-
-from .linear import LINEAR_K_GROUPS, linear_fwd
+from ..autograd import head_ops
+from ..canonical import LINEAR_K_GROUPS, VOCAB_GROUPS, VOCAB_TILE, ShardStats, padded_vocab
+from .linear import linear_fwd
 from .primitives import exp, log, matmul_nt, tree_sum
-
-VOCAB_TILE = 256
-VOCAB_GROUPS = 8
-
-
-def padded_vocab(vocab_size: int) -> int:
-    """The canonical padded vocab: next multiple of VOCAB_GROUPS * VOCAB_TILE."""
-    step = VOCAB_GROUPS * VOCAB_TILE
-    return -(-vocab_size // step) * step
-
-
-def vocab_shard(vocab_size: int, rank: int, tp_size: int) -> tuple[int, int]:
-    """[start, end) of the padded vocab that rank ``rank`` of ``tp_size`` owns."""
-    if VOCAB_GROUPS % tp_size:
-        raise ValueError(f"tensor-parallel size {tp_size} must divide {VOCAB_GROUPS}")
-    per = padded_vocab(vocab_size) // tp_size
-    return rank * per, (rank + 1) * per
 
 
 def _tile_stats(l: torch.Tensor, with_entropy: bool):
@@ -90,10 +72,9 @@ def _combine(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor):
 
 
 def shard_stats(h: torch.Tensor, w_shard: torch.Tensor, shard: tuple[int, int], vocab_size: int,
-                targets: torch.Tensor | None, with_entropy: bool, keep_logits: bool = False):
-    """Stats of one vocab shard ``[start, end)`` (rows of ``w_shard``), its groups combined:
-    (m, s, e [T], target logit [T] (exactly 0 where the target is in another shard),
-    [tile logits] if kept)."""
+                targets: torch.Tensor | None, *, with_entropy: bool, keep_logits: bool = False) -> ShardStats:
+    """Stats of one vocab shard ``[start, end)`` (rows of ``w_shard``), its tiles and groups
+    combined (``canonical.ShardStats``)."""
     start, end = shard
     n_groups = (end - start) * VOCAB_GROUPS // padded_vocab(vocab_size)
     tiles_per_group = padded_vocab(vocab_size) // VOCAB_GROUPS // VOCAB_TILE
@@ -102,7 +83,7 @@ def shard_stats(h: torch.Tensor, w_shard: torch.Tensor, shard: tuple[int, int], 
     s = torch.zeros(t, n_groups * tiles_per_group, device=h.device)
     e = torch.zeros_like(s)
     tgt = torch.zeros(t, device=h.device)
-    kept = []
+    kept = [h.new_zeros(t, 0, dtype=torch.float32)]
     for i, a in enumerate(range(start, min(end, vocab_size), VOCAB_TILE)):
         b = min(a + VOCAB_TILE, vocab_size)
         l = linear_fwd(h, w_shard[a - start:b - start], None)
@@ -116,7 +97,7 @@ def shard_stats(h: torch.Tensor, w_shard: torch.Tensor, shard: tuple[int, int], 
     shape = (t, n_groups, tiles_per_group)
     m, s, e = _combine(*(x.view(shape) for x in (m, s, e)))   # tiles of each group
     m, s, e = _combine(m, s, e)                                 # this shard's groups
-    return m, s, e, tgt, kept
+    return ShardStats(m, s, e, tgt, torch.cat(kept, dim=-1) if keep_logits else None)
 
 
 def combine_shards(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, tgt: torch.Tensor):
@@ -128,62 +109,26 @@ def combine_shards(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, tgt: torch
     return lse, E / S, target
 
 
-def one_shard_stats(shard_stats_fn, combine_fn, h, w, vocab_size, targets, with_entropy, keep_logits=False):
-    """TP=1 is one shard: the same two calls as every TP size, so TP=k gives TP=1's bits.
-    Shared by every backend (pass its ``shard_stats`` and ``combine_shards``)."""
-    m, s, e, tgt, kept = shard_stats_fn(h, w, (0, padded_vocab(vocab_size)), vocab_size, targets,
-                                        with_entropy, keep_logits)
-    lse, mean_l, target = combine_fn(m[None], s[None], e[None], tgt[None])
-    return lse, mean_l, target, kept
+def _backward(h, w, targets, lse, mean_l, vocab_size, g_logp, g_ent, need_dw):
+    """(dh, dw): tiles recomputed in order, dl as in the module docstring, fp32 accumulation."""
+    dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
+    dw = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if need_dw else None
+    for a in range(0, vocab_size, VOCAB_TILE):
+        b = min(a + VOCAB_TILE, vocab_size)
+        l = linear_fwd(h, w[a:b], None)
+        p = exp(l - lse[:, None])
+        dl = -(g_logp[:, None] * p)
+        inside = (targets >= a) & (targets < b)
+        cols = (targets - a).clamp(0, b - a - 1)[:, None]
+        dl.scatter_(1, cols, dl.gather(1, cols) + torch.where(inside, g_logp, 0.0)[:, None])
+        if g_ent is not None:
+            dl = dl - g_ent.to(torch.float32)[:, None] * p * (l - mean_l[:, None])
+        dh = dh + matmul_nt(dl, w[a:b].t(), LINEAR_K_GROUPS)
+        if dw is not None:
+            dw[a:b] = matmul_nt(dl.t(), h.t(), LINEAR_K_GROUPS)
+    return dh.to(h.dtype), (dw.to(w.dtype) if dw is not None else None)
 
 
-def _stats(h, w, vocab_size, targets, with_entropy, keep_logits=False):
-    return one_shard_stats(shard_stats, combine_shards, h, w, vocab_size, targets, with_entropy, keep_logits)
+logprob_head, full_logprobs, head_stats = head_ops(shard_stats, combine_shards, _backward)
 
-
-class _LogprobHead(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, h, w, targets, vocab_size, with_entropy):
-        lse, mean_l, tgt, _ = _stats(h, w, vocab_size, targets, with_entropy)
-        ctx.save_for_backward(h, w, targets, lse, mean_l)
-        ctx.vocab_size = vocab_size
-        return tgt - lse, (lse - mean_l if with_entropy else None)
-
-    @staticmethod
-    def backward(ctx, g_logp, g_ent):
-        h, w, targets, lse, mean_l = ctx.saved_tensors
-        g_logp = torch.zeros_like(lse) if g_logp is None else g_logp.to(torch.float32)
-        dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
-        dw = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if ctx.needs_input_grad[1] else None
-        for a in range(0, ctx.vocab_size, VOCAB_TILE):
-            b = min(a + VOCAB_TILE, ctx.vocab_size)
-            l = linear_fwd(h, w[a:b], None)
-            p = exp(l - lse[:, None])
-            dl = -(g_logp[:, None] * p)
-            inside = (targets >= a) & (targets < b)
-            cols = (targets - a).clamp(0, b - a - 1)[:, None]
-            dl.scatter_(1, cols, dl.gather(1, cols) + torch.where(inside, g_logp, 0.0)[:, None])
-            if g_ent is not None:
-                dl = dl - g_ent.to(torch.float32)[:, None] * p * (l - mean_l[:, None])
-            dh = dh + matmul_nt(dl, w[a:b].t(), LINEAR_K_GROUPS)
-            if dw is not None:
-                dw[a:b] = matmul_nt(dl.t(), h.t(), LINEAR_K_GROUPS)
-        return dh.to(h.dtype), (dw.to(w.dtype) if dw is not None else None), None, None, None
-
-
-def logprob_head(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int,
-                 with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """fp32 (log p(targets[t] | hidden[t]) [T], entropy [T] or None) without a [T, V] tensor."""
-    check_head(hidden, weight, targets, vocab_size)
-    return _LogprobHead.apply(hidden, weight, targets.long(), vocab_size, with_entropy)
-
-
-@torch.no_grad()
-def full_logprobs(hidden: torch.Tensor, weight: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """fp32 [T, vocab_size] log-probs; entry [t, v] equals ``logprob_head`` with target v."""
-    lse, _, _, tiles = _stats(hidden, weight, vocab_size, None, False, keep_logits=True)
-    return torch.cat(tiles, dim=-1) - lse[:, None]
-
-
-__all__ = ["VOCAB_GROUPS", "VOCAB_TILE", "combine_shards", "full_logprobs", "logprob_head", "padded_vocab",
-           "shard_stats", "vocab_shard"]
+__all__ = ["combine_shards", "full_logprobs", "head_stats", "logprob_head", "shard_stats"]

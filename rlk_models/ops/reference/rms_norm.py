@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from ..checks import check_rms_norm
 from .primitives import tree_sum
 
 
@@ -43,6 +44,5 @@ class _RMSNorm(torch.autograd.Function):
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm of ``x [..., D]`` with ``weight [D]`` -> x's shape and dtype."""
-    if x.shape[-1] != weight.shape[0]:
-        raise ValueError(f"rms_norm: x has last dim {x.shape[-1]}, weight has {weight.shape[0]}")
+    check_rms_norm(x, weight)
     return _RMSNorm.apply(x, weight, eps)

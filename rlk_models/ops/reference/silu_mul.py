@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ..checks import check_silu_mul
 from .primitives import sigmoid
 
 
@@ -34,6 +35,5 @@ class _SiluMul(torch.autograd.Function):
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """``[..., 2I] -> [..., I]``: silu of the first half times the second half."""
-    if gate_up.shape[-1] % 2:
-        raise ValueError(f"silu_mul: last dim must be even (gate|up), got {gate_up.shape[-1]}")
+    check_silu_mul(gate_up)
     return _SiluMul.apply(gate_up)

@@ -15,19 +15,21 @@ import os
 
 import torch
 
-from ..reference.logprob_head import padded_vocab, vocab_shard
+from ..canonical import LINEAR_K_GROUPS, VOCAB_GROUPS, VOCAB_TILE
 from .attention import BLOCK_N as ATTN_BLOCK_N
 from .attention import paged_attention, varlen_attention
 from .embedding import embedding
-from .logprob_head import VOCAB_GROUPS, VOCAB_TILE, combine_shards, full_logprobs, logprob_head, shard_stats
-from .matmul import BLOCK_K, K_GROUPS, combine_partials, linear, shard_partial
+from .logprob_head import combine_shards, full_logprobs, logprob_head, shard_stats
+from .matmul import combine_partials, linear, shard_partial
+from .reduce import token_sum
 from .rms_norm import rms_norm
 from .rope import rope
 from .silu_mul import silu_mul
+from .utils import BLOCK_K
 
 NAME = "triton"
 DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"  # where its tensors live
-FINGERPRINT = {"backend": NAME, "contract_version": 1, "block_k": BLOCK_K, "linear_k_groups": K_GROUPS,
+FINGERPRINT = {"backend": NAME, "contract_version": 1, "block_k": BLOCK_K, "linear_k_groups": LINEAR_K_GROUPS,
                "vocab_tile": VOCAB_TILE, "vocab_groups": VOCAB_GROUPS, "attention_block_n": ATTN_BLOCK_N,
                "transcendentals": "triton-libdevice", "rope_table": "float64-block64"}
 
@@ -41,5 +43,5 @@ def is_available() -> tuple[bool, str]:
 
 
 __all__ = ["combine_partials", "combine_shards", "embedding", "full_logprobs", "linear", "logprob_head",
-           "paged_attention", "padded_vocab", "rms_norm", "rope", "shard_partial", "shard_stats", "silu_mul",
-           "varlen_attention", "vocab_shard"]
+           "paged_attention", "rms_norm", "rope", "shard_partial", "shard_stats", "silu_mul", "token_sum",
+           "varlen_attention"]

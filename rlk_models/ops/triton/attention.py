@@ -35,6 +35,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..checks import check_attention, check_paged_attention
+
 BLOCK_N = 64                # the KV tile: part of the contract
 # (BLOCK_M, num_warps, num_stages): launch choices. On the H200 every BLOCK_M >= 64 gives the
 # same bits in both kernels (Hopper wgmma); BLOCK_M 16/32 (mma.sync) gives different bits, so it
@@ -43,6 +45,9 @@ BLOCK_N = 64                # the KV tile: part of the contract
 TRAIN_CONFIG = (64, 4, 3)
 PAGED_CONFIG = (64, 4, 5)
 BWD_CONFIG = (64, 4, 2)
+# The tuning spaces the H200 sweep times (BLOCK_M >= 64 only); tests/gpu proves each gives the bits above.
+TRAIN_CANDIDATES = [(64, 4, 3), (128, 8, 2), (64, 4, 2), (128, 8, 3), (64, 4, 4), (64, 8, 3)]
+PAGED_CANDIDATES = [(64, 4, 2), (128, 8, 2), (64, 4, 3), (64, 4, 4), (64, 4, 5), (64, 8, 3), (64, 8, 4)]
 LOG2E = 1.4426950408889634
 
 
@@ -210,13 +215,7 @@ def _bwd_dq(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_ptr, qk_
         tl.store(dq_ptr + q_off, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
-def _check(q, k, v):
-    if q.dim() != 3 or k.shape != v.shape or k.dim() != 3 or q.shape[2] != k.shape[2]:
-        raise ValueError(f"attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
-                         "must be [T, Hq, D], [T, Hkv, D], [T, Hkv, D]")
-    if q.shape[1] % k.shape[1]:
-        raise ValueError(f"attention: {q.shape[1]} query heads is not a multiple of {k.shape[1]} KV heads")
-    d = q.shape[2]
+def _check_head_dim(d: int) -> None:
     if d < 16 or d & (d - 1):
         raise ValueError(f"triton attention: head_dim {d} must be a power of two >= 16")
 
@@ -269,9 +268,8 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                      scale: float, config: tuple[int, int, int] | None = None) -> torch.Tensor:
     """Causal self-attention of packed sequences: q [T, Hq, D], k/v [T, Hkv, D], sequence s
     spans tokens cu_seqlens[s]:cu_seqlens[s+1]. Returns [T, Hq, D] in q's dtype."""
-    _check(q, k, v)
-    if int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != q.shape[0]:
-        raise ValueError(f"attention: cu_seqlens must run from 0 to T={q.shape[0]}")
+    check_attention(q, k, v, cu_seqlens)
+    _check_head_dim(q.shape[2])
     return _VarlenAttention.apply(q, k, v, cu_seqlens, float(scale), config or TRAIN_CONFIG)
 
 
@@ -286,11 +284,10 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     2 D] (K then V; any strides); block_table [R, max_blocks]. The step's own K/V must already
     be written (``rlk_models.ops.paged.write_kv``). Returns [T, Hq, D] (into ``out`` if given).
     ``max_query_len`` (vLLM knows it on the host) sizes the grid without a device sync."""
+    check_paged_attention(q, kv_cache)
+    _check_head_dim(q.shape[2])
     t, hq, d = q.shape
-    nb, hkv, bs, d2 = kv_cache.shape
-    if d2 != 2 * d or hq % hkv:
-        raise ValueError(f"paged attention: q {tuple(q.shape)} does not fit kv_cache {tuple(kv_cache.shape)} "
-                         "([blocks, Hkv, block_size, 2*D])")
+    nb, hkv, bs, _ = kv_cache.shape
     if kv_cache.stride(3) != 1:
         raise ValueError("paged attention: the cache's last dim must be contiguous")
     out = torch.empty_like(q) if out is None else out

@@ -9,7 +9,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..checks import check_embedding
+from ..autograd import embedding_op
+from ..canonical import embedding_order
 
 BLOCK_D = 256
 
@@ -35,27 +36,9 @@ def embedding_backward(ids: torch.Tensor, grad: torch.Tensor, num_embeddings: in
     out = torch.zeros(num_embeddings, d, dtype=dtype, device=grad.device)
     if ids.numel() == 0:
         return out
-    order = torch.sort(ids, stable=True).indices
-    uniq, counts = torch.unique_consecutive(ids[order], return_counts=True)
-    starts = torch.cumsum(counts, 0) - counts
+    order, uniq, counts, starts = embedding_order(ids)
     _emb_bwd[(uniq.numel(), triton.cdiv(d, BLOCK_D))](grad, order, starts, counts, uniq, out, d, BLOCK_D=BLOCK_D)
     return out
 
 
-class _Embedding(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, ids, weight):
-        ctx.save_for_backward(ids)
-        ctx.num, ctx.dtype = weight.shape[0], weight.dtype
-        return weight[ids]
-
-    @staticmethod
-    def backward(ctx, grad):
-        (ids,) = ctx.saved_tensors
-        return None, embedding_backward(ids, grad, ctx.num, ctx.dtype)
-
-
-def embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """Rows of ``weight`` [V, D] for integer ``ids`` of any shape -> [*ids.shape, D]."""
-    check_embedding(ids, weight)
-    return _Embedding.apply(ids, weight)
+embedding = embedding_op(embedding_backward)

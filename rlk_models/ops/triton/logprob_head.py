@@ -2,10 +2,10 @@
 (+ entropy), forward and backward, never materialising [T, V]; tensor-parallel by vocab groups.
 
 Contract
-    The canonical vocab tiling of ``rlk_models.ops.reference.logprob_head``: padded vocab =
+    The canonical vocab tiling of ``rlk_models.ops.canonical``: padded vocab =
     next multiple of 8 x 256, 8 contiguous groups of ``VOCAB_TILE`` = 256-entry tiles. The
     stats kernel computes, for a block of rows and one tile, the fp32 logits with one fp32
-    accumulator walking K in tiles of ``BLOCK_K`` in order (``matmul._group_ptr`` over one group:
+    accumulator walking K in tiles of ``BLOCK_K`` in order (``utils.dot_k_range`` over all of K:
     the head is vocab-parallel, K is never split, so it needs no K-groups and keeps one
     accumulator), the tile max ``m``, ``s = sum(exp(l - m))`` and ``e = sum(exp(l -
     m) * l)`` (``tl.sum`` over the 256-wide tile: a tree fixed by the tile width) and the target
@@ -33,9 +33,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ..checks import check_head
-from ..reference.logprob_head import VOCAB_GROUPS, VOCAB_TILE, one_shard_stats, padded_vocab, vocab_shard
-from .matmul import BLOCK_K, _group_ptr, _num_sms, fit_stages, mm
+from ..autograd import head_ops
+from ..canonical import VOCAB_GROUPS, VOCAB_TILE, ShardStats, padded_vocab
+from .matmul import mm
+from .utils import BLOCK_K, dot_k_range, fit_stages, num_sms
 
 BWD_CHUNK = 2048
 # (BLOCK_M, num_warps) of the stats kernel by T. The tile's tl.sum tree follows the MMA layout;
@@ -60,7 +61,7 @@ def _head_stats_kernel(h_ptr, w_ptr, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, l_ptr,
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rv = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
         acc = tl.zeros((BLOCK_M, BLOCK_V), dtype=tl.float32)
-        acc = _group_ptr(h_ptr, w_ptr, rm, rv, rk, T, V, K, 0, K, K, 1, K, 1, acc, BLOCK_K)  # K in order
+        acc = dot_k_range(h_ptr, w_ptr, rm, rv, rk, T, V, K, 0, K, K, 1, K, 1, acc, BLOCK_K)  # K in order
         if KEEP:
             tl.store(l_ptr + rm[:, None].to(tl.int64) * V + rv[None, :], acc,
                      mask=(rm[:, None] < T) & (rv[None, :] < V))
@@ -89,7 +90,7 @@ def _dlogits_kernel(h_ptr, w_ptr, tgt_ptr, lse_ptr, mean_ptr, g_ptr, ge_ptr, dl_
     rv = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
     rk = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_V), dtype=tl.float32)
-    acc = _group_ptr(h_ptr, w_ptr + v0 * K, rm, rv, rk, T, C, K, 0, K, K, 1, K, 1, acc, BLOCK_K)
+    acc = dot_k_range(h_ptr, w_ptr + v0 * K, rm, rv, rk, T, C, K, 0, K, K, 1, K, 1, acc, BLOCK_K)
     row_ok = rm < T
     lse = tl.load(lse_ptr + rm, mask=row_ok, other=0.0)
     g = tl.load(g_ptr + rm, mask=row_ok, other=0.0)
@@ -158,7 +159,7 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats):
         block_m, warps = (next(c for bound, c in STATS_CONFIG.items() if t <= bound) if h.dtype == torch.bfloat16
                           else STATS_CONFIG_OTHER)
         progs = triton.cdiv(t, block_m) * n_tiles
-        progs = min(progs, 4 * _num_sms(dev))
+        progs = min(progs, 4 * num_sms(dev))
         tg = targets.contiguous() if targets is not None else torch.full((t,), -1, dtype=torch.int64, device=dev)
         _head_stats_kernel[(progs,)](h.contiguous(), w_real.contiguous(), tg, m, s, e, tgt, logits, t, v, k,
                                      n_tiles, n_stats, WITH_E=with_entropy,
@@ -169,10 +170,9 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats):
 
 
 def shard_stats(h: torch.Tensor, w_shard: torch.Tensor, shard: tuple[int, int], vocab_size: int,
-                targets: torch.Tensor | None, with_entropy: bool, keep_logits: bool = False):
-    """Stats of one vocab shard ``[start, end)`` (rows of ``w_shard``), its groups combined:
-    (m, s, e [T], target logit [T] (exactly 0 where the target is in another shard), [logits
-    [T, real entries]] if kept)."""
+                targets: torch.Tensor | None, *, with_entropy: bool, keep_logits: bool = False) -> ShardStats:
+    """Stats of one vocab shard ``[start, end)`` (rows of ``w_shard``), its tiles and groups
+    combined (``canonical.ShardStats``)."""
     start, end = shard
     pv = padded_vocab(vocab_size)
     n_groups = (end - start) * VOCAB_GROUPS // pv
@@ -184,7 +184,7 @@ def shard_stats(h: torch.Tensor, w_shard: torch.Tensor, shard: tuple[int, int], 
     t = h.shape[0]
     m, s, e = _tree(*(x.view(t, n_groups, tpg) for x in (m, s, e)))  # tiles of each group
     m, s, e = _tree(m, s, e)                                          # this shard's groups
-    return m, s, e, tgt, ([logits] if keep_logits else [])
+    return ShardStats(m, s, e, tgt, logits if keep_logits else None)
 
 
 def combine_shards(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, tgt: torch.Tensor):
@@ -194,65 +194,39 @@ def combine_shards(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, tgt: torch
     return lse, mean_l, tgt.sum(0)  # one rank holds the target logit, the others exact zeros
 
 
-def _stats(h, w, vocab_size, targets, with_entropy, keep_logits=False):
-    return one_shard_stats(shard_stats, combine_shards, h, w, vocab_size, targets, with_entropy, keep_logits)
+def _backward(h, w, targets, lse, mean_l, vocab_size, g_logp, g_ent, need_dw):
+    """(dh, dw): vocab chunks in order; a dlogits kernel, then two plain-order matmuls."""
+    with_e = g_ent is not None
+    h = h.contiguous()
+    dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
+    dw = torch.zeros_like(w) if need_dw else None
+    # without entropy the kernel never reads g_ent; g_logp stands in as its pointer
+    g_ent = g_ent.to(torch.float32).contiguous() if g_ent is not None else g_logp
+    t, k = h.shape
+    dl = torch.empty(t, BWD_CHUNK, dtype=h.dtype, device=h.device)
+    for a in range(0, vocab_size, BWD_CHUNK):
+        b = min(a + BWD_CHUNK, vocab_size)
+        c = b - a
+        dlc = dl[:, :c] if c == BWD_CHUNK else torch.empty(t, c, dtype=h.dtype, device=h.device)
+        if t:
+            _dlogits_kernel[(triton.cdiv(t, 64), triton.cdiv(c, 128))](
+                h, w, targets, lse, mean_l, g_logp.contiguous(), g_ent, dlc, t, c, k, a, WITH_E=with_e,
+                BLOCK_M=64, BLOCK_V=128, BLOCK_K=BLOCK_K, num_warps=4,
+                num_stages=fit_stages(64 + 128, h.element_size(), 3))
+        dh += mm(dlc, w[a:b], b_kn=True, out_dtype=torch.float32, groups=1)
+        if dw is not None:
+            mm(dlc, h, a_km=True, b_kn=True, groups=1, out=dw[a:b])
+    return dh.to(h.dtype), dw
 
 
-class _LogprobHead(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, h, w, targets, vocab_size, with_entropy):
-        lse, mean_l, tgt, _ = _stats(h, w, vocab_size, targets, with_entropy)
-        ctx.save_for_backward(h, w, targets, lse, mean_l)
-        ctx.vocab_size = vocab_size
-        return tgt - lse, (lse - mean_l if with_entropy else None)
-
-    @staticmethod
-    def backward(ctx, g_logp, g_ent):
-        h, w, targets, lse, mean_l = ctx.saved_tensors
-        g_logp = torch.zeros_like(lse) if g_logp is None else g_logp.to(torch.float32)
-        with_e = g_ent is not None
-        h = h.contiguous()
-        dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
-        dw = torch.zeros_like(w) if ctx.needs_input_grad[1] else None
-        # without entropy the kernel never reads g_ent; g_logp stands in as its pointer
-        g_ent = g_ent.to(torch.float32).contiguous() if g_ent is not None else g_logp
-        t, k = h.shape
-        dl = torch.empty(t, BWD_CHUNK, dtype=h.dtype, device=h.device)
-        for a in range(0, ctx.vocab_size, BWD_CHUNK):
-            b = min(a + BWD_CHUNK, ctx.vocab_size)
-            c = b - a
-            dlc = dl[:, :c] if c == BWD_CHUNK else torch.empty(t, c, dtype=h.dtype, device=h.device)
-            if t:
-                _dlogits_kernel[(triton.cdiv(t, 64), triton.cdiv(c, 128))](
-                    h, w, targets, lse, mean_l, g_logp.contiguous(), g_ent, dlc, t, c, k, a, WITH_E=with_e,
-                    BLOCK_M=64, BLOCK_V=128, BLOCK_K=BLOCK_K, num_warps=4,
-                    num_stages=fit_stages(64 + 128, h.element_size(), 3))
-            dh += mm(dlc, w[a:b], b_kn=True, out_dtype=torch.float32, groups=1)
-            if dw is not None:
-                mm(dlc, h, a_km=True, b_kn=True, groups=1, out=dw[a:b])
-        return dh.to(h.dtype), dw, None, None, None
-
-
-def logprob_head(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int,
-                 with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """fp32 (log p(targets[t] | hidden[t]) [T], entropy [T] or None) without a [T, V] tensor."""
-    check_head(hidden, weight, targets, vocab_size)
-    return _LogprobHead.apply(hidden, weight, targets.long(), vocab_size, with_entropy)
-
-
-@torch.no_grad()
-def full_logprobs(hidden: torch.Tensor, weight: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """fp32 [T, vocab_size] log-probs; entry [t, v] equals ``logprob_head`` with target v."""
-    lse, _, _, kept = _stats(hidden, weight, vocab_size, None, False, keep_logits=True)
-    return kept[0].sub_(lse[:, None])
+logprob_head, full_logprobs, head_stats = head_ops(shard_stats, combine_shards, _backward)
 
 
 @torch.no_grad()
 def logprob_head_forward(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int):
     """Forward only (benchmarks): fp32 log p(targets) [T]."""
-    lse, _, target, _ = _stats(hidden, weight, vocab_size, targets.long(), False)
-    return target - lse
+    st = head_stats(hidden, weight, vocab_size, targets.long())
+    return st.target - st.lse
 
 
-__all__ = ["VOCAB_GROUPS", "VOCAB_TILE", "combine_shards", "full_logprobs", "logprob_head", "padded_vocab",
-           "shard_stats", "vocab_shard"]
+__all__ = ["combine_shards", "full_logprobs", "head_stats", "logprob_head", "logprob_head_forward", "shard_stats"]

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-
+from ..checks import check_rms_norm
 
 DW_CHUNK = 256  # rows per dw partial
 
@@ -118,6 +118,5 @@ class _RMSNorm(torch.autograd.Function):
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    if x.shape[-1] != weight.shape[0]:
-        raise ValueError(f"rms_norm: x has last dim {x.shape[-1]}, weight has {weight.shape[0]}")
+    check_rms_norm(x, weight)
     return _RMSNorm.apply(x, weight, eps)

@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..checks import check_silu_mul
+
 BLOCK = 1024
 
 
@@ -67,6 +69,5 @@ class _SiluMul(torch.autograd.Function):
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    if gate_up.shape[-1] % 2:
-        raise ValueError(f"silu_mul: last dim must be even (gate|up), got {gate_up.shape[-1]}")
+    check_silu_mul(gate_up)
     return _SiluMul.apply(gate_up)

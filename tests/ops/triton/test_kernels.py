@@ -200,7 +200,7 @@ def attention_bitwise_qkv(g: torch.Generator, dt: torch.dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("block_size", [16, 128])
 def test_paged_attention_equals_training_per_token(dtype, block_size):
-    from rlk_models.ops.paged import paged_steps, random_block_table
+    from rlk_models.testing.paged_steps import paged_steps, random_block_table
 
     att, dt = _mod("attention"), getattr(torch, dtype)
     g = torch.Generator().manual_seed(4)
@@ -219,7 +219,7 @@ def test_paged_attention_equals_training_per_token(dtype, block_size):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_attention_close_to_reference_and_backward_deterministic(dtype):
-    from rlk_models.ops.paged import paged_steps, random_block_table
+    from rlk_models.testing.paged_steps import paged_steps, random_block_table
 
     ref, att, dt = get_backend("reference"), _mod("attention"), getattr(torch, dtype)
     g = torch.Generator().manual_seed(4)
@@ -273,12 +273,12 @@ def test_head_rows_invariant_and_close_to_float64(dtype, vocab):
 # --- whole model ---------------------------------------------------------------------------------
 
 def test_tiny_qwen3_training_equals_paged_runner():
-    from rlk_models.modeling.paged import PagedRunner, training_logprobs
+    from rlk_models.families import FAMILIES
     from rlk_models.qwen3 import RLKQwen3Config, RLKQwen3ForCausalLM
-    from rlk_models.tiny import TINY_QWEN3
+    from rlk_models.testing.paged_runner import PagedRunner, training_logprobs
 
     torch.manual_seed(0)
-    model = RLKQwen3ForCausalLM(RLKQwen3Config(**dict(TINY_QWEN3, vocab_size=300), rlk_backend="triton"))
+    model = RLKQwen3ForCausalLM(RLKQwen3Config(**dict(FAMILIES['qwen3'].tiny, vocab_size=300), rlk_backend="triton"))
     model = model.to(DEV).eval()
     g = torch.Generator().manual_seed(1)
     seqs = [torch.randint(0, 300, (n,), generator=g).tolist() for n in (70, 3, 20)]
@@ -290,6 +290,6 @@ def test_tiny_qwen3_training_equals_paged_runner():
             assert torch.equal(a, b), f"sequence {s}: paged runner != training (triton)"
         else:  # the interpreter's dot order follows the host BLAS (module docstring)
             assert float((a - b).abs().max()) < 1e-5, f"sequence {s}: paged runner far from training"
-    ref = RLKQwen3ForCausalLM(RLKQwen3Config(**dict(TINY_QWEN3, vocab_size=300))).eval()
+    ref = RLKQwen3ForCausalLM(RLKQwen3Config(**dict(FAMILIES['qwen3'].tiny, vocab_size=300))).eval()
     ref.load_state_dict({n: t.cpu() for n, t in model.state_dict().items()})
     assert max(float((a - b).abs().max()) for a, b in zip(want, training_logprobs(ref, seqs))) < 1e-4

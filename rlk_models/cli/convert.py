@@ -6,8 +6,7 @@ import argparse
 import re
 import sys
 
-from .convert import DEFAULT_MAX_SHARD_BYTES, ConversionError, convert
-
+from ..conversion.convert import DEFAULT_MAX_SHARD_BYTES, ConversionError, convert
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 

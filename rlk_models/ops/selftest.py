@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from .ops import get_backend, rope_table
-from .ops.paged import slots_for, write_kv
+from . import get_backend, rope_table
+from .paged import slots_for, write_kv
 
 
 class SelfTestFailed(RuntimeError):
@@ -35,7 +35,7 @@ def _cache_dir() -> Path:
 
 
 def machine_key(backend: str) -> str:
-    from . import __version__
+    from .. import __version__
 
     cpu = ""
     try:

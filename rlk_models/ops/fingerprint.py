@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .ops import get_backend
+from . import get_backend
 
 
 class FingerprintMismatch(ValueError):

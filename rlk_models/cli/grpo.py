@@ -14,7 +14,7 @@ Loop (one step):
                   ``exp(logp_train - logp_rollout)`` (exactly 1 when they agree), plus an
                   optional k3 KL penalty to the initial policy; AdamW on fp32 master weights,
                   copied to the model dtype after the step;
-  4. sync      -- the new weights are pushed into the engine (``rlk_models.sync``), prefix
+  4. sync      -- the new weights are pushed into the engine (``rlk_models.rollout.sync``), prefix
                   cache reset.
 
 Toy task ("digits"): prompts are additions ``"a + b ="``; the reward of a completion is the
@@ -41,6 +41,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+
+from ..families import FAMILIES
 
 
 @dataclass
@@ -82,7 +84,7 @@ def answer_correct(text: str, answer: int) -> bool:
 def make_engine(ckpt: Path, cfg: GRPOConfig, max_model_len: int = 128):
     """rlk checkpoint: the rlk vLLM class (raw_logits); stock checkpoint (baseline): stock vLLM
     with its default raw_logprobs. Block size 32: stock CPU attention needs a multiple of 32."""
-    from .verify import make_llm
+    from ..rollout.engine import make_llm
 
     return make_llm(ckpt, cfg.dtype, max_model_len, seed=cfg.seed, block_size=32,
                     max_num_batched_tokens=max(512, cfg.prompts_per_step * cfg.group_size * 2),
@@ -118,18 +120,91 @@ class MasterWeights:
 
 # --- one run ------------------------------------------------------------------------------------
 
+@dataclass
+class Rollout:
+    """One step's sampled groups, padded for the trainer."""
+    ids: torch.Tensor       # [B, S] prompt + completion, right-padded
+    mask: torch.Tensor      # [B, S]
+    comp: torch.Tensor      # [B, S-1] bool: the position predicts a completion token
+    old: torch.Tensor       # [B, S-1] the rollout engine's log-probs there (0 elsewhere)
+    rewards: torch.Tensor   # [prompts, group]
+    adv: torch.Tensor       # [B] group-normalised advantages
+    correct: list[bool]
+
+
+def rollout(llm, tok, sp, batch: list[tuple[str, int]], cfg: GRPOConfig) -> Rollout:
+    from vllm.inputs import TokensPrompt
+
+    from ..rollout.engine import right_pad
+
+    prompt_ids = [tok(p)["input_ids"] for p, _ in batch]
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompt_ids], sp, use_tqdm=False)
+    seqs, comp_start, roll_lp, rewards, correct = [], [], [], [], []
+    for (_, answer), p, o in zip(batch, prompt_ids, outs):
+        for c in o.outputs:
+            seqs.append(p + list(c.token_ids))
+            comp_start.append(len(p))
+            roll_lp.append([c.logprobs[k][t].logprob for k, t in enumerate(c.token_ids)])
+            text = tok.decode(c.token_ids, skip_special_tokens=True)
+            rewards.append(reward(text))
+            correct.append(answer_correct(text, answer))
+    r = torch.tensor(rewards).view(cfg.prompts_per_step, cfg.group_size)
+    adv = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)).view(-1)
+    ids, mask = right_pad(seqs)
+    comp = torch.zeros(len(seqs), ids.shape[1] - 1, dtype=torch.bool)
+    old = torch.zeros(len(seqs), ids.shape[1] - 1)
+    for i, seq in enumerate(seqs):
+        comp[i, comp_start[i] - 1:len(seq) - 1] = True
+        old[i, comp_start[i] - 1:len(seq) - 1] = torch.tensor(roll_lp[i])
+    return Rollout(ids, mask, comp, old, r, adv, correct)
+
+
+def parity_stats(lp: torch.Tensor, ro: Rollout) -> dict:
+    """Trainer vs rollout log-probs on the completion tokens, before any update."""
+    diff = (lp - ro.old)[ro.comp]
+    return {"mismatch_count": int((diff != 0).sum()), "max_abs_diff": float(diff.abs().max()) if diff.numel() else 0.0,
+            "tokens": int(ro.comp.sum()),
+            "kl_rollout_train": float(((ro.old - lp).exp() - (ro.old - lp) - 1)[ro.comp].mean())}
+
+
+def ppo_update(model, ref, opt: MasterWeights, ro: Rollout, cfg: GRPOConfig, baseline: bool) -> dict:
+    """``cfg.ppo_epochs`` clipped-surrogate steps (+ k3 KL to the reference); the first epoch's
+    parity and ratio statistics."""
+    stats = {}
+    if ref is not None:  # the reference policy does not change between PPO epochs
+        with torch.no_grad():
+            ref_lp = token_logprobs(ref, ro.ids, ro.mask, baseline)
+    adv = ro.adv[:, None]
+    for epoch in range(cfg.ppo_epochs):
+        lp = token_logprobs(model, ro.ids, ro.mask, baseline)
+        if epoch == 0:  # before any update: the trainer must see exactly the rollout's numbers
+            stats.update(parity_stats(lp.detach(), ro))
+        ratio = (lp - ro.old).exp()
+        per_tok = -torch.minimum(ratio * adv, ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv)
+        if ref is not None:
+            per_tok = per_tok + cfg.kl_coef * ((ref_lp - lp).exp() - (ref_lp - lp) - 1)
+        loss = ((per_tok * ro.comp).sum(1) / ro.comp.sum(1).clamp_min(1)).mean()
+        if epoch == 0:
+            rc = ratio.detach()[ro.comp]
+            stats.update(ratio_mean=float(rc.mean()), ratio_min=float(rc.min()), ratio_max=float(rc.max()),
+                         clip_frac=float(((rc - 1).abs() > cfg.clip_eps).float().mean()), loss=float(loss.detach()))
+        loss.backward()
+        opt.step()
+    return stats
+
+
 def run(ckpt: Path, out: Path, cfg: GRPOConfig, baseline: bool = False, progress: bool = True) -> list[dict]:
-    from .verify import in_process_env, right_pad
+    from ..rollout.engine import in_process_env
 
     in_process_env()
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    import rlk_models  # noqa: F401
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
 
-    from .sync import push_weights
+    import rlk_models  # noqa: F401
+
+    from ..rollout.sync import push_weights
 
     torch.manual_seed(cfg.seed)
     dtype = getattr(torch, cfg.dtype)
@@ -150,61 +225,14 @@ def run(ckpt: Path, out: Path, cfg: GRPOConfig, baseline: bool = False, progress
     bar = tqdm(range(cfg.steps), desc="GRPO baseline" if baseline else "GRPO", disable=not progress)
     for step in bar:
         t0 = time.perf_counter()
-        batch = [pool[rng.randrange(len(pool))] for _ in range(cfg.prompts_per_step)]
-        prompt_ids = [tok(p)["input_ids"] for p, _ in batch]
-        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompt_ids], sp, use_tqdm=False)
+        ro = rollout(llm, tok, sp, [pool[rng.randrange(len(pool))] for _ in range(cfg.prompts_per_step)], cfg)
         t1 = time.perf_counter()
-
-        seqs, comp_start, roll_lp, rewards, correct = [], [], [], [], []
-        for (prompt, answer), p, o in zip(batch, prompt_ids, outs):
-            for c in o.outputs:
-                seqs.append(p + list(c.token_ids))
-                comp_start.append(len(p))
-                roll_lp.append([c.logprobs[k][t].logprob for k, t in enumerate(c.token_ids)])
-                text = tok.decode(c.token_ids, skip_special_tokens=True)
-                rewards.append(reward(text))
-                correct.append(answer_correct(text, answer))
-        r = torch.tensor(rewards).view(cfg.prompts_per_step, cfg.group_size)
-        adv = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)).view(-1)
-
-        ids, mask = right_pad(seqs)
-        comp = torch.zeros(len(seqs), ids.shape[1] - 1, dtype=torch.bool)  # predicts a completion token
-        old = torch.zeros(len(seqs), ids.shape[1] - 1)
-        for i, s in enumerate(seqs):
-            comp[i, comp_start[i] - 1:len(s) - 1] = True
-            old[i, comp_start[i] - 1:len(s) - 1] = torch.tensor(roll_lp[i])
-
-        stats = {}
-        if ref is not None:  # the reference policy does not change between PPO epochs
-            with torch.no_grad():
-                ref_lp = token_logprobs(ref, ids, mask, baseline)
-        for epoch in range(cfg.ppo_epochs):
-            lp = token_logprobs(model, ids, mask, baseline)
-            if epoch == 0:  # before any update: the trainer must see exactly the rollout's numbers
-                diff = (lp.detach() - old)[comp]
-                stats["mismatch_count"] = int((diff != 0).sum())
-                stats["max_abs_diff"] = float(diff.abs().max()) if diff.numel() else 0.0
-                stats["tokens"] = int(comp.sum())
-                stats["kl_rollout_train"] = float(((old - lp.detach()).exp() - (old - lp.detach()) - 1)[comp].mean())
-            ratio = (lp - old).exp()
-            surr = torch.minimum(ratio * adv[:, None], ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv[:, None])
-            per_tok = -surr
-            if ref is not None:
-                per_tok = per_tok + cfg.kl_coef * ((ref_lp - lp).exp() - (ref_lp - lp) - 1)
-            n_tok = comp.sum(1).clamp_min(1)
-            loss = ((per_tok * comp).sum(1) / n_tok).mean()
-            if epoch == 0:
-                rc = ratio.detach()[comp]
-                stats.update(ratio_mean=float(rc.mean()), ratio_min=float(rc.min()), ratio_max=float(rc.max()),
-                             clip_frac=float(((rc - 1).abs() > cfg.clip_eps).float().mean()), loss=float(loss.detach()))
-            loss.backward()
-            opt.step()
+        stats = ppo_update(model, ref, opt, ro, cfg, baseline)
         t2 = time.perf_counter()
         push_weights(llm, model)
         t3 = time.perf_counter()
-
-        row = {"step": step, **stats, "reward_mean": float(r.mean()), "reward_std": float(r.std()),
-               "answer_acc": sum(correct) / len(correct),
+        row = {"step": step, **stats, "reward_mean": float(ro.rewards.mean()), "reward_std": float(ro.rewards.std()),
+               "answer_acc": sum(ro.correct) / len(ro.correct),
                "time_rollout": t1 - t0, "time_train": t2 - t1, "time_sync": t3 - t2}
         rows.append(row)
         with metrics_path.open("a") as f:
@@ -241,8 +269,8 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 
 def default_checkpoint(out: Path, family: str, dtype: str) -> tuple[Path, Path]:
     """A tiny generated (stock) checkpoint in ``dtype`` and its rlk conversion under ``out``."""
-    from .conversion import convert
-    from .tiny import make_tiny_hf_checkpoint
+    from ..conversion import convert
+    from ..testing.tiny import make_tiny_hf_checkpoint
 
     hf = out / f"{family}-{dtype}-hf"
     if not (hf / "config.json").exists():
@@ -253,9 +281,9 @@ def default_checkpoint(out: Path, family: str, dtype: str) -> tuple[Path, Path]:
 def main(argv: list[str] | None = None) -> int:
     d = GRPOConfig()
     ap = argparse.ArgumentParser(prog="rlk-grpo", description="GRPO with a bitwise train/rollout log-prob check "
-                                 "at every step (see rlk_models/grpo.py).")
+                                 "at every step (see rlk_models/cli/grpo.py).")
     ap.add_argument("--checkpoint", help="an rlk checkpoint (default: generate a tiny one under --out)")
-    ap.add_argument("--family", choices=["qwen3", "llama"], default="qwen3", help="family of the generated checkpoint")
+    ap.add_argument("--family", choices=sorted(FAMILIES), default="qwen3", help="family of the generated checkpoint")
     ap.add_argument("--steps", type=int, default=d.steps, help=f"GRPO steps (default {d.steps})")
     ap.add_argument("--out", default="runs/grpo", help="output directory (metrics.jsonl, metrics.png)")
     ap.add_argument("--baseline", action="store_true", help="stock transformers + stock vLLM instead of rlk")

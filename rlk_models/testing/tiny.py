@@ -10,13 +10,7 @@ from pathlib import Path
 
 import torch
 
-TINY_QWEN3 = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=32, max_position_embeddings=512, rope_parameters={
-                      "rope_type": "default", "rope_theta": 10000.0}, initializer_range=0.05,
-                  tie_word_embeddings=False, rms_norm_eps=1e-6)
-TINY_LLAMA = dict(TINY_QWEN3, rope_parameters={
-    "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-    "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
+from ..families import FAMILIES
 
 _WORDS = ("the a one two three four five six seven eight nine ten plus minus times equals answer is "
           "model token train roll out reward policy value step batch sum count add number digit").split()
@@ -49,17 +43,18 @@ def train_tokenizer(vocab_size: int = 512):
 
 def make_tiny_hf_checkpoint(path: str | Path, family: str = "qwen3", *, seed: int = 0,
                             dtype: torch.dtype = torch.bfloat16, vocab_size: int = 512, **overrides) -> Path:
-    """Save a randomly initialised *stock transformers* Qwen3/Llama checkpoint (plus tokenizer)
-    to ``path``; convert it with ``rlk_models.conversion.convert`` to get an rlk checkpoint."""
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    """Save a randomly initialised *stock transformers* checkpoint of ``family`` (its
+    ``Family.tiny`` config, plus a tokenizer) to ``path``; convert it with
+    ``rlk_models.conversion.convert`` to get an rlk checkpoint."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    cfg_cls, model_cls, base = {"qwen3": (Qwen3Config, Qwen3ForCausalLM, TINY_QWEN3),
-                                "llama": (LlamaConfig, LlamaForCausalLM, TINY_LLAMA)}[family]
+    spec = FAMILIES[family]
     tok = train_tokenizer(vocab_size)
-    cfg = cfg_cls(**{**base, "vocab_size": len(tok), "eos_token_id": tok.eos_token_id,
-                     "pad_token_id": tok.pad_token_id, "bos_token_id": None, **overrides})
+    cfg = AutoConfig.for_model(spec.hf_model_type, **{
+        **spec.tiny, "vocab_size": len(tok), "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id,
+        "bos_token_id": None, **overrides})
     torch.manual_seed(seed)
-    model = model_cls(cfg).to(dtype)
+    model = AutoModelForCausalLM.from_config(cfg).to(dtype)
     path = Path(path)
     model.save_pretrained(path)
     tok.save_pretrained(path)

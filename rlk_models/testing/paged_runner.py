@@ -14,24 +14,12 @@ training class's ``packed_token_logprobs`` for the same sequences.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
+from ..modeling.decoder import Decoder, PagedMeta, TrainingBuilder
 from ..ops import get_backend
 from ..ops.paged import slots_for, write_kv
-from .decoder import Decoder, TrainingBuilder
-
-
-@dataclass
-class PagedMeta:
-    caches: list[torch.Tensor]      # per layer [num_blocks, Hkv, block_size, 2 D]
-    block_table: torch.Tensor       # [R, max_blocks] int32
-    seq_lens: torch.Tensor          # [R] context length after this step
-    query_start_loc: torch.Tensor   # [R + 1]
-    slot_mapping: torch.Tensor      # [T]
-    max_query_len: int
 
 
 class PagedAttention(nn.Module):
@@ -73,68 +61,73 @@ class PagedRunner:
         ``prefill_lens[s]`` tokens in chunks (at most ``token_budget`` tokens per step across all
         requests, decodes first, as vLLM schedules) and decoding the rest one token per step.
         ``arrivals[s]``: the step at which request s is admitted."""
-        cfg, bs = self.cfg, self.block_size
         n = len(sequences)
         if len(prefill_lens) != n or any(not 0 <= p < max(len(s), 1) for p, s in zip(prefill_lens, sequences)):
             raise ValueError(f"prefill_lens {prefill_lens} must give each sequence a prefill in [0, len - 1) "
                              f"(lengths {[len(s) for s in sequences]})")
         arrivals = arrivals or [0] * n
-        need = sum(-(-len(s) // bs) for s in sequences)
-        num_blocks = self.num_blocks or need + 3
-        hkv, d = cfg.num_key_value_heads, cfg.head_dim
-        caches = [torch.full((num_blocks, hkv, bs, 2 * d), float("nan"), dtype=self.dtype, device=self.device)
-                  for _ in range(cfg.num_hidden_layers)]  # NaN: any read of an unwritten slot would show
+        num_blocks = self.num_blocks or sum(-(-len(s) // self.block_size) for s in sequences) + 3
+        hkv, d = self.cfg.num_key_value_heads, self.cfg.head_dim
+        caches = [torch.full((num_blocks, hkv, self.block_size, 2 * d), float("nan"), dtype=self.dtype,
+                             device=self.device)
+                  for _ in range(self.cfg.num_hidden_layers)]  # NaN: any read of an unwritten slot would show
         free = torch.randperm(num_blocks, generator=self.gen).tolist()
-        tables = [[] for _ in range(n)]
-        done = [0] * n                                  # tokens already in the cache
+        tables: list[list[int]] = [[] for _ in range(n)]
+        done = [0] * n                                          # tokens already in the cache
         out = [torch.zeros(max(len(s) - 1, 0), dtype=torch.float32) for s in sequences]
         step = 0
         while any(done[s] < len(sequences[s]) - 1 for s in range(n)):
-            sched: list[tuple[int, int]] = []           # (request, number of tokens)
-            budget = token_budget
             active = [s for s in range(n) if arrivals[s] <= step and done[s] < len(sequences[s]) - 1]
-            for s in active:                            # decodes first
-                if done[s] >= prefill_lens[s] and budget:
-                    sched.append((s, 1))
-                    budget -= 1
-            for s in active:                            # then prefill chunks
-                if done[s] < prefill_lens[s] and budget:
-                    take = min(prefill_lens[s] - done[s], budget)
-                    sched.append((s, take))
-                    budget -= take
+            sched = _schedule(active, done, prefill_lens, token_budget)
             step += 1
-            if not sched:
-                continue
-            ids, pos, slots, targets, qsl, lens, rows = [], [], [], [], [0], [], []
-            for s, take in sched:
-                seq = sequences[s]
-                p = torch.arange(done[s], done[s] + take)
-                while len(tables[s]) * bs < done[s] + take:
+            for s, take in sched:                               # allocate blocks from the free list
+                while len(tables[s]) * self.block_size < done[s] + take:
                     tables[s].append(free.pop())
-                table = torch.tensor(tables[s], dtype=torch.int32)
-                ids.append(torch.tensor(seq[done[s]:done[s] + take]))
-                pos.append(p)
-                slots.append(slots_for(table, p, bs))
-                targets.append(torch.tensor(seq[done[s] + 1:done[s] + take + 1]))
-                qsl.append(qsl[-1] + take)
-                lens.append(done[s] + take)
-                rows.append(table)
-            width = max(len(t) for t in rows)
-            bt = torch.zeros(len(rows), width, dtype=torch.int32)
-            for i, t in enumerate(rows):
-                bt[i, :len(t)] = t
-            dev = self.device
-            meta = PagedMeta(caches, bt.to(dev), torch.tensor(lens, dtype=torch.int32, device=dev),
-                             torch.tensor(qsl, dtype=torch.int32, device=dev), torch.cat(slots).to(dev),
-                             max(take for _, take in sched))
-            hidden = self.decoder(torch.cat(ids).to(dev), torch.cat(pos).to(dev), meta)
-            logp = get_backend(cfg.rlk_backend).full_logprobs(hidden, self.head, cfg.vocab_size)
-            tgt = torch.cat(targets).to(dev)
-            picked = logp.gather(1, tgt[:, None])[:, 0].float().cpu()
-            for (s, take), a, b in zip(sched, qsl[:-1], qsl[1:]):
-                out[s][done[s]:done[s] + take] = picked[a:b]
-                done[s] += take
+            if sched:
+                picked = self._step(sequences, sched, done, tables, caches)
+                for (s, take), a in zip(sched, torch.tensor([0] + [t for _, t in sched]).cumsum(0).tolist()):
+                    out[s][done[s]:done[s] + take] = picked[a:a + take]
+                    done[s] += take
         return out
+
+    def _step(self, sequences, sched, done, tables, caches) -> torch.Tensor:
+        """Run one scheduled step; the log-prob of each scheduled token's successor [n]."""
+        ids, pos, slots, targets, qsl, lens = [], [], [], [], [0], []
+        for s, take in sched:
+            seq = sequences[s]
+            p = torch.arange(done[s], done[s] + take)
+            ids.append(torch.tensor(seq[done[s]:done[s] + take]))
+            pos.append(p)
+            slots.append(slots_for(torch.tensor(tables[s], dtype=torch.int32), p, self.block_size))
+            targets.append(torch.tensor(seq[done[s] + 1:done[s] + take + 1]))
+            qsl.append(qsl[-1] + take)
+            lens.append(done[s] + take)
+        bt = torch.zeros(len(sched), max(len(tables[s]) for s, _ in sched), dtype=torch.int32)
+        for i, (s, _) in enumerate(sched):
+            bt[i, :len(tables[s])] = torch.tensor(tables[s], dtype=torch.int32)
+        dev = self.device
+        meta = PagedMeta(caches, bt.to(dev), torch.tensor(lens, dtype=torch.int32, device=dev),
+                         torch.tensor(qsl, dtype=torch.int32, device=dev), torch.cat(slots).to(dev),
+                         max(take for _, take in sched))
+        hidden = self.decoder(torch.cat(ids).to(dev), torch.cat(pos).to(dev), meta)
+        logp = get_backend(self.cfg.rlk_backend).full_logprobs(hidden, self.head, self.cfg.vocab_size)
+        return logp.gather(1, torch.cat(targets).to(dev)[:, None])[:, 0].float().cpu()
+
+
+def _schedule(active: list[int], done: list[int], prefill_lens: list[int], budget: int) -> list[tuple[int, int]]:
+    """vLLM's order within a step's token budget: decodes first, then prefill chunks;
+    (request, number of tokens)."""
+    sched = []
+    for s in active:
+        if done[s] >= prefill_lens[s] and budget:
+            sched.append((s, 1))
+            budget -= 1
+    for s in active:
+        if done[s] < prefill_lens[s] and budget:
+            take = min(prefill_lens[s] - done[s], budget)
+            sched.append((s, take))
+            budget -= take
+    return sched
 
 
 def training_logprobs(model, sequences: list[list[int]]) -> list[torch.Tensor]:

@@ -9,7 +9,7 @@ log-probs. Runs:
     train:DIR                   the HF-style training class (one full-sequence pass)
     vllm:DIR[:CONFIG]           a real in-process vLLM engine, prompt = the tokens: the rlk
                                 vLLM class for an rlk checkpoint, stock vLLM for a transformers
-                                one (``CONFIG`` from ``rlk_models.verify.CONFIGS``, e.g.
+                                one (``CONFIG`` from ``rlk_models.cli.parity.CONFIGS``, e.g.
                                 ``chunked_prefill_16``: then the trace is stitched from chunks)
     stock:DIR                   stock transformers on a transformers checkpoint (its q/k/v and
                                 gate/up projections are concatenated into rlk's fused names)
@@ -120,8 +120,9 @@ def _parse(spec: str) -> tuple[str, str, str | None, str | None]:
 
 def run_trace(spec: str, tokens: list[int], dtype: str = "float32", model=None) -> tuple[Trace, torch.Tensor]:
     """Trace ``tokens`` through run ``spec``; returns (trace, fp32 log-probs of tokens[1:])."""
-    import rlk_models  # noqa: F401
     from transformers import AutoModelForCausalLM
+
+    import rlk_models  # noqa: F401
 
     kind, path, config, backend = _parse(spec)
     extra = {"rlk_backend": backend} if backend else {}
@@ -169,24 +170,24 @@ def _install(model) -> None:
 def _vllm_trace(path: str, config: str | None, backend: str | None, tokens: list[int], dtype: str):
     from vllm.inputs import TokensPrompt
 
-    from . import verify
+    from ..rollout import engine, parity
 
-    verify.in_process_env()
-    overrides = dict(verify.CONFIGS[config][0]) if config else {}
-    if verify.is_rlk_checkpoint(path):  # else: stock vLLM on a transformers checkpoint
+    engine.in_process_env()
+    overrides = dict(parity.CONFIGS[config][0]) if config else {}
+    if engine.is_rlk_checkpoint(path):  # else: stock vLLM on a transformers checkpoint
         overrides["hf_overrides"] = {"rlk_check_fingerprint": False, **({"rlk_backend": backend} if backend else {})}
-    llm = verify.make_llm(path, dtype, **overrides)
+    llm = engine.make_llm(path, dtype, **overrides)
     try:
         _ENGINE_RECORDER.clear()
         llm.apply_model(_install)
-        out = llm.generate([TokensPrompt(prompt_token_ids=tokens)], verify.sampling_params("greedy", 1, True),
+        out = llm.generate([TokensPrompt(prompt_token_ids=tokens)], parity.sampling_params("greedy", 1, True),
                            use_tqdm=False)[0]
         rec = _ENGINE_RECORDER[0]
         rec.close()
         lp = torch.tensor([out.prompt_logprobs[j][tokens[j]].logprob for j in range(1, len(tokens))])
         return rec.trace(), lp
     finally:
-        verify.close_llm(llm)
+        engine.close_llm(llm)
 
 
 @dataclass

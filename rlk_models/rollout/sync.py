@@ -1,6 +1,6 @@
 """Weight sync for RL: push a training model's weights into a running in-process ``vllm.LLM``.
 
-    from rlk_models.sync import push_weights
+    from rlk_models.rollout.sync import push_weights
     push_weights(llm, model)          # an RLK*ForCausalLM (or any module with rlk names)
     push_weights(llm, state_dict)     # or a dict / iterable of (name, tensor)
 

@@ -21,6 +21,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..families import FAMILIES
+
 
 def _prompts(tok) -> list[torch.Tensor]:
     texts = ["12 + 30 = 42", "the model is a policy", "seven plus two equals nine",
@@ -36,16 +38,17 @@ def _compare(got: list[torch.Tensor], want: list[torch.Tensor]) -> tuple[int, fl
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="rlk-demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="runs/demo", help="where the checkpoints go (default: runs/demo)")
-    ap.add_argument("--family", choices=["qwen3", "llama"], default="qwen3")
+    ap.add_argument("--family", choices=sorted(FAMILIES), default="qwen3")
     ap.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     args = ap.parse_args(argv)
 
-    import rlk_models  # noqa: F401
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from . import verify
-    from .conversion import convert
-    from .tiny import make_tiny_hf_checkpoint
+    import rlk_models  # noqa: F401
+
+    from ..conversion import convert
+    from ..rollout import engine, parity
+    from ..testing.tiny import make_tiny_hf_checkpoint
 
     out = Path(args.out)
     dtype = getattr(torch, args.dtype)
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         n = len(seqs)
         for shift in tqdm(range(n), desc="invariance checks", leave=False):
             order = seqs[shift:] + seqs[:shift]  # every sequence at every batch position
-            ids, mask = verify.right_pad([x.tolist() for x in order])
+            ids, mask = engine.right_pad([x.tolist() for x in order])
             lp = model.token_logprobs(ids, mask)
             got = [lp[i, :len(order[i]) - 1] for i in range(n)]
             rows.append((f"padded batch, rotation {shift}", *_compare(got, alone[shift:] + alone[:shift])))
@@ -78,16 +81,17 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(("packed batch", *_compare([packed[a:b - 1] for a, b in zip(cu[:-1], cu[1:])], alone)))
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            rows.append((f"{threads} thread(s), alone", *_compare([model.token_logprobs(s[None])[0] for s in seqs], alone)))
+            singles = [model.token_logprobs(s[None])[0] for s in seqs]
+            rows.append((f"{threads} thread(s), alone", *_compare(singles, alone)))
         rows.append(("repeat run", *_compare([model.token_logprobs(s[None])[0] for s in seqs], alone)))
 
         stock = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=dtype).eval()
         ref = [stock(s[None]).logits[0, :-1].float().log_softmax(-1).gather(1, s[1:, None])[:, 0] for s in seqs]
         _, acc_diff, acc_n = _compare(alone, ref)
 
-    verify.in_process_env()
+    engine.in_process_env()
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    vllm_report = verify.sweep(str(rlk_dir), ["batches_16_3_temp1", "chunked_prefill_16"], args.dtype)
+    vllm_report = parity.sweep(str(rlk_dir), ["batches_16_3_temp1", "chunked_prefill_16"], args.dtype)
     for r in vllm_report:
         rows.append((f"vLLM engine: {r.config}", r.mismatch_count, r.max_abs_diff, r.tokens))
 

@@ -1,0 +1,77 @@
+"""What every op backend must agree on: the contract's constants and canonical layouts.
+
+Both backends import this module and neither imports the other. It holds what decides how a
+reduction is *cut* (so that tensor-parallel ranks and a TP=1 model cut it the same way), not how
+a backend computes inside a piece:
+
+- ``LINEAR_K_GROUPS``: a linear's K is cut into 8 contiguous groups, the unit a row-parallel
+  rank of k (k | 8) owns;
+- the log-prob head's canonical padded vocab: ``VOCAB_GROUPS`` groups of tiles of
+  ``VOCAB_TILE`` entries, padded to a multiple of both (a function of the vocab size only),
+  and each rank's contiguous slice of whole groups (``vocab_shard``);
+- ``one_shard_stats``: TP=1 is one shard, reduced by the same two calls every TP size uses;
+- ``embedding_order``: the token order in which an embedding's backward sums a shared id.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+LINEAR_K_GROUPS = 8
+VOCAB_TILE = 256
+VOCAB_GROUPS = 8
+
+
+def padded_vocab(vocab_size: int) -> int:
+    """The canonical padded vocab: next multiple of VOCAB_GROUPS * VOCAB_TILE."""
+    step = VOCAB_GROUPS * VOCAB_TILE
+    return -(-vocab_size // step) * step
+
+
+def vocab_shard(vocab_size: int, rank: int, tp_size: int) -> tuple[int, int]:
+    """[start, end) of the padded vocab that rank ``rank`` of ``tp_size`` owns."""
+    if VOCAB_GROUPS % tp_size:
+        raise ValueError(f"tensor-parallel size {tp_size} must divide {VOCAB_GROUPS}")
+    per = padded_vocab(vocab_size) // tp_size
+    return rank * per, (rank + 1) * per
+
+
+class ShardStats(NamedTuple):
+    """One vocab shard's reduction (``shard_stats``), each [T] fp32: running max ``m``, sum of
+    exp(l - m) ``s``, sum of exp(l - m) * l ``e``, the target's logit (exactly 0 where the target
+    lies in another shard) and, if kept, the shard's real logits [T, entries] (else None)."""
+    m: torch.Tensor
+    s: torch.Tensor
+    e: torch.Tensor
+    target: torch.Tensor
+    logits: torch.Tensor | None
+
+
+class HeadStats(NamedTuple):
+    """The finished tree (``combine_shards``) over all shards: log-sum-exp, mean logit under p
+    (for the entropy), the target's logit [T], and the kept logits of a single shard."""
+    lse: torch.Tensor
+    mean_logit: torch.Tensor
+    target: torch.Tensor
+    logits: torch.Tensor | None = None
+
+
+def one_shard_stats(shard_stats, combine_shards, h: torch.Tensor, w: torch.Tensor, vocab_size: int,
+                    targets: torch.Tensor | None, *, with_entropy: bool, keep_logits: bool = False) -> HeadStats:
+    """TP=1 is one shard: the same two calls as every TP size (pass the backend's ``shard_stats``
+    and ``combine_shards``), so TP=k gives TP=1's bits."""
+    st = shard_stats(h, w, (0, padded_vocab(vocab_size)), vocab_size, targets, with_entropy=with_entropy,
+                     keep_logits=keep_logits)
+    lse, mean_l, target = combine_shards(st.m[None], st.s[None], st.e[None], st.target[None])
+    return HeadStats(lse, mean_l, target, st.logits)
+
+
+def embedding_order(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(order, distinct ids, counts, starts): token indices sorted stably by id, so the tokens
+    sharing an id are adjacent and in token order; ``order[starts[u]:starts[u] + counts[u]]``
+    hold id ``uniq[u]``."""
+    order = torch.sort(ids, stable=True).indices
+    uniq, counts = torch.unique_consecutive(ids[order], return_counts=True)
+    return order, uniq, counts, torch.cumsum(counts, 0) - counts

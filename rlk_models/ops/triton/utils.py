@@ -1,0 +1,43 @@
+"""Pieces the Triton op files share: the K loop of a tile in the contract's order, the SM count
+and the pipeline depth that fits shared memory."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_K = 64  # every dot product walks K in tiles of this size, in order: part of the contract
+
+
+@triton.jit
+def dot_k_range(a_ptr, b_ptr, rm, rn, rk, M, N, K, k_lo, k_hi, sam, sak, sbn, sbk, part, BLOCK_K: tl.constexpr):
+    """part += A[rm, k_lo:k_hi] @ B[rn, k_lo:k_hi]^T, K-tiles in increasing order (pointer loads,
+    masked: any strides; runs in the interpreter)."""
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        k = k0 + rk
+        a = tl.load(a_ptr + rm[:, None] * sam + k[None, :] * sak, mask=(rm[:, None] < M) & (k[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + k[:, None] * sbk + rn[None, :] * sbn, mask=(k[:, None] < K) & (rn[None, :] < N), other=0.0)
+        part = tl.dot(a, b, part)
+    return part
+
+
+@functools.cache
+def _sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def num_sms(device: torch.device) -> int:
+    """SMs of ``device`` (4 under the interpreter): sizes persistent grids, never the K order."""
+    if device.type != "cuda":
+        return 4
+    return _sms(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def fit_stages(rows: int, elem_size: int, stages: int, out_bytes: int = 0, budget: int = 216 * 1024) -> int:
+    """Pipeline depth that fits shared memory: (rows of A + rows of B) x BLOCK_K operand tiles
+    per stage, plus ``out_bytes`` of epilogue staging (fp32 operands need half the stages of
+    bf16). Stages never change the K order, hence the bits."""
+    return max(1, min(stages, (budget - out_bytes) // (rows * BLOCK_K * elem_size)))

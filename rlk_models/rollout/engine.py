@@ -1,0 +1,71 @@
+"""The vLLM engine as this package drives it: build one for an rlk checkpoint (or stock vLLM for a
+transformers checkpoint), tear it down, run it in-process, pad token lists for the training class.
+Used by the parity sweep, the GRPO job, the bisector and the demo."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+from pathlib import Path
+
+import torch
+
+
+def in_process_env() -> None:
+    """vLLM in this process (fast start, no pickling) with a small CPU KV cache."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def is_rlk_checkpoint(ckpt) -> bool:
+    return json.loads((Path(ckpt) / "config.json").read_text()).get("model_type", "").startswith("rlk_")
+
+
+def amx_permission() -> None:
+    """Stock vLLM's CPU attention can die with SIGILL on AMX machines unless the process has
+    asked for the tile-data permission (arch_prctl; harmless elsewhere)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).syscall(158, 0x1023, 18)  # ARCH_REQ_XCOMP_PERM, XTILEDATA
+    except (OSError, AttributeError):
+        pass
+
+
+def make_llm(ckpt: str, dtype: str = "bfloat16", max_model_len: int = 512, **overrides):
+    """An engine for an rlk checkpoint (``logprobs_mode="raw_logits"``) or, for a stock
+    checkpoint, stock vLLM with its default ``raw_logprobs``. ``overrides`` win."""
+    from vllm import LLM
+
+    rlk = is_rlk_checkpoint(ckpt)
+    if not rlk:
+        amx_permission()
+    kw = dict(model=str(ckpt), dtype=dtype, max_model_len=max_model_len, enforce_eager=True,
+              logprobs_mode="raw_logits" if rlk else "raw_logprobs", seed=0,
+              max_num_batched_tokens=max_model_len, enable_prefix_caching=False)
+    kw.update(overrides)
+    return LLM(**kw)
+
+
+def close_llm(llm) -> None:
+    """Tear an in-process engine down so that another can start in this process."""
+    from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+    core = getattr(llm.llm_engine, "engine_core", None)
+    if hasattr(core, "shutdown"):
+        core.shutdown()
+    del llm
+    gc.collect()
+    destroy_model_parallel()
+    destroy_distributed_environment()
+
+
+def right_pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask) [B, max len] for token lists, right-padded with 0."""
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)], mask[i, :len(s)] = torch.tensor(s, dtype=torch.long), 1
+    return ids, mask

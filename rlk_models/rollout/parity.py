@@ -1,0 +1,116 @@
+"""Parity between the vLLM class (real vLLM engine, in-process) and the training class: the sweep
+behind ``rlk-verify``.
+
+``sweep`` runs engine configurations (mixed-length batches, chunked prefill, one vs many
+sequences per step, prefix-cache hits at two block sizes, greedy and temperature-1 sampling,
+several ``generate`` calls per engine) and compares every prompt and sampled-token log-prob vLLM
+reports with the training class's ``token_logprobs`` on the same tokens: one ``Report`` per
+configuration (mismatch_count, max_abs_diff, tokens compared, prefix-cache hits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .engine import close_llm, in_process_env, make_llm, right_pad
+
+# name -> (engine overrides, sampling, batch size of each generate call on the one engine)
+CONFIGS: dict[str, tuple[dict, str, list[int]]] = {
+    "batches_1_5_16_greedy": ({}, "greedy", [1, 5, 16]),
+    "batches_16_3_temp1": ({}, "temp1", [16, 3]),
+    "chunked_prefill_16": ({"max_num_batched_tokens": 16, "max_num_seqs": 4, "enable_chunked_prefill": True},
+                           "temp1", [16]),
+    "max_num_seqs_1": ({"max_num_seqs": 1}, "temp1", [16]),
+    "prefix_cache_block16": ({"enable_prefix_caching": True, "block_size": 16}, "temp1", [16, 16]),
+    "prefix_cache_default_block": ({"enable_prefix_caching": True}, "greedy", [16, 16]),
+}
+
+
+@dataclass
+class Report:
+    config: str
+    mismatch_count: int = 0
+    max_abs_diff: float = 0.0
+    tokens: int = 0
+    cached_tokens: int = 0
+
+    def add(self, got: list[float], want: list[float]) -> None:
+        for a, b in zip(got, want, strict=True):
+            self.tokens += 1
+            self.mismatch_count += int(a != b)
+            self.max_abs_diff = max(self.max_abs_diff, abs(a - b))
+
+
+def mixed_prompts(vocab: int, n: int = 16, seed: int = 0, long_prefix: int = 300) -> list[list[int]]:
+    """1..n prompts of mixed lengths, many sharing prefixes (so prefix caching can hit at block
+    sizes 16 and 128)."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randint(0, vocab, (long_prefix + 40,), generator=g).tolist()
+    out = [base[:5], base[:40], base[10:27], base[:40] + [7, 8, 9], base[:33], base[:long_prefix],
+           base[:long_prefix + 20], base[3:4]]
+    while len(out) < n:
+        k = int(torch.randint(2, 90, (1,), generator=g))
+        out.append(torch.randint(0, vocab, (k,), generator=g).tolist())
+    return out[:n]
+
+
+def sampling_params(kind: str, max_tokens: int, prompt_logprobs: bool):
+    from vllm import SamplingParams
+
+    temp = 0.0 if kind == "greedy" else 1.0
+    return SamplingParams(max_tokens=max_tokens, temperature=temp, logprobs=0,
+                          prompt_logprobs=0 if prompt_logprobs else None, detokenize=False)
+
+
+def compare(model, prompts: list[list[int]], outputs, report: Report) -> None:
+    """Add every reported log-prob of ``outputs`` (vLLM RequestOutputs) to ``report``, against
+    the training class's token_logprobs of prompt + completion, all in one padded batch."""
+    ids, mask = right_pad([p + list(o.outputs[0].token_ids) for p, o in zip(prompts, outputs)])
+    with torch.no_grad():
+        lp = model.token_logprobs(ids, mask)
+    for i, (p, o) in enumerate(zip(prompts, outputs)):
+        got, want = [], []
+        if o.prompt_logprobs is not None:
+            for j in range(1, len(p)):
+                got.append(o.prompt_logprobs[j][p[j]].logprob)
+                want.append(lp[i, j - 1].item())
+        c = o.outputs[0]
+        for k, tok in enumerate(c.token_ids):
+            got.append(c.logprobs[k][tok].logprob)
+            want.append(lp[i, len(p) + k - 1].item())
+        report.add(got, want)
+        report.cached_tokens += int(o.num_cached_tokens or 0)
+
+
+def run_config(ckpt: str, name: str, model, dtype: str = "bfloat16", max_tokens: int = 12) -> Report:
+    from vllm.inputs import TokensPrompt
+
+    overrides, kind, sizes = CONFIGS[name]
+    llm = make_llm(ckpt, dtype, **overrides)
+    try:
+        report = Report(name)
+        prompts = mixed_prompts(model.config.vocab_size)
+        for call, size in enumerate(sizes):
+            # prompt log-probs force vLLM to skip reading the prefix cache: ask for them on the
+            # first call only, so later calls can hit the blocks the first one cached
+            sp = sampling_params(kind, max_tokens, prompt_logprobs=(call == 0))
+            batch = (prompts if call % 2 == 0 else prompts[::-1])[:size]
+            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in batch], sp, use_tqdm=False)
+            compare(model, batch, outs, report)
+        return report
+    finally:
+        close_llm(llm)
+
+
+def sweep(ckpt: str, configs: list[str] | None = None, dtype: str = "bfloat16") -> list[Report]:
+    from transformers import AutoModelForCausalLM
+
+    import rlk_models  # noqa: F401
+
+    in_process_env()
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=getattr(torch, dtype)).eval()
+    return [run_config(ckpt, name, model, dtype) for name in (configs or list(CONFIGS))]
+
+

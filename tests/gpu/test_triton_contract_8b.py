@@ -1,0 +1,221 @@
+"""The Triton backend's bitwise contract at Qwen3-8B shapes (bf16) on a CUDA GPU: the checks the
+H200 sweeps made before they became measurement-only (benchmarks/triton/*_sweep.py).
+
+- matmul, every shape: row 0 equal at every M (each M with its own tile config and split-K
+  choice), the M=8192 product equal to batches of 7, run to run, every candidate launch config
+  (fused and split-K) equal to the default at M=1 and M=1024, pointer kernel equal to TMA;
+  backward run to run;
+- log-prob head (V=151,936): the same row checks, ``full_logprobs`` at the target equals the head,
+  backward run to run;
+- RMSNorm, SiLU-mul, RoPE, embedding: the same row checks, backward run to run;
+- attention (32/8 heads, D=128, 1..2047 tokens): every training config equal, a sequence alone
+  equals it packed, paged prefill / token-by-token decode / mixed chunks at block sizes 16 and
+  128 with every paged candidate config equal to training, backward run to run;
+- whole model (tiny Qwen3, tiny Llama, 2 layers of Qwen3-8B): ``PagedRunner`` log-probs equal the
+  training class's at block sizes 16 and 128; gradients run to run.
+
+Marked ``gpu``; skipped without CUDA. ``scripts/device_tests.sh`` runs them on the lent GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "down": (12288, 4096),
+          "lm_head": (4096, 151936)}
+M_INV = [1, 2, 3, 7, 16, 64, 255, 1024, 4096, 8192]
+BATCH7 = (0, 7, 1000, 4093, 8185)
+
+
+def gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator(device="cuda").manual_seed(seed)
+
+
+def randn(*shape, g, scale=1.0):
+    return (torch.randn(*shape, device="cuda", generator=g) * scale).bfloat16()
+
+
+def assert_rows(fn, x: torch.Tensor, *extra):
+    """fn(x[:m])[0] equal for every m; fn(x) equal to batches of 7; run to run."""
+    row0 = [fn(x[:m], *(e[:m] for e in extra))[0] for m in M_INV]
+    assert all(torch.equal(row0[0], r) for r in row0), "row 0 differs across M"
+    full = fn(x, *extra)
+    for i in BATCH7:
+        assert torch.equal(fn(x[i:i + 7], *(e[i:i + 7] for e in extra)), full[i:i + 7]), f"rows {i}.. in a batch of 7"
+    assert torch.equal(fn(x, *extra), full), "run to run"
+    return full
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_matmul_rows_and_launch_choices(name):
+    import triton
+
+    from rlk_models.ops.triton.matmul import CANDIDATE_CONFIGS, linear, matmul
+
+    k, n = SHAPES[name]
+    g = gen()
+    x, w = randn(8192, k, g=g), randn(n, k, g=g, scale=0.02)
+    assert_rows(lambda a: matmul(a, w), x)
+    for m in (1, 1024):
+        ref = matmul(x[:m], w)
+        for c in CANDIDATE_CONFIGS:
+            for split in (False, True):
+                try:
+                    got = matmul(x[:m], w, config=c, split=split)
+                except triton.runtime.errors.OutOfResources:
+                    continue  # does not fit shared memory: never chosen
+                assert torch.equal(got, ref), f"M={m} config {c} split={split}"
+    assert torch.equal(matmul(x[:128], w, tma=False), matmul(x[:128], w)), "pointer kernel != TMA"
+    xg, wg = x[:4096].clone().requires_grad_(), w.clone().requires_grad_()
+    dy = randn(4096, n, g=g)
+    g1, g2 = (torch.autograd.grad(linear(xg, wg), [xg, wg], dy) for _ in range(2))
+    assert all(torch.equal(a, b) for a, b in zip(g1, g2)), "backward run to run"
+
+
+def test_logprob_head_rows_full_logprobs_and_backward():
+    head = importlib.import_module("rlk_models.ops.triton.logprob_head")
+    kdim, vocab = 4096, 151936
+    g = gen()
+    h, w = randn(8192, kdim, g=g), randn(vocab, kdim, g=g, scale=0.02)
+    tgt = torch.randint(0, vocab, (8192,), device="cuda", generator=g)
+    full = assert_rows(lambda a, t: head.logprob_head_forward(a, w, t, vocab), h, tgt)
+    fl = head.full_logprobs(h[:300], w, vocab)
+    assert torch.equal(fl.gather(1, tgt[:300, None])[:, 0], full[:300]), "full_logprobs at the target != head"
+    assert torch.equal(head.full_logprobs(h[17:18], w, vocab)[0], fl[17]), "full_logprobs row alone"
+    del fl
+    hg, wg = h[:2048].clone().requires_grad_(), w.clone().requires_grad_()
+    gl = torch.randn(2048, device="cuda", generator=g)
+    g1, g2 = (torch.autograd.grad(head.logprob_head(hg, wg, tgt[:2048], vocab)[0], [hg, wg], gl) for _ in range(2))
+    assert all(torch.equal(a, b) for a, b in zip(g1, g2)), "backward run to run"
+
+
+def _grad(fn, leaf: torch.Tensor, *args) -> torch.Tensor:
+    leaf = leaf.clone().requires_grad_()
+    out = fn(leaf, *args)
+    return torch.autograd.grad(out, leaf, torch.randn(out.shape, device="cuda", generator=gen(3)).bfloat16())[0]
+
+
+def _rowwise_case(name: str):
+    """(fn, x, extra row-aligned inputs, a function giving one backward's gradient)."""
+    from rlk_models.ops import rope_table
+    from rlk_models.ops.triton.embedding import embedding
+    from rlk_models.ops.triton.rms_norm import rms_norm
+    from rlk_models.ops.triton.rope import rope
+    from rlk_models.ops.triton.silu_mul import silu_mul
+
+    g = gen(1)
+    if name.startswith("rms_norm"):
+        d = 4096 if name == "rms_norm" else 128
+        w = randn(d, g=g)
+        x = randn(8192, d, g=g) if name == "rms_norm" else randn(8192, 8, d, g=g)
+        fn = lambda a: rms_norm(a, w, 1e-6)  # noqa: E731
+        return fn, x, (), lambda: _grad(fn, x)
+    if name == "silu_mul":
+        x = randn(8192, 2 * 12288, g=g, scale=3)
+        return silu_mul, x, (), lambda: _grad(silu_mul, x)
+    if name == "rope":
+        table = rope_table(128, 40960, {"rope_type": "default", "rope_theta": 1e6}).cuda()
+        pos = torch.randint(0, 40960, (8192,), device="cuda", generator=g)
+        x = randn(8192, 32, 128, g=g)
+        fn = lambda a, p: rope(a, p, table)  # noqa: E731
+        return fn, x, (pos,), lambda: _grad(fn, x, pos)
+    w = randn(151936, 4096, g=g)
+    ids = torch.randint(0, 151936, (8192,), device="cuda", generator=g)
+    return (lambda i: embedding(i, w)), ids, (), lambda: _grad(lambda ww: embedding(ids, ww), w)
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "rms_norm_heads", "silu_mul", "rope", "embedding"])
+def test_rowwise_ops_rows_and_backward(name):
+    fn, x, extra, grad = _rowwise_case(name)
+    assert_rows(fn, x, *extra)
+    assert torch.equal(grad(), grad()), "backward run to run"
+
+
+HQ, HKV, D = 32, 8, 128
+LENS = [1, 7, 64, 65, 300, 1000, 2047]
+
+
+def test_attention_training_configs_paged_schedules_and_backward():
+    from rlk_models.ops.triton import attention as attn
+    from rlk_models.testing.paged_steps import paged_steps, random_block_table
+
+    g = gen()
+    t = sum(LENS)
+    q, k, v = randn(t, HQ, D, g=g), randn(t, HKV, D, g=g), randn(t, HKV, D, g=g)
+    cu = torch.tensor([0] + torch.tensor(LENS).cumsum(0).tolist(), device="cuda")
+    scale = D ** -0.5
+    ref = attn.varlen_attention(q, k, v, cu, scale)
+    for c in attn.TRAIN_CANDIDATES:
+        assert torch.equal(attn.varlen_attention(q, k, v, cu, scale, config=c), ref), f"training config {c}"
+    for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
+        alone = attn.varlen_attention(q[a:b], k[a:b], v[a:b], torch.tensor([0, b - a], device="cuda"), scale)
+        assert torch.equal(alone, ref[a:b]), f"sequence {a}:{b} alone"
+    rng, cpu_gen = random.Random(0), torch.Generator().manual_seed(0)
+    schedules = {"prefill": lambda n: n, "decode": lambda n: 1,
+                 "mixed": lambda n: rng.choice([1, 1, 3, 16, 64, 100, 257])}
+    for bs in (16, 128):
+        for cfg in attn.PAGED_CANDIDATES:
+            for sched_name, chunker in schedules.items():
+                bt, nb = random_block_table(LENS, bs, cpu_gen, spare=5, device="cuda")
+                cache = torch.full((nb, HKV, bs, 2 * D), float("nan"), dtype=torch.bfloat16, device="cuda")
+                out = torch.full_like(q, float("nan"))
+                for idx, rows, seq_lens, qsl in paged_steps(cache, k, v, cu, LENS, bt, chunker):
+                    out[idx] = attn.paged_attention(q[idx], cache, rows, seq_lens, qsl, scale, config=cfg)
+                assert torch.equal(out, ref), f"paged block_size={bs} config {cfg} {sched_name}"
+    sl = slice(0, sum(LENS[:6]))
+    qg, kg, vg = (x[sl].clone().requires_grad_() for x in (q, k, v))
+    do = torch.randn_like(qg)
+    g1, g2 = (torch.autograd.grad(attn.varlen_attention(qg, kg, vg, cu[:7], scale), [qg, kg, vg], do)
+              for _ in range(2))
+    assert all(torch.equal(a, b) for a, b in zip(g1, g2)), "backward run to run"
+
+
+QWEN3_8B_2_LAYERS = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=2, num_attention_heads=32,
+                         num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=False,
+                         rms_norm_eps=1e-6, initializer_range=0.02)
+
+
+@pytest.mark.parametrize("case", ["tiny_qwen3", "tiny_llama", "qwen3_8b_shape_2_layers"])
+def test_model_paged_runner_equals_training(case):
+    from rlk_models.families import FAMILIES
+    from rlk_models.testing.paged_runner import PagedRunner, training_logprobs
+
+    family, kw = {"tiny_qwen3": ("qwen3", dict(FAMILIES["qwen3"].tiny, vocab_size=512)),
+                  "tiny_llama": ("llama", dict(FAMILIES["llama"].tiny, vocab_size=512)),
+                  "qwen3_8b_shape_2_layers": ("qwen3", QWEN3_8B_2_LAYERS)}[case]
+    spec = FAMILIES[family]
+    torch.manual_seed(0)
+    cfg = spec.config_cls(**kw, rlk_backend="triton")
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device("cuda"):
+            model = spec.training_cls(cfg)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    model.eval()
+    g = torch.Generator().manual_seed(1)
+    lens = [300, 2, 129, 64, 75] if "8b" in case else [200, 3, 75, 40, 129]
+    seqs = [torch.randint(0, cfg.vocab_size, (n,), generator=g).tolist() for n in lens]
+    want = training_logprobs(model, seqs)
+    for bs in (16, 128):
+        prefill = [min(p, n - 2) for p, n in zip([250, 1, 100, 0, 17], lens)]
+        got = PagedRunner(model, block_size=bs, seed=bs).logprobs(seqs, prefill_lens=prefill, token_budget=96,
+                                                                  arrivals=[0, 1, 1, 3, 6])
+        mism = sum(int((a != b).sum()) for a, b in zip(want, got))
+        assert mism == 0, f"block size {bs}: {mism} of {sum(len(a) for a in want)} log-probs differ"
+    ids = torch.tensor([t for s in seqs for t in s], device="cuda")
+    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), device="cuda")
+    model.train()
+    grads = []
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        model.packed_token_logprobs(ids, cu).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert all(torch.equal(grads[0][n], grads[1][n]) for n in grads[0]), "gradients run to run"
