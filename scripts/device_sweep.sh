@@ -1,13 +1,38 @@
 #!/usr/bin/env bash
-# One device call: the Triton sweeps on the lent H200 (no install there: its image has torch,
-# triton and transformers; this repo is imported from the working tree). Logs go to $OUT.
-# SKIP_ATTN / SKIP_MATMUL / SKIP_OPS / SKIP_HEAD=1 leave a sweep out; ATTN_ARGS are passed on.
+# GPU work on the lent H200, one device call per part (a call runs at most 10 minutes); logs and
+# JSON go to $OUT. No install from the network there: the image has torch, triton, transformers,
+# pytest and hypothesis; vLLM 0.26 comes from ../shared/tools/vllm-cuda (bundle it into
+# .vllm-cuda here and carry it: `run(..., carry=[".vllm-cuda"])`).
+#
+#   PART=tests  bash scripts/device_sweep.sh   # pytest -m gpu + the kernel/contract tests natively
+#   PART=vllm   bash scripts/device_sweep.sh   # benchmarks/vllm_cuda.py (SHAPE, ENGINES, VLLM_ARGS)
+#   PART=sweep  bash scripts/device_sweep.sh   # the Triton benchmarks (SKIP_ATTN/OPS/HEAD/MATMUL=1; args -> matmul)
 set -uo pipefail
-export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 RLK_CACHE_DIR="$OUT/cache"
+export PYTHONUNBUFFERED=1 RLK_CACHE_DIR="$OUT/cache" VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 \
+       VLLM_NO_USAGE_STATS=1 TOKENIZERS_PARALLELISM=false
+export PYTHONPATH="$PWD:${PYTHONPATH:-}"
+if [ -f .vllm-cuda/install.sh ]; then
+    bash .vllm-cuda/install.sh 2>&1 | tail -1
+    # the project's dist-info carries the vllm.general_plugins entry point every vLLM process loads
+    python3 -m pip install -q --no-deps --no-build-isolation --no-index --upgrade --target /tmp/site . 2>&1 | tail -1
+    export PYTHONPATH="$PWD:/tmp/site"
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
-python3 -c "from rlk_models.ops.selftest import self_test; print('selftest triton:', self_test('triton', use_cache=False))" \
-  2>&1 | tee "$OUT/selftest.log"
-[ "${SKIP_ATTN:-0}" = 1 ] || python3 benchmarks/triton/attention_sweep.py ${ATTN_ARGS:-} 2>&1 | tee "$OUT/attention_sweep.log"
-[ "${SKIP_OPS:-0}" = 1 ] || python3 benchmarks/triton/ops_sweep.py 2>&1 | tee "$OUT/ops_sweep.log"
-[ "${SKIP_HEAD:-0}" = 1 ] || python3 benchmarks/triton/head_sweep.py 2>&1 | tee "$OUT/head_sweep.log"
-[ "${SKIP_MATMUL:-0}" = 1 ] || python3 benchmarks/triton/matmul_sweep.py "$@" 2>&1 | tee "$OUT/matmul_sweep.log"
+case "${PART:-tests}" in
+tests)
+    python3 -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning --junitxml="$OUT/gpu_tests.xml" \
+        ${TESTS:-tests/gpu tests/ops/triton tests/ops/test_contract.py} 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+    ;;
+vllm)
+    python3 benchmarks/vllm_cuda.py --shape "${SHAPE:-small}" --engines "${ENGINES:-stock,rlk,rlk_eager}" \
+        ${VLLM_ARGS:-} 2>&1 | tee "$OUT/vllm_cuda_${SHAPE:-small}.log" | tail -60
+    ;;
+sweep)
+    python3 -c "from rlk_models.ops.selftest import self_test; print('selftest triton:', self_test('triton', use_cache=False))" \
+        2>&1 | tee "$OUT/selftest.log"
+    [ "${SKIP_ATTN:-0}" = 1 ] || python3 benchmarks/triton/attention_sweep.py 2>&1 | tee "$OUT/attention_sweep.log"
+    [ "${SKIP_OPS:-0}" = 1 ] || python3 benchmarks/triton/ops_sweep.py 2>&1 | tee "$OUT/ops_sweep.log"
+    [ "${SKIP_HEAD:-0}" = 1 ] || python3 benchmarks/triton/head_sweep.py 2>&1 | tee "$OUT/head_sweep.log"
+    [ "${SKIP_MATMUL:-0}" = 1 ] || python3 benchmarks/triton/matmul_sweep.py "$@" 2>&1 | tee "$OUT/matmul_sweep.log"
+    ;;
+esac

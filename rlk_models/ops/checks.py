@@ -1,10 +1,20 @@
 """Argument checks shared by every backend's public ops: bad input fails the same way, with a
 message naming what is wrong, whichever backend runs. A backend adds only the limits of its own
-kernels (e.g. Triton attention's power-of-two head_dim)."""
+kernels (e.g. Triton attention's power-of-two head_dim).
+
+Shape checks always run. Checks that read tensor *values* (id and position ranges) need a host
+sync, which a CUDA graph being captured cannot do: they are skipped while the current stream is
+capturing (vLLM's decode graphs; vLLM has validated those ids and positions itself) and run
+everywhere else.
+"""
 
 from __future__ import annotations
 
 import torch
+
+
+def _values_readable(t: torch.Tensor) -> bool:
+    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
 def check_linear(x: torch.Tensor, weight: torch.Tensor) -> None:
@@ -13,7 +23,7 @@ def check_linear(x: torch.Tensor, weight: torch.Tensor) -> None:
 
 
 def check_embedding(ids: torch.Tensor, weight: torch.Tensor) -> None:
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= weight.shape[0]):
+    if ids.numel() and _values_readable(ids) and (int(ids.min()) < 0 or int(ids.max()) >= weight.shape[0]):
         raise IndexError(f"embedding: token ids must lie in [0, {weight.shape[0]}), "
                          f"got range [{int(ids.min())}, {int(ids.max())}]")
 
@@ -32,7 +42,7 @@ def check_rope(x: torch.Tensor, positions: torch.Tensor, table: torch.Tensor) ->
     if x.dim() != 3 or x.shape[-1] != table.shape[-1] or positions.shape != x.shape[:1]:
         raise ValueError(f"rope: x {tuple(x.shape)}, positions {tuple(positions.shape)}, "
                          f"table {tuple(table.shape)} do not match ([T, H, D], [T], [P, D])")
-    if positions.numel() and int(positions.max()) >= table.shape[0]:
+    if positions.numel() and _values_readable(positions) and int(positions.max()) >= table.shape[0]:
         raise IndexError(f"rope: position {int(positions.max())} is past the table "
                          f"({table.shape[0]} positions = max_position_embeddings)")
 
@@ -43,7 +53,7 @@ def check_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlen
                          "must be [T, Hq, D], [T, Hkv, D], [T, Hkv, D]")
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"attention: {q.shape[1]} query heads is not a multiple of {k.shape[1]} KV heads")
-    if int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != q.shape[0]:
+    if _values_readable(cu_seqlens) and (int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != q.shape[0]):
         raise ValueError(f"attention: cu_seqlens must run from 0 to T={q.shape[0]}")
 
 
@@ -59,5 +69,5 @@ def check_head(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor
                          f"{tuple(targets.shape)} must be [T, K] and [T]")
     if weight.shape[0] < vocab_size or weight.shape[1] != hidden.shape[1]:
         raise ValueError(f"logprob_head: weight {tuple(weight.shape)} must be [>= {vocab_size}, {hidden.shape[1]}]")
-    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= vocab_size):
+    if targets.numel() and _values_readable(targets) and (int(targets.min()) < 0 or int(targets.max()) >= vocab_size):
         raise IndexError(f"logprob_head: targets must lie in [0, {vocab_size})")

@@ -4,7 +4,8 @@ The cache of one layer is addressed through its logical view ``[num_blocks, num_
 block_size, 2 * head_size]``: K in the first half of the last dim, V in the second. Token
 position p of request r lives in block ``block_table[r, p // block_size]`` at offset
 ``p % block_size``; vLLM's slot mapping is ``block * block_size + offset`` (-1 = padding).
-Writing is a copy (no arithmetic), so it is the same for every backend.
+Writing is a copy (no arithmetic): ``write_kv`` here is the reference form (torch, boolean
+indexing); the Triton backend writes the same bits with a kernel that a CUDA graph can capture.
 """
 
 from __future__ import annotations

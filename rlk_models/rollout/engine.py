@@ -33,17 +33,36 @@ def amx_permission() -> None:
         pass
 
 
-def make_llm(ckpt: str, dtype: str = "bfloat16", max_model_len: int = 512, **overrides):
+RLK_CUDA_GRAPHS = {"cudagraph_mode": "FULL_DECODE_ONLY"}
+
+
+def engine_graph_options(rlk: bool, cuda_graphs: bool | None = None) -> dict:
+    """How an engine runs its steps. CPU: eagerly. CUDA: with CUDA graphs (``cuda_graphs=False``:
+    eagerly) -- for an rlk checkpoint, full graphs of uniform decode steps (``RLK_CUDA_GRAPHS``:
+    the rlk model is not compiled by torch.compile, and vLLM's default piecewise graphs need
+    that, so the default would fall back to eager); for a stock checkpoint, vLLM's defaults."""
+    import torch
+
+    graphs = torch.cuda.is_available() if cuda_graphs is None else cuda_graphs
+    if not graphs:
+        return {"enforce_eager": True}
+    return {"enforce_eager": False, **({"compilation_config": dict(RLK_CUDA_GRAPHS)} if rlk else {})}
+
+
+def make_llm(ckpt: str, dtype: str = "bfloat16", max_model_len: int = 512, cuda_graphs: bool | None = None,
+             **overrides):
     """An engine for an rlk checkpoint (``logprobs_mode="raw_logits"``) or, for a stock
-    checkpoint, stock vLLM with its default ``raw_logprobs``. ``overrides`` win."""
+    checkpoint, stock vLLM with its default ``raw_logprobs``; CUDA graphs as
+    ``engine_graph_options``. ``overrides`` win."""
     from vllm import LLM
 
     rlk = is_rlk_checkpoint(ckpt)
     if not rlk:
         amx_permission()
-    kw = dict(model=str(ckpt), dtype=dtype, max_model_len=max_model_len, enforce_eager=True,
+    kw = dict(model=str(ckpt), dtype=dtype, max_model_len=max_model_len,
               logprobs_mode="raw_logits" if rlk else "raw_logprobs", seed=0,
-              max_num_batched_tokens=max_model_len, enable_prefix_caching=False)
+              max_num_batched_tokens=max_model_len, enable_prefix_caching=False,
+              **engine_graph_options(rlk, cuda_graphs))
     kw.update(overrides)
     return LLM(**kw)
 

@@ -26,6 +26,16 @@ CONFIGS: dict[str, tuple[dict, str, list[int]]] = {
     "prefix_cache_block16": ({"enable_prefix_caching": True, "block_size": 16}, "temp1", [16, 16]),
     "prefix_cache_default_block": ({"enable_prefix_caching": True}, "greedy", [16, 16]),
 }
+# added on a CUDA machine (where engines run CUDA graphs by default and batches are cheap)
+CUDA_CONFIGS: dict[str, tuple[dict, str, list[int]]] = {
+    "batches_64_256_temp1": ({"max_num_seqs": 256, "max_num_batched_tokens": 2048}, "temp1", [64, 256]),
+    "cuda_graphs_off": ({"enforce_eager": True}, "temp1", [16, 3]),
+}
+
+
+def configs() -> dict[str, tuple[dict, str, list[int]]]:
+    """The sweep's configurations on this machine."""
+    return {**CONFIGS, **(CUDA_CONFIGS if torch.cuda.is_available() else {})}
 
 
 @dataclass
@@ -68,8 +78,9 @@ def compare(model, prompts: list[list[int]], outputs, report: Report) -> None:
     """Add every reported log-prob of ``outputs`` (vLLM RequestOutputs) to ``report``, against
     the training class's token_logprobs of prompt + completion, all in one padded batch."""
     ids, mask = right_pad([p + list(o.outputs[0].token_ids) for p, o in zip(prompts, outputs)])
+    dev = next(model.parameters()).device
     with torch.no_grad():
-        lp = model.token_logprobs(ids, mask)
+        lp = model.token_logprobs(ids.to(dev), mask.to(dev)).cpu()
     for i, (p, o) in enumerate(zip(prompts, outputs)):
         got, want = [], []
         if o.prompt_logprobs is not None:
@@ -87,11 +98,11 @@ def compare(model, prompts: list[list[int]], outputs, report: Report) -> None:
 def run_config(ckpt: str, name: str, model, dtype: str = "bfloat16", max_tokens: int = 12) -> Report:
     from vllm.inputs import TokensPrompt
 
-    overrides, kind, sizes = CONFIGS[name]
+    overrides, kind, sizes = configs()[name]
     llm = make_llm(ckpt, dtype, **overrides)
     try:
         report = Report(name)
-        prompts = mixed_prompts(model.config.vocab_size)
+        prompts = mixed_prompts(model.config.vocab_size, n=max(16, *sizes))
         for call, size in enumerate(sizes):
             # prompt log-probs force vLLM to skip reading the prefix cache: ask for them on the
             # first call only, so later calls can hit the blocks the first one cached
@@ -104,13 +115,15 @@ def run_config(ckpt: str, name: str, model, dtype: str = "bfloat16", max_tokens:
         close_llm(llm)
 
 
-def sweep(ckpt: str, configs: list[str] | None = None, dtype: str = "bfloat16") -> list[Report]:
+def sweep(ckpt: str, names: list[str] | None = None, dtype: str = "bfloat16") -> list[Report]:
     from transformers import AutoModelForCausalLM
 
     import rlk_models  # noqa: F401
 
     in_process_env()
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=getattr(torch, dtype)).eval()
-    return [run_config(ckpt, name, model, dtype) for name in (configs or list(CONFIGS))]
+    if torch.cuda.is_available():
+        model = model.cuda()
+    return [run_config(ckpt, name, model, dtype) for name in (names or list(configs()))]
 
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from ..modeling.decoder import Decoder, PagedMeta, TrainingBuilder
 from ..ops import get_backend
-from ..ops.paged import slots_for, write_kv
+from ..ops.paged import slots_for
 
 
 class PagedAttention(nn.Module):
@@ -29,7 +29,7 @@ class PagedAttention(nn.Module):
 
     def forward(self, q, k, v, meta: PagedMeta):
         cache = meta.caches[self.layer_idx]
-        write_kv(cache, k, v, meta.slot_mapping)
+        get_backend(self.backend).write_kv(cache, k, v, meta.slot_mapping)
         return get_backend(self.backend).paged_attention(q, cache, meta.block_table, meta.seq_lens,
                                                          meta.query_start_loc, self.scale,
                                                          max_query_len=meta.max_query_len)

@@ -59,3 +59,32 @@ def make_tiny_hf_checkpoint(path: str | Path, family: str = "qwen3", *, seed: in
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+def word_tokenizer(vocab_size: int):
+    """A word-level tokenizer with exactly ``vocab_size`` entries (``<unk>``, ``<eos>``, ``w2``,
+    ``w3``, ...): any vocab size, no training; prompts are ``"w17 w4093 ..."``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<eos>": 1, **{f"w{i}": i for i in range(2, vocab_size)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
+
+
+def make_sized_hf_checkpoint(path: str | Path, family: str, config: dict, *, seed: int = 0,
+                             dtype: torch.dtype = torch.bfloat16) -> Path:
+    """A randomly initialised stock checkpoint of any size (``config``: the model's fields,
+    ``vocab_size`` included) with a ``word_tokenizer``: the benchmarks' Qwen3-1.7B/8B shapes."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    tok = word_tokenizer(config["vocab_size"])
+    cfg = AutoConfig.for_model(FAMILIES[family].hf_model_type, **{
+        **config, "eos_token_id": tok.eos_token_id, "pad_token_id": None, "bos_token_id": None})
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    path = Path(path)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

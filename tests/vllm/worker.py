@@ -20,6 +20,8 @@ def weight_sync(ckpt: str) -> dict:
 
     engine.in_process_env()
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).eval()
+    if torch.cuda.is_available():
+        model = model.cuda()
     llm = engine.make_llm(ckpt, enable_prefix_caching=True, block_size=16)
     prompts = parity.mixed_prompts(model.config.vocab_size, n=8)
     g = torch.Generator().manual_seed(0)
@@ -27,7 +29,7 @@ def weight_sync(ckpt: str) -> dict:
     for step in range(3):
         with torch.no_grad():
             for p in model.parameters():
-                p.add_((torch.randn(p.shape, generator=g) * 0.02).to(p.dtype))
+                p.add_((torch.randn(p.shape, generator=g) * 0.02).to(p.device, p.dtype))
         if step == 0:
             stale = parity.Report("stale")
             outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],

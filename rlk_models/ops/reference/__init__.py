@@ -6,6 +6,7 @@ Correct on CPU and CUDA, deterministic and batch-invariant by construction (see
 
 from ..autograd import sum_op
 from ..canonical import LINEAR_K_GROUPS, VOCAB_GROUPS, VOCAB_TILE
+from ..paged import write_kv
 from .attention import attend, paged_attention, varlen_attention
 from .embedding import embedding
 from .linear import combine_partials, linear, shard_partial
@@ -29,4 +30,4 @@ def is_available() -> tuple[bool, str]:
 
 __all__ = ["attend", "combine_partials", "combine_shards", "embedding", "full_logprobs", "linear", "logprob_head",
            "paged_attention", "rms_norm", "rope", "shard_partial", "shard_stats", "silu_mul", "token_sum",
-           "varlen_attention"]
+           "varlen_attention", "write_kv"]

@@ -19,6 +19,7 @@ from ..canonical import LINEAR_K_GROUPS, VOCAB_GROUPS, VOCAB_TILE
 from .attention import BLOCK_N as ATTN_BLOCK_N
 from .attention import paged_attention, varlen_attention
 from .embedding import embedding
+from .kv_cache import write_kv
 from .logprob_head import combine_shards, full_logprobs, logprob_head, shard_stats
 from .matmul import combine_partials, linear, shard_partial
 from .reduce import token_sum
@@ -44,4 +45,4 @@ def is_available() -> tuple[bool, str]:
 
 __all__ = ["combine_partials", "combine_shards", "embedding", "full_logprobs", "linear", "logprob_head",
            "paged_attention", "rms_norm", "rope", "shard_partial", "shard_stats", "silu_mul", "token_sum",
-           "varlen_attention"]
+           "varlen_attention", "write_kv"]

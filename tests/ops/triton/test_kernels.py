@@ -35,7 +35,8 @@ from rlk_models.ops import get_backend  # noqa: E402
 NATIVE = torch.cuda.is_available()
 DEV = "cuda" if NATIVE else "cpu"
 DTYPES = ["float32", "float16"] + (["bfloat16"] if NATIVE else [])
-TOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # fp32 accumulation; output rounding
+# fp32 accumulation and output rounding; natively an fp32 tl.dot is TF32 (10-bit mantissa products)
+TOL = {"float32": 2e-3 if NATIVE else 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 
 pytestmark = pytest.mark.skipif(not NATIVE and __import__("os").environ.get("TRITON_INTERPRET") != "1",
                                 reason="needs CUDA or TRITON_INTERPRET=1 (tests/conftest.py sets it on CPU)")
@@ -161,7 +162,7 @@ def test_rope_and_embedding_match_reference():
     pos = torch.randint(0, 64, (9,), generator=g)
     xd, posd, tabled = x.detach().to(DEV).requires_grad_(), pos.to(DEV), table.to(DEV)
     y, yr = tri.rope(xd, posd, tabled), ref.rope(x, pos, table)
-    assert float((y.cpu() - yr).abs().max()) < 1e-6
+    assert float((y.detach().cpu() - yr.detach()).abs().max()) < 1e-6
     assert torch.equal(tri.rope(xd[2:3], posd[2:3], tabled)[0], y[2]), "row alone"
     dy = torch.randn(9, 3, 32, generator=g)
     assert float((torch.autograd.grad(y, xd, dy.to(DEV))[0].cpu() - torch.autograd.grad(yr, x, dy)[0]).abs().max()) \
@@ -247,6 +248,27 @@ def test_attention_close_to_reference_and_backward_deterministic(dtype):
         assert rel_err(a, c) < 10 * TOL[dtype]
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_write_kv_equals_reference_and_skips_padding(dtype):
+    from rlk_models.ops.paged import write_kv as write_kv_ref
+
+    kv_kernel, dt = _mod("kv_cache"), getattr(torch, dtype)
+    g = torch.Generator().manual_seed(6)
+    k, v = rand(g, 12, HKV, D, dtype=dt), rand(g, 12, HKV, D, dtype=dt)  # 12 rows, the last 2 padding
+    slots = torch.randperm(40, generator=g)[:10]
+    slots[[2, 7]] = -1                                                     # padding slots inside the step
+    cache = torch.full((5, HKV, 8, 2 * D), float("nan"), dtype=dt, device=DEV)
+    want = cache.cpu().clone()
+    kv_kernel.write_kv(cache, k, v, slots.to(DEV))
+    write_kv_ref(want, k.cpu(), v.cpu(), slots)
+    assert torch.equal(cache.cpu().isnan(), want.isnan()), "written slots differ"
+    assert torch.equal(cache.cpu().nan_to_num(), want.nan_to_num()), "written values differ"
+    view = cache.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)     # vLLM's other physical layout
+    view.fill_(float("nan"))
+    kv_kernel.write_kv(view, k, v, slots.to(DEV))
+    assert torch.equal(view.cpu().nan_to_num(), want.nan_to_num()), "strided cache view"
+
+
 # --- log-prob head -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -254,20 +276,24 @@ def test_attention_close_to_reference_and_backward_deterministic(dtype):
 def test_head_rows_invariant_and_close_to_float64(dtype, vocab):
     head, dt = _mod("logprob_head"), getattr(torch, dtype)
     g = torch.Generator().manual_seed(2)
-    tgt = torch.randint(0, vocab, (37,), generator=g).to(DEV)
-    h, w = bitwise_data(g, 37, 64, dtype=dt), bitwise_data(g, vocab + 5, 64, dtype=dt, scale=0.3)  # + padding rows
+    t = 200 if NATIVE else 40  # natively > 128 rows: every bf16 tile config of the stats kernel is crossed
+    tgt = torch.randint(0, vocab, (t,), generator=g).to(DEV)
+    h, w = bitwise_data(g, t, 64, dtype=dt), bitwise_data(g, vocab + 5, 64, dtype=dt, scale=0.3)  # + padding rows
     lp = head.logprob_head_forward(h, w, tgt, vocab)
-    for i in (0, 5, 36):
+    for i in (0, 5, 36, t - 1):
         assert torch.equal(head.logprob_head_forward(h[i:i + 1], w, tgt[i:i + 1], vocab)[0], lp[i]), f"row {i}"
-    full = head.full_logprobs(h, w, vocab)
-    assert torch.equal(full.gather(1, tgt[:, None])[:, 0], lp), "full_logprobs at the target != the head"
+    for n in [n for n in (3, 16, 37, 64, 65) if n <= t]:  # the vLLM side: a few sequences per step
+        full = head.full_logprobs(h[:n], w, vocab)
+        assert torch.equal(full.gather(1, tgt[:n, None])[:, 0], lp[:n]), f"full_logprobs of {n} rows != the head"
+    tgt = tgt[:37]
     h, w = rand(g, 37, 64, dtype=dt), rand(g, vocab + 5, 64, dtype=dt, scale=0.3)
     lp = head.logprob_head_forward(h, w, tgt, vocab)
     want = (h.double() @ w[:vocab].double().T).log_softmax(-1).gather(1, tgt[:, None])[:, 0]
-    assert float((lp.double() - want).abs().max()) < 1e-4 * (1 if dtype != "bfloat16" else 10), vocab
+    atol = {"float32": 1e-2 if NATIVE else 1e-4, "float16": 1e-4, "bfloat16": 1e-3}[dtype]  # TF32 natively
+    assert float((lp.double() - want).abs().max()) < atol, vocab
     if dt != torch.bfloat16:
         ref, _ = get_backend("reference").logprob_head(h.cpu(), w.cpu(), tgt.cpu(), vocab)
-        assert float((lp.cpu() - ref).abs().max()) < 1e-4, vocab
+        assert float((lp.cpu() - ref).abs().max()) < atol, vocab
 
 
 # --- whole model ---------------------------------------------------------------------------------
@@ -292,4 +318,5 @@ def test_tiny_qwen3_training_equals_paged_runner():
             assert float((a - b).abs().max()) < 1e-5, f"sequence {s}: paged runner far from training"
     ref = RLKQwen3ForCausalLM(RLKQwen3Config(**dict(FAMILIES['qwen3'].tiny, vocab_size=300))).eval()
     ref.load_state_dict({n: t.cpu() for n, t in model.state_dict().items()})
-    assert max(float((a - b).abs().max()) for a, b in zip(want, training_logprobs(ref, seqs))) < 1e-4
+    assert max(float((a - b).abs().max()) for a, b in zip(want, training_logprobs(ref, seqs))) < (1e-2 if NATIVE
+                                                                                              else 1e-4)

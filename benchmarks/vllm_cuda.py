@@ -1,0 +1,174 @@
+"""Rollout inside a real CUDA vLLM: the rlk vLLM class (triton backend) against stock vLLM on the
+same random-init checkpoint, plus bitwise parity of the rlk engine's log-probs with the training
+class on the GPU.
+
+Each engine runs in its own process (a finished engine's GPU memory is only freed with its
+process). Per engine: start time, output tokens/s of ``--n`` prompts x ``--max-tokens`` at
+temperature 1 with ``logprobs=0`` (after a warm-up), and batch-1 inter-token latency. Engines:
+``stock`` (vLLM's defaults: torch.compile, FULL_AND_PIECEWISE graphs, FA3), ``stock_bi`` (the
+same with ``VLLM_BATCH_INVARIANT=1``, vLLM's own batch-invariant mode), ``rlk`` (CUDA graphs of
+uniform decode steps, ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``) and ``rlk_eager``. Results
+go to ``$OUT/vllm_cuda_<shape>.json`` as they come.
+
+    python benchmarks/vllm_cuda.py --shape small --engines stock,rlk,rlk_eager
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VOCAB = 151936
+SHAPES = {  # random-init Qwen3 shapes (the published configs' sizes)
+    "small": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=8, num_attention_heads=16,
+                  num_key_value_heads=8, tie_word_embeddings=True),
+    "1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+                 num_key_value_heads=8, tie_word_embeddings=True),
+    "8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+               num_key_value_heads=8, tie_word_embeddings=False),
+}
+COMMON = dict(head_dim=128, vocab_size=VOCAB, max_position_embeddings=4096, rms_norm_eps=1e-6,
+              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+
+
+def stage_ckpt(a) -> dict:
+    import torch
+
+    from rlk_models.conversion import convert
+    from rlk_models.testing.tiny import make_sized_hf_checkpoint
+
+    t = time.time()
+    with torch.device("cuda"):  # random init on the GPU: seconds, not minutes, at 8B
+        hf = make_sized_hf_checkpoint(Path(a.work) / f"{a.shape}-hf", "qwen3", {**SHAPES[a.shape], **COMMON})
+    rlk = convert(hf, Path(a.work) / f"{a.shape}-rlk", rlk_backend="triton", force=True, progress=False)
+    return {"hf": str(hf), "rlk": str(rlk), "seconds": round(time.time() - t, 1)}
+
+
+def stage_engine(a) -> dict:
+    import torch
+    from vllm import LLM, SamplingParams
+
+    from rlk_models.rollout.engine import engine_graph_options
+
+    rlk = a.kind.startswith("rlk")
+    kw = dict(model=a.model, dtype="bfloat16", seed=0, max_model_len=a.prompt_len + a.max_tokens + 16,
+              gpu_memory_utilization=0.85, max_num_seqs=a.n)
+    if rlk:
+        kw.update(logprobs_mode="raw_logits", **engine_graph_options(True, a.kind != "rlk_eager"))
+    t0 = time.time()
+    llm = LLM(**kw)
+    res = {"init_s": round(time.time() - t0, 1)}
+    cc = llm.llm_engine.vllm_config.compilation_config
+    res["cudagraph_mode"], res["compile_mode"] = str(cc.cudagraph_mode), str(cc.mode)
+    rng = random.Random(0)
+    prompts = [" ".join(f"w{rng.randrange(2, VOCAB)}" for _ in range(a.prompt_len)) for _ in range(a.n)]
+    sp = SamplingParams(temperature=1.0, max_tokens=a.max_tokens, ignore_eos=True, logprobs=0, seed=None)
+    llm.generate(prompts[:16], SamplingParams(max_tokens=16, ignore_eos=True), use_tqdm=False)  # warm-up
+    t = time.time()
+    outs = llm.generate(prompts, sp, use_tqdm=False)
+    dt = time.time() - t
+    ntok = sum(len(o.outputs[0].token_ids) for o in outs)
+    res["throughput"] = {"s": round(dt, 2), "tokens": ntok, "tok_per_s": round(ntok / dt, 1)}
+    one = SamplingParams(temperature=1.0, max_tokens=128, ignore_eos=True)
+    llm.generate(prompts[:1], one, use_tqdm=False)
+    t = time.time()
+    o1 = llm.generate(prompts[:1], one, use_tqdm=False)
+    res["batch1_itl_ms"] = round((time.time() - t) / len(o1[0].outputs[0].token_ids) * 1e3, 3)
+    if rlk:
+        torch.save({"ids": [list(o.prompt_token_ids) + list(o.outputs[0].token_ids) for o in outs],
+                    "prompt_len": [len(o.prompt_token_ids) for o in outs],
+                    "logprobs": [[lp[t].logprob for lp, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids)]
+                                 for o in outs]}, a.save)
+    return res
+
+
+def stage_parity(a) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import rlk_models  # noqa: F401
+
+    data = torch.load(a.save)
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16).cuda().eval()
+    mism = tokens = 0
+    max_diff = 0.0
+    with torch.no_grad():
+        for i in range(0, len(data["ids"]), 32):
+            ids = torch.tensor(data["ids"][i:i + 32], device="cuda")  # same lengths: ignore_eos
+            lp = model.token_logprobs(ids).float().cpu()
+            for j, (p, got) in enumerate(zip(data["prompt_len"][i:i + 32], data["logprobs"][i:i + 32])):
+                want = lp[j, p - 1:p - 1 + len(got)]
+                got = torch.tensor(got, dtype=torch.float32)
+                mism += int((want != got).sum())
+                tokens += got.numel()
+                max_diff = max(max_diff, float((want - got).abs().max()))
+    return {"tokens": tokens, "mismatch_count": mism, "max_abs_diff": max_diff}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("stage", nargs="?", default="all", choices=["all", "ckpt", "engine", "parity"])
+    ap.add_argument("--shape", default="small", choices=sorted(SHAPES))
+    ap.add_argument("--engines", default="stock,rlk,rlk_eager")
+    ap.add_argument("--n", type=int, default=256)
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=512)
+    ap.add_argument("--work", default="/tmp/vllm_cuda")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--limit", type=float, default=300, help="seconds per engine process")
+    ap.add_argument("--kind")
+    ap.add_argument("--model")
+    ap.add_argument("--save")
+    a = ap.parse_args()
+    if a.stage != "all":
+        print("RESULT " + json.dumps({"ckpt": stage_ckpt, "engine": stage_engine, "parity": stage_parity}[a.stage](a)),
+              flush=True)
+        return
+    os.makedirs(a.work, exist_ok=True)
+    out_path = Path(a.out) / f"vllm_cuda_{a.shape}.json"
+    summary: dict = {"shape": a.shape, "n": a.n, "prompt_len": a.prompt_len, "max_tokens": a.max_tokens}
+
+    def run(tag: str, extra: list[str], env: dict | None = None) -> dict | None:
+        cmd = [sys.executable, __file__, *extra, "--shape", a.shape, "--work", a.work, "--n", str(a.n),
+               "--prompt-len", str(a.prompt_len), "--max-tokens", str(a.max_tokens)]
+        t = time.time()
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.limit, env={**os.environ, **(env or {})})
+            lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+            res = json.loads(lines[-1][7:]) if lines else {"error": f"exit {p.returncode}",
+                                                            "stderr_tail": p.stderr[-2500:]}
+        except subprocess.TimeoutExpired:
+            res = {"error": f"timed out after {a.limit} s"}
+        res["wall_s"] = round(time.time() - t, 1)
+        summary[tag] = res
+        out_path.write_text(json.dumps(summary, indent=1))
+        print(f"== {tag}: {json.dumps(res)[:900]}", flush=True)
+        return res
+
+    ck = run("ckpt", ["ckpt"])
+    if not ck or "error" in ck:
+        return
+    for kind in a.engines.split(","):
+        model = ck["rlk"] if kind.startswith("rlk") else ck["hf"]
+        save = str(Path(a.work) / f"{kind}.pt")
+        env = {"VLLM_BATCH_INVARIANT": "1"} if kind == "stock_bi" else {}
+        res = run(kind, ["engine", "--kind", kind, "--model", model, "--save", save], env)
+        if kind.startswith("rlk") and res and "error" not in res:
+            run(f"{kind}_parity", ["parity", "--model", model, "--save", save])
+    base = summary.get("stock", {}).get("throughput", {}).get("tok_per_s")
+    for kind in a.engines.split(","):
+        r = summary.get(kind, {})
+        if base and "throughput" in r:
+            r["throughput_vs_stock"] = round(r["throughput"]["tok_per_s"] / base, 3)
+    out_path.write_text(json.dumps(summary, indent=1))
+    print(json.dumps({k: v for k, v in summary.items() if k != "ckpt"}, indent=1), flush=True)
+
+
+if __name__ == "__main__":
+    main()

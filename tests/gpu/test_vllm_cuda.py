@@ -1,0 +1,51 @@
+"""The rlk vLLM classes inside a real CUDA vLLM (0.26 on the lent H200), with the Triton backend:
+the ``rlk-verify`` sweep (every configuration of ``rollout.parity.configs()``: mixed batches up
+to 256, chunked prefill, prefix-cache hits, prompt log-probs, one vs many sequences per step,
+CUDA graphs on (the default) and off) gives log-probs bitwise equal to the training class on the
+same GPU, and weight sync keeps that after each update.
+
+Marked ``gpu``; skipped without CUDA or without vLLM. ``scripts/device_sweep.sh`` runs them."""
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+if torch.cuda.is_available():
+    pytest.importorskip("vllm")
+
+from rlk_models.conversion import convert  # noqa: E402
+from rlk_models.rollout.parity import configs  # noqa: E402
+from rlk_models.testing.tiny import make_tiny_hf_checkpoint  # noqa: E402
+from tests.vllm.conftest import run_json  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def triton_checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpu-ckpt")
+    out = {}
+    for name, family, overrides in [("qwen3", "qwen3", {}), ("llama_bias", "llama", {
+            "attention_bias": True, "mlp_bias": True, "num_key_value_heads": 1})]:
+        hf = make_tiny_hf_checkpoint(root / f"{name}-hf", family, seed=1, **overrides)
+        out[name] = convert(hf, root / f"{name}-rlk", rlk_backend="triton", progress=False)
+    return out
+
+
+@pytest.mark.parametrize("variant", ["qwen3", "llama_bias"])
+def test_rlk_verify_on_cuda_every_configuration(triton_checkpoints, variant):
+    names = list(configs())
+    reports = run_json(["-m", "rlk_models.cli.verify", str(triton_checkpoints[variant]), "--json"])
+    assert [r["config"] for r in reports] == names
+    for r in reports:
+        assert r["tokens"] > 100, r
+        assert r["mismatch_count"] == 0 and r["max_abs_diff"] == 0.0, r
+        if r["config"].startswith("prefix_cache"):
+            assert r["cached_tokens"] > 0, r
+
+
+def test_weight_sync_on_cuda(triton_checkpoints):
+    (out,) = run_json(["-m", "tests.vllm.worker", "weight_sync", str(triton_checkpoints["qwen3"])])
+    stale, *updates = out["results"]
+    assert stale["mismatch_count"] > 0
+    for u in updates:
+        assert u["tensors"] > 0 and u["tokens"] > 100, u
+        assert u["mismatch_count"] == 0 and u["max_abs_diff"] == 0.0, u
