@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .common import add_verbose, one_line_errors
+
 LEAVES = ("embed_tokens", "input_layernorm", "qkv_proj", "q_norm", "k_norm", "attn", "o_proj",
           "post_attention_layernorm", "gate_up_proj", "down_proj", "norm")
 _STOCK_FUSED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
@@ -217,6 +219,7 @@ def first_divergence(a: Trace, b: Trace) -> Divergence | None:
     return None
 
 
+@one_line_errors("rlk-bisect")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="rlk-bisect", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -226,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                     help="import MODULE first (e.g. one that registers an out-of-tree op backend)")
+    add_verbose(ap)
     args = ap.parse_args(argv)
     for mod in args.imports:
         importlib.import_module(mod)

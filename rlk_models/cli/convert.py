@@ -7,6 +7,7 @@ import re
 import sys
 
 from ..conversion.convert import DEFAULT_MAX_SHARD_BYTES, ConversionError, convert
+from .common import add_verbose, one_line_errors
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
@@ -18,6 +19,7 @@ def _size(text: str) -> int:
     return int(float(m[1]) * _UNITS[m[2].upper()])
 
 
+@one_line_errors("rlk-convert")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="rlk-convert", description=(
         "Convert a transformers Qwen3/Llama checkpoint into an rlk checkpoint (--to rlk, default) "
@@ -29,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--allow-pickle", action="store_true", help="read pickle .bin weights (trusted sources only)")
     ap.add_argument("--max-shard-size", type=_size, default=DEFAULT_MAX_SHARD_BYTES, help="e.g. 2GB (default)")
     ap.add_argument("--backend", default=None, help="rlk_backend written into the rlk config (default: reference)")
+    add_verbose(ap)
     args = ap.parse_args(argv)
     try:
         out = convert(args.src, args.dst, args.to, force=args.force, allow_pickle=args.allow_pickle,

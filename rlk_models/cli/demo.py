@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..families import FAMILIES
+from .common import add_verbose, one_line_errors
 
 
 def _prompts(tok) -> list[torch.Tensor]:
@@ -35,11 +36,13 @@ def _compare(got: list[torch.Tensor], want: list[torch.Tensor]) -> tuple[int, fl
     return int((g != w).sum()), float((g - w).abs().max()), g.numel()
 
 
+@one_line_errors("rlk-demo")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="rlk-demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="runs/demo", help="where the checkpoints go (default: runs/demo)")
     ap.add_argument("--family", choices=sorted(FAMILIES), default="qwen3")
     ap.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    add_verbose(ap)
     args = ap.parse_args(argv)
 
     from transformers import AutoModelForCausalLM, AutoTokenizer

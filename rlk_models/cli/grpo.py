@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 
 from ..families import FAMILIES
+from .common import add_verbose, at_least, checkpoint_dir, one_line_errors
 
 
 @dataclass
@@ -278,32 +279,37 @@ def default_checkpoint(out: Path, family: str, dtype: str) -> tuple[Path, Path]:
     return hf, convert(hf, out / f"{family}-{dtype}-rlk", force=True, progress=False)
 
 
+@one_line_errors("rlk-grpo")
 def main(argv: list[str] | None = None) -> int:
     d = GRPOConfig()
     ap = argparse.ArgumentParser(prog="rlk-grpo", description="GRPO with a bitwise train/rollout log-prob check "
                                  "at every step (see rlk_models/cli/grpo.py).")
     ap.add_argument("--checkpoint", help="an rlk checkpoint (default: generate a tiny one under --out)")
     ap.add_argument("--family", choices=sorted(FAMILIES), default="qwen3", help="family of the generated checkpoint")
-    ap.add_argument("--steps", type=int, default=d.steps, help=f"GRPO steps (default {d.steps})")
+    ap.add_argument("--steps", type=at_least(1), default=d.steps, help=f"GRPO steps (default {d.steps})")
     ap.add_argument("--out", default="runs/grpo", help="output directory (metrics.jsonl, metrics.png)")
     ap.add_argument("--baseline", action="store_true", help="stock transformers + stock vLLM instead of rlk")
-    ap.add_argument("--prompts-per-step", type=int, default=d.prompts_per_step)
-    ap.add_argument("--group-size", type=int, default=d.group_size)
-    ap.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    ap.add_argument("--prompts-per-step", type=at_least(1), default=d.prompts_per_step)
+    ap.add_argument("--group-size", type=at_least(2), default=d.group_size,
+                    help="samples per prompt (>= 2: advantages are normalised within the group)")
+    ap.add_argument("--max-new-tokens", type=at_least(1), default=d.max_new_tokens)
     ap.add_argument("--lr", type=float, default=d.lr)
     ap.add_argument("--kl-coef", type=float, default=d.kl_coef)
-    ap.add_argument("--ppo-epochs", type=int, default=d.ppo_epochs)
+    ap.add_argument("--ppo-epochs", type=at_least(1), default=d.ppo_epochs)
     ap.add_argument("--dtype", choices=["bfloat16", "float32"], default=d.dtype)
     ap.add_argument("--seed", type=int, default=d.seed)
+    add_verbose(ap)
     args = ap.parse_args(argv)
+    if args.lr <= 0 or args.kl_coef < 0:
+        ap.error("--lr must be > 0 and --kl-coef >= 0")
     cfg = GRPOConfig(steps=args.steps, prompts_per_step=args.prompts_per_step, group_size=args.group_size,
                      max_new_tokens=args.max_new_tokens, lr=args.lr, kl_coef=args.kl_coef, ppo_epochs=args.ppo_epochs,
                      seed=args.seed, dtype=args.dtype)
     out = Path(args.out)
     if args.checkpoint:
-        ckpt = Path(args.checkpoint)
         if args.baseline:
             ap.error("--baseline runs on the generated stock checkpoint; omit --checkpoint")
+        ckpt = checkpoint_dir(args.checkpoint, rlk=True, tokenizer=True)
     else:
         hf, rlk = default_checkpoint(out / "checkpoints", args.family, args.dtype)
         ckpt = hf if args.baseline else rlk

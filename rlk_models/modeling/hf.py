@@ -111,13 +111,37 @@ class RLKForCausalLM(RLKPreTrainedModel):
 
     def __init__(self, config):
         validate_config(config)
-        # parameters are created in the default dtype, which from_pretrained(dtype=...) sets
-        check_fingerprint(config, torch.get_default_dtype(), "the training class")
+        # parameters are created in the default dtype, which from_pretrained(dtype=...) sets; a
+        # dtype other than the checkpoint's warns (fp32 master weights), anything else refuses
+        check_fingerprint(config, torch.get_default_dtype(), "the training class", dtype_strict=False)
         maybe_require(config)
         super().__init__(config)
         self.model = Decoder(config, TrainingBuilder(config.rlk_backend))
         self.lm_head = LMHead(config.vocab_size, config.hidden_size)
         self.post_init()
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """transformers' ``from_pretrained``, failing closed: a checkpoint whose tensor set differs
+        from the model's (missing, unexpected or mis-shaped tensors; transformers would fill the
+        missing ones with random init and only print a table) or that has no ``rlk_fingerprint``
+        is refused with an error naming what is wrong."""
+        want_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        problems = []
+        for key, what in (("missing_keys", "missing"), ("unexpected_keys", "unexpected"),
+                          ("mismatched_keys", "of the wrong shape")):
+            names = sorted(str(k[0] if isinstance(k, tuple) else k) for k in info.get(key) or [])
+            if names:
+                more = " ..." if len(names) > 8 else ""
+                problems.append(f"{len(names)} {what} tensor(s): {', '.join(names[:8])}{more}")
+        if problems:
+            hint = (" (rlk checkpoints fuse q/k/v into qkv_proj and gate/up into gate_up_proj: see rlk-convert)"
+                    if any("_proj" in p and ("q_proj" in p or "gate_proj" in p) for p in problems) else "")
+            raise ValueError(f"{cls.__name__}.from_pretrained({args[0] if args else ''}): the checkpoint does not "
+                             f"match the model: {'; '.join(problems)}{hint}")
+        check_fingerprint(model.config, model.dtype, "the training class", required=True, dtype_strict=False)
+        return (model, info) if want_info else model
 
     @property
     def ops(self):

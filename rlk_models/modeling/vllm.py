@@ -148,7 +148,7 @@ class RLKVllmForCausalLM(nn.Module):
         if tp not in (1, 2, 4, 8) or get_pp_group().world_size != 1:
             raise NotImplementedError(f"rlk vLLM classes run with tensor_parallel_size in (1, 2, 4, 8) (the canonical "
                                       f"reduction has 8 segments) and pipeline_parallel_size=1; got tp={tp}")
-        check_fingerprint(config, vllm_config.model_config.dtype, "the vLLM class")
+        check_fingerprint(config, vllm_config.model_config.dtype, "the vLLM class", required=True)
         maybe_require(config)
         self.config = config
         build = VllmBuilder(vllm_config, config.rlk_backend)
@@ -183,7 +183,9 @@ class RLKVllmForCausalLM(nn.Module):
         return tensor_model_parallel_all_gather(local, dim=-1)[:, :vocab]
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        """Load rlk-named tensors (``rlk-convert`` output, or a training model's parameters)."""
+        """Load rlk-named tensors (``rlk-convert`` output, or a training model's parameters); the
+        set must be complete (vLLM does not check it for modules with custom linear/embedding
+        methods, and a missing tensor would leave uninitialised memory in the engine)."""
         params = dict(self.named_parameters(remove_duplicate=False))
         loaded = set()
         for name, tensor in weights:
@@ -199,4 +201,8 @@ class RLKVllmForCausalLM(nn.Module):
             loaded.add(name)
         if self.config.tie_word_embeddings:
             loaded.add("lm_head.weight")
+        missing = sorted(set(params) - loaded)
+        if missing:
+            raise ValueError(f"{type(self).__name__}: the checkpoint lacks {len(missing)} tensor(s): "
+                             f"{', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}")
         return loaded

@@ -114,8 +114,11 @@ def self_test(backend: str, use_cache: bool = True) -> dict:
     if use_cache and path.exists():
         return json.loads(path.read_text())
     ops = get_backend(backend)
-    failed = [f"{name}[{str(dt).removeprefix('torch.')}]" for dt in (torch.float32, torch.bfloat16)
-              for name, ok in _checks(ops, dt).items() if not ok]
+    # real tensors on the backend's device, whatever device context the caller is in (transformers
+    # builds models under torch.device("meta"), where strict mode runs this)
+    with torch.device(getattr(ops, "DEVICE", "cpu")):
+        failed = [f"{name}[{str(dt).removeprefix('torch.')}]" for dt in (torch.float32, torch.bfloat16)
+                  for name, ok in _checks(ops, dt).items() if not ok]
     result = {"ok": not failed, "failed": failed, "key": key, "backend": backend}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")

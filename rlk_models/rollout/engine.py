@@ -13,9 +13,11 @@ import torch
 
 
 def in_process_env() -> None:
-    """vLLM in this process (fast start, no pickling) with a small CPU KV cache."""
+    """vLLM in this process (fast start, no pickling) with a small CPU KV cache; vLLM's log lines go
+    to stderr (stdout stays the program's: tables, JSON)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 
 
 def is_rlk_checkpoint(ckpt) -> bool:

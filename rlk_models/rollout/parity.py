@@ -99,7 +99,7 @@ def run_config(ckpt: str, name: str, model, dtype: str = "bfloat16", max_tokens:
     from vllm.inputs import TokensPrompt
 
     overrides, kind, sizes = configs()[name]
-    llm = make_llm(ckpt, dtype, **overrides)
+    llm = make_llm(ckpt, dtype, skip_tokenizer_init=True, **overrides)  # token ids in and out: no tokenizer
     try:
         report = Report(name)
         prompts = mixed_prompts(model.config.vocab_size, n=max(16, *sizes))

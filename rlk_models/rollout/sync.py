@@ -1,23 +1,40 @@
 """Weight sync for RL: push a training model's weights into a running in-process ``vllm.LLM``.
 
     from rlk_models.rollout.sync import push_weights
-    push_weights(llm, model)          # an RLK*ForCausalLM (or any module with rlk names)
+    push_weights(llm, model)          # an RLK*ForCausalLM (or any module with the engine's names)
     push_weights(llm, state_dict)     # or a dict / iterable of (name, tensor)
 
-The tensors go through vLLM's supported in-place reload (``Worker.reload_weights`` via
-``collective_rpc``; no checkpoint on disk), which calls the model's ``load_weights`` and redoes
-any post-load weight processing (stock CPU layers prepack their weights; rlk layers do not),
-then the prefix cache is reset so that no KV block computed with the old weights is reused:
-the next ``generate`` runs exactly the new weights. Works for the rlk vLLM classes and for
-stock vLLM models alike (the GRPO baseline uses it).
+Fail closed, lose nothing: the whole set is checked against the engine's model *before* the
+engine is touched -- every expected tensor present, no unknown name, each shape the full
+(unsharded) shape the engine's config implies, the engine's dtype, every value finite. A push
+that fails any check raises ``WeightSyncError`` naming each bad tensor and leaves the engine
+serving its old weights, bit for bit. (vLLM's own reload validates tensor by tensor as it copies:
+a bad tensor midway leaves a half-loaded, unusable engine.)
+
+A good set goes through vLLM's supported in-place reload (``Worker.reload_weights`` via
+``collective_rpc``; no checkpoint on disk), which calls the model's ``load_weights`` and redoes any
+post-load weight processing, then the prefix cache is reset so that no KV block computed with the
+old weights is reused: the next ``generate`` runs exactly the new weights. Works for the rlk vLLM
+classes (rlk names: fused ``qkv_proj``/``gate_up_proj``) and for stock vLLM models (transformers
+names; the GRPO baseline uses it).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 
 import torch
 from torch import nn
+
+from ..conversion.maps import IGNORED_SUFFIXES, hf_tensor_shapes, rlk_tensor_shapes
+from ..ops.fingerprint import dtype_name
+
+log = logging.getLogger(__name__)
+
+
+class WeightSyncError(ValueError):
+    """A push refused before it touched the engine; the message names every bad tensor."""
 
 
 def named_weights(source: nn.Module | Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]):
@@ -31,12 +48,57 @@ def named_weights(source: nn.Module | Mapping[str, torch.Tensor] | Iterable[tupl
     return [(name, t.detach().to("cpu")) for name, t in pairs]
 
 
+def engine_tensor_shapes(llm) -> tuple[dict[str, tuple[int, ...]], torch.dtype]:
+    """The full tensor set (name -> unsharded shape) the engine's model loads, and its dtype."""
+    mc = llm.llm_engine.model_config
+    config = mc.hf_config
+    rlk = str(getattr(config, "model_type", "")).startswith("rlk_")
+    return (rlk_tensor_shapes(config) if rlk else hf_tensor_shapes(config)), mc.dtype
+
+
+def check_weights(items: list[tuple[str, torch.Tensor]], expected: dict[str, tuple[int, ...]],
+                  dtype: torch.dtype) -> None:
+    """Raise ``WeightSyncError`` naming every problem of ``items`` against ``expected``."""
+    problems, seen = [], set()
+    for name, t in items:
+        if name.endswith(IGNORED_SUFFIXES):
+            continue
+        if name in seen:
+            problems.append(f"{name}: given twice")
+        seen.add(name)
+        if name not in expected:
+            hint = (" (the engine loads fused qkv_proj / gate_up_proj: convert HF-layout names, see rlk-convert)"
+                    if any(p in name for p in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")) else "")
+            problems.append(f"{name}: not a tensor of the engine's model{hint}")
+            continue
+        if tuple(t.shape) != tuple(expected[name]):
+            problems.append(f"{name}: shape {tuple(t.shape)}, the engine's model needs {tuple(expected[name])}")
+        elif t.dtype != dtype:
+            problems.append(f"{name}: dtype {dtype_name(t.dtype)}, the engine runs {dtype_name(dtype)} "
+                            "(cast the weights first; parity needs the engine's dtype)")
+        elif t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            problems.append(f"{name}: has NaN or inf values")
+    missing = sorted(set(expected) - seen)
+    if missing:
+        more = " ..." if len(missing) > 8 else ""
+        problems.append(f"missing {len(missing)} tensor(s): {', '.join(missing[:8])}{more}"
+                        " (a partial push would leave the engine serving a mix of old and new weights)")
+    if problems:
+        raise WeightSyncError("push_weights refused; the engine still serves its old weights:\n  "
+                              + "\n  ".join(problems))
+
+
 @torch.no_grad()
 def push_weights(llm, source) -> int:
-    """Load ``source``'s weights into ``llm`` and reset its prefix cache. Returns the number
-    of tensors pushed."""
+    """Check ``source``'s weights against ``llm``'s model (module docstring), load them and reset
+    the prefix cache. Returns the number of tensors pushed; raises ``WeightSyncError`` (engine
+    untouched) on any bad tensor."""
     items = named_weights(source)
+    expected, dtype = engine_tensor_shapes(llm)
+    check_weights(items, expected, dtype)
     llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
     if not llm.reset_prefix_cache():
         raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
+    log.info("push_weights: %d tensors, %.1f MB of %s", len(items),
+             sum(t.numel() * t.element_size() for _, t in items) / 2**20, dtype_name(dtype))
     return len(items)

@@ -59,6 +59,59 @@ def fail_closed(ckpt: str) -> dict:
     return {"error": None}
 
 
+def push_refusals(ckpt: str) -> dict:
+    """Each bad push must be refused, naming the tensor, and leave the engine serving the old
+    weights bit for bit; then a good push of changed weights must give the new model's bits."""
+    from transformers import AutoModelForCausalLM
+    from vllm.inputs import TokensPrompt
+
+    from rlk_models.rollout import engine, parity
+    from rlk_models.rollout.sync import WeightSyncError, push_weights
+
+    engine.in_process_env()
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).eval()
+    llm = engine.make_llm(ckpt)
+    prompts = parity.mixed_prompts(model.config.vocab_size, n=6)
+
+    def parity_with(m) -> dict:
+        rep = parity.Report("check")
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
+                            parity.sampling_params("temp1", 6, True), use_tqdm=False)
+        parity.compare(m, prompts, outs, rep)
+        return {"mismatch_count": rep.mismatch_count, "tokens": rep.tokens}
+
+    good = {n: t.detach().clone() for n, t in model.named_parameters()}
+    first = next(iter(good))
+    down = "model.layers.1.mlp.down_proj.weight"
+    qkv = "model.layers.0.self_attn.qkv_proj.weight"
+    bad_sets = {
+        "wrong_shape": {**good, down: good[down][:, :-1]},
+        "unknown_name": {**good, "model.layers.9.mlp.down_proj.weight": good[down]},
+        "hf_layout": {**{n: t for n, t in good.items() if n != qkv},
+                      **dict(zip([qkv.replace("qkv", x) for x in "qkv"], good[qkv].split(
+                          [model.config.num_attention_heads * model.config.head_dim,
+                           model.config.num_key_value_heads * model.config.head_dim,
+                           model.config.num_key_value_heads * model.config.head_dim])))},
+        "missing_one": {n: t for n, t in good.items() if n != down},
+        "nan": {**good, down: good[down].clone().index_fill_(0, torch.tensor([0]), float("nan"))},
+        "wrong_dtype": {**good, first: good[first].float()},
+    }
+    out = {"before": parity_with(model), "refused": {}}
+    for name, sd in bad_sets.items():
+        changed = {n: (t + 0.01 if t.is_floating_point() and n != down else t) for n, t in sd.items()}
+        try:
+            push_weights(llm, changed)
+            err = None
+        except WeightSyncError as e:
+            err = str(e)
+        out["refused"][name] = {"error": err, **parity_with(model)}  # still the old weights?
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.02)
+    out["good_push"] = {"tensors": push_weights(llm, model), **parity_with(model)}
+    return out
+
+
 def bisect_planted(ckpt: str) -> dict:
     """Trace the same tokens through the vLLM engine, the clean training class and a training
     class whose layer-1 down_proj is plain torch; report what the bisector names."""
@@ -116,5 +169,6 @@ def tensor_parallel_2(ckpt: str) -> dict:
 
 if __name__ == "__main__":
     out = {"tensor_parallel_2": tensor_parallel_2, "weight_sync": weight_sync, "fail_closed": fail_closed,
-           "bisect_planted": bisect_planted, "vllm_load": vllm_load}[sys.argv[1]](sys.argv[2])
+           "bisect_planted": bisect_planted, "vllm_load": vllm_load, "push_refusals": push_refusals}[
+        sys.argv[1]](sys.argv[2])
     print(json.dumps(out))

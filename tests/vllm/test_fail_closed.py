@@ -1,0 +1,84 @@
+"""The engine side under bad input (issue: fail closed, lose nothing), through the real vLLM
+engine on CPU: weight sync refuses wrong shapes, unknown or HF-layout names, missing tensors,
+NaN and the wrong dtype before touching the engine, which keeps serving the old weights bit for
+bit; the vLLM class refuses an incomplete checkpoint; the CLIs refuse what they cannot serve or
+verify with one line on stderr, before starting an engine."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from .conftest import ROOT, run_json
+
+
+def test_push_weights_refuses_bad_sets_and_keeps_the_old_weights(checkpoints):
+    (out,) = run_json(["-m", "tests.vllm.worker", "push_refusals", str(checkpoints["qwen3"][1])])
+    assert out["before"]["mismatch_count"] == 0 and out["before"]["tokens"] > 20, out
+    expect = {"wrong_shape": "down_proj.weight: shape", "unknown_name": "layers.9.mlp.down_proj.weight: not a tensor",
+              "hf_layout": "fused qkv_proj", "missing_one": "missing 1 tensor(s): model.layers.1.mlp.down_proj",
+              "nan": "down_proj.weight: has NaN", "wrong_dtype": "dtype float32, the engine runs bfloat16"}
+    for case, needle in expect.items():
+        r = out["refused"][case]
+        assert r["error"] and needle in r["error"] and "still serves its old weights" in r["error"], (case, r)
+        assert r["mismatch_count"] == 0, (case, r)  # the engine's bits are the old model's
+    assert out["good_push"]["tensors"] > 0 and out["good_push"]["mismatch_count"] == 0, out
+
+
+@pytest.mark.parametrize("drop", ["model.embed_tokens.weight", "model.layers.0.self_attn.qkv_proj.weight",
+                                  "lm_head.weight"])
+def test_vllm_class_refuses_an_incomplete_checkpoint(checkpoints, tmp_path, drop):
+    ck = tmp_path / "ck"
+    shutil.copytree(checkpoints["qwen3"][1], ck)
+    f = next(ck.glob("*.safetensors"))
+    sd = load_file(f)
+    del sd[drop]
+    save_file(sd, str(f), metadata={"format": "pt"})
+    (out,) = run_json(["-m", "tests.vllm.worker", "vllm_load", str(ck)])
+    assert out["error"] and "lacks 1 tensor(s)" in out["error"] and drop in out["error"], out
+
+
+def _cli(module, *args):
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+
+
+def test_cli_refusals_are_one_line_and_start_no_engine(checkpoints, tmp_path):
+    hf, rlk = checkpoints["qwen3"]
+    no_tok = tmp_path / "no-tokenizer"
+    no_tok.mkdir()
+    for f in rlk.iterdir():
+        if f.suffix in (".json", ".safetensors") and not f.name.startswith(("tokenizer", "special_tokens")):
+            shutil.copy2(f, no_tok / f.name)
+    cases = [
+        ("rlk_models.cli.verify", [str(hf)], "is not an rlk checkpoint"),
+        ("rlk_models.cli.verify", ["/nonexistent/Qwen/Qwen3-8B"], "no such checkpoint directory"),
+        ("rlk_models.cli.serve", [str(hf)], "is not an rlk checkpoint"),
+        ("rlk_models.cli.grpo", ["--steps", "0"], "--steps: must be >= 1"),
+        ("rlk_models.cli.grpo", ["--steps", "-1"], "--steps: must be >= 1"),
+        ("rlk_models.cli.grpo", ["--group-size", "0"], "--group-size: must be >= 2"),
+        ("rlk_models.cli.grpo", ["--checkpoint", str(no_tok)], "no tokenizer files"),
+    ]
+    for module, args, needle in cases:
+        r = _cli(module, *args)
+        assert r.returncode == 2, (module, args, r.stdout, r.stderr[-2000:])
+        assert needle in r.stderr and "Traceback" not in r.stderr and r.stdout == "", (module, args, r.stderr)
+    r = _cli("rlk_models.cli.verify", str(hf), "-v")
+    assert "Traceback" in r.stderr  # -v shows it
+
+
+def test_verify_runs_without_tokenizer_files_and_json_stdout_is_clean(checkpoints, tmp_path):
+    rlk = checkpoints["qwen3"][1]
+    ck = tmp_path / "trainer-output"  # a trainer's intermediate checkpoint: config + weights
+    ck.mkdir()
+    for f in ("config.json", *[p.name for p in rlk.glob("*.safetensors")]):
+        shutil.copy2(rlk / f, ck / f)
+    r = subprocess.run([sys.executable, "-m", "rlk_models.cli.verify", str(ck), "--json", "--configs",
+                        "batches_16_3_temp1"], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       env={**__import__("os").environ, "PYTHONPATH": str(ROOT), "VLLM_CPU_KVCACHE_SPACE": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(line) for line in r.stdout.splitlines()]  # every stdout line is JSON: logs went to stderr
+    assert len(rows) == 1 and rows[0]["mismatch_count"] == 0 and rows[0]["tokens"] > 100, rows
