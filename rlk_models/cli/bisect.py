@@ -24,14 +24,13 @@ records the inputs of an op differing first means the step in between diverged: 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from dataclasses import dataclass, field
 
 import torch
 
-from .common import add_verbose, one_line_errors
+from .common import add_imports, add_verbose, import_modules, one_line_errors
 
 LEAVES = ("embed_tokens", "input_layernorm", "qkv_proj", "q_norm", "k_norm", "attn", "o_proj",
           "post_attention_layernorm", "gate_up_proj", "down_proj", "norm")
@@ -227,12 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("b", help="second run")
     ap.add_argument("--tokens", required=True, help="comma-separated token ids to replay")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    ap.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                    help="import MODULE first (e.g. one that registers an out-of-tree op backend)")
+    add_imports(ap)
     add_verbose(ap)
     args = ap.parse_args(argv)
-    for mod in args.imports:
-        importlib.import_module(mod)
+    import_modules(args)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     tokens = [int(t) for t in args.tokens.split(",")]
     ta, la = run_trace(args.a, tokens, args.dtype)

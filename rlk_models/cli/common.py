@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -17,6 +18,16 @@ class CliError(Exception):
 
 def add_verbose(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("-v", "--verbose", action="store_true", help="show the traceback of an error")
+
+
+def add_imports(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                    help="import MODULE first (e.g. one that registers an out-of-tree op backend)")
+
+
+def import_modules(args: argparse.Namespace) -> None:
+    for mod in args.imports:
+        importlib.import_module(mod)
 
 
 def at_least(lo: int):

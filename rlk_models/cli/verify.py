@@ -11,13 +11,12 @@ max_abs_diff, tokens compared, prefix-cache hits) and exits non-zero on any mism
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from dataclasses import asdict
 
 from ..rollout.parity import configs, sweep
-from .common import add_verbose, checkpoint_dir, one_line_errors
+from .common import add_imports, add_verbose, checkpoint_dir, import_modules, one_line_errors
 
 
 @one_line_errors("rlk-verify")
@@ -27,12 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", default=",".join(configs()), help=f"comma-separated subset of {list(configs())}")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--json", action="store_true", help="print one JSON object per configuration")
-    ap.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                    help="import MODULE first (e.g. one that registers an out-of-tree op backend)")
+    add_imports(ap)
     add_verbose(ap)
     args = ap.parse_args(argv)
-    for mod in args.imports:
-        importlib.import_module(mod)
+    import_modules(args)
     names = [c for c in args.configs.split(",") if c]
     unknown = [c for c in names if c not in configs()]
     if unknown:

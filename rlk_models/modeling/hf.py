@@ -140,7 +140,7 @@ class RLKForCausalLM(RLKPreTrainedModel):
                     if any("_proj" in p and ("q_proj" in p or "gate_proj" in p) for p in problems) else "")
             raise ValueError(f"{cls.__name__}.from_pretrained({args[0] if args else ''}): the checkpoint does not "
                              f"match the model: {'; '.join(problems)}{hint}")
-        check_fingerprint(model.config, model.dtype, "the training class", required=True, dtype_strict=False)
+        check_fingerprint(model.config, None, "the training class", required=True)  # __init__ compared the rest
         return (model, info) if want_info else model
 
     @property

@@ -41,11 +41,12 @@ def expected_fingerprint(backend: str, dtype: torch.dtype | str) -> dict:
     return {**get_backend(backend).FINGERPRINT, "dtype": dtype_name(dtype)}
 
 
-def check_fingerprint(config, dtype: torch.dtype | str, who: str, *, required: bool = False,
+def check_fingerprint(config, dtype: torch.dtype | str | None, who: str, *, required: bool = False,
                       dtype_strict: bool = True) -> None:
     """Raise ``FingerprintMismatch`` if ``config.rlk_fingerprint`` differs from what ``who`` runs:
     backend ``config.rlk_backend`` computing in ``dtype`` (module docstring). ``required``: a
-    missing fingerprint is refused too; ``dtype_strict=False``: a dtype-only difference warns."""
+    missing fingerprint is refused too; ``dtype_strict=False``: a dtype-only difference warns;
+    ``dtype=None``: only presence and form are checked."""
     if not getattr(config, "rlk_check_fingerprint", True):
         return
     recorded = getattr(config, "rlk_fingerprint", None)
@@ -59,6 +60,8 @@ def check_fingerprint(config, dtype: torch.dtype | str, who: str, *, required: b
     if not isinstance(recorded, dict) or not recorded:
         raise FingerprintMismatch(f"{who}: rlk_fingerprint in config.json must be a non-empty object (as rlk-convert "
                                   f"writes it), got {recorded!r}; re-convert, or pass rlk_check_fingerprint=False")
+    if dtype is None:
+        return
     running = expected_fingerprint(config.rlk_backend, dtype)
     diffs = {k: (recorded.get(k), running.get(k)) for k in sorted(set(recorded) | set(running))
              if recorded.get(k) != running.get(k)}
