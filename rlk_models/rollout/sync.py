@@ -95,6 +95,8 @@ def push_weights(llm, source) -> int:
     untouched) on any bad tensor."""
     items = named_weights(source)
     expected, dtype = engine_tensor_shapes(llm)
+    if llm.llm_engine.model_config.hf_config.tie_word_embeddings:  # a state dict lists the tied head too;
+        items = [(n, t) for n, t in items if n != "lm_head.weight"]  # the engine would skip it
     check_weights(items, expected, dtype)
     llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
     if not llm.reset_prefix_cache():

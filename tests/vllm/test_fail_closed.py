@@ -28,6 +28,29 @@ def test_push_weights_refuses_bad_sets_and_keeps_the_old_weights(checkpoints):
     assert out["good_push"]["tensors"] > 0 and out["good_push"]["mismatch_count"] == 0, out
 
 
+def test_push_a_tied_models_state_dict(checkpoints):
+    (out,) = run_json(["-m", "tests.vllm.worker", "push_state_dict", str(checkpoints["qwen3_tied"][1])])
+    assert out["tied"] and out["tensors"] > 0 and out["tokens"] > 20 and out["mismatch_count"] == 0, out
+
+
+def test_check_weights_names_every_problem_at_once(checkpoints):
+    import torch
+    from transformers import AutoConfig
+
+    from rlk_models.conversion.maps import rlk_tensor_shapes
+    from rlk_models.rollout.sync import WeightSyncError, check_weights
+
+    expected = rlk_tensor_shapes(AutoConfig.from_pretrained(checkpoints["qwen3"][1]))
+    good = [(n, torch.zeros(s, dtype=torch.bfloat16)) for n, s in expected.items()]
+    check_weights(good, expected, torch.bfloat16)  # a complete, well-formed set passes
+    bad = good[1:] + [good[1], ("extra.weight", good[2][1])]
+    with pytest.raises(WeightSyncError) as e:
+        check_weights(bad, expected, torch.bfloat16)
+    text = str(e.value)
+    assert f"missing 1 tensor(s): {good[0][0]}" in text and f"{good[1][0]}: given twice" in text
+    assert "extra.weight: not a tensor" in text
+
+
 @pytest.mark.parametrize("drop", ["model.embed_tokens.weight", "model.layers.0.self_attn.qkv_proj.weight",
                                   "lm_head.weight"])
 def test_vllm_class_refuses_an_incomplete_checkpoint(checkpoints, tmp_path, drop):

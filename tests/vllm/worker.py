@@ -112,6 +112,29 @@ def push_refusals(ckpt: str) -> dict:
     return out
 
 
+def push_state_dict(ckpt: str) -> dict:
+    """Push ``model.state_dict()`` (which lists a tied lm_head too) after an update: parity."""
+    from transformers import AutoModelForCausalLM
+    from vllm.inputs import TokensPrompt
+
+    from rlk_models.rollout import engine, parity
+    from rlk_models.rollout.sync import push_weights
+
+    engine.in_process_env()
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).eval()
+    llm = engine.make_llm(ckpt)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.02)
+    n = push_weights(llm, model.state_dict())
+    prompts = parity.mixed_prompts(model.config.vocab_size, n=6)
+    rep = parity.Report("state_dict")
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
+                        parity.sampling_params("temp1", 6, True), use_tqdm=False)
+    parity.compare(model, prompts, outs, rep)
+    return {"tensors": n, "tied": bool(model.config.tie_word_embeddings), **rep.__dict__}
+
+
 def bisect_planted(ckpt: str) -> dict:
     """Trace the same tokens through the vLLM engine, the clean training class and a training
     class whose layer-1 down_proj is plain torch; report what the bisector names."""
@@ -169,6 +192,7 @@ def tensor_parallel_2(ckpt: str) -> dict:
 
 if __name__ == "__main__":
     out = {"tensor_parallel_2": tensor_parallel_2, "weight_sync": weight_sync, "fail_closed": fail_closed,
-           "bisect_planted": bisect_planted, "vllm_load": vllm_load, "push_refusals": push_refusals}[
+           "bisect_planted": bisect_planted, "vllm_load": vllm_load, "push_refusals": push_refusals,
+           "push_state_dict": push_state_dict}[
         sys.argv[1]](sys.argv[2])
     print(json.dumps(out))
