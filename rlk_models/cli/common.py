@@ -58,7 +58,7 @@ def checkpoint_dir(path: str | Path, *, rlk: bool | None = None, tokenizer: bool
         raise CliError(f"{cfg}: unreadable config ({e})") from None
     if rlk is True and not model_type.startswith("rlk_"):
         raise CliError(f"{path}: model_type {model_type!r} is not an rlk checkpoint; convert it first "
-                       f"(rlk-convert {path} {path.rstrip('/') if isinstance(path, str) else p}-rlk)")
+                       f"(rlk-convert {p} {p}-rlk)")
     if rlk is False and model_type.startswith("rlk_"):
         raise CliError(f"{path}: an rlk checkpoint where a transformers one is expected")
     if tokenizer and not any((p / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):

@@ -137,11 +137,10 @@ class _Source:
             return h.get_tensor(name)
 
     def nbytes(self, name: str) -> int:
-        f, shape = self.entries[name]
+        _, shape = self.entries[name]
         if name in self._pickled:
             return self._pickled[name].numel() * self._pickled[name].element_size()
-        with safe_open(f, framework="pt") as h:
-            dtype = h.get_slice(name).get_dtype()
+        dtype = self.dtypes[name]  # recorded from the header when the file was indexed
         size = {"F64": 8, "F32": 4, "I64": 8, "I32": 4, "BF16": 2, "F16": 2, "I16": 2, "I8": 1, "U8": 1,
                 "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}.get(dtype, 4)
         n = 1

@@ -19,6 +19,11 @@ FUSED: dict[str, tuple[str, ...]] = {
     "mlp.gate_up_proj.bias": ("mlp.gate_proj.bias", "mlp.up_proj.bias"),
 }
 
+# the HF tensor suffixes an rlk checkpoint fuses away, and what to tell whoever passes them
+UNFUSED_SUFFIXES = tuple(s for parts in FUSED.values() for s in parts)
+FUSION_HINT = ("rlk models load fused qkv_proj / gate_up_proj tensors, q/k/v and gate/up concatenated: "
+               "convert HF-layout checkpoints with rlk-convert")
+
 # tensors some checkpoints carry that are recomputed, never loaded
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 

@@ -128,16 +128,18 @@ class RLKForCausalLM(RLKPreTrainedModel):
         is refused with an error naming what is wrong."""
         want_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
-        problems = []
+        from ..conversion.maps import FUSION_HINT, UNFUSED_SUFFIXES  # conversion imports the families
+
+        problems, unfused = [], False
         for key, what in (("missing_keys", "missing"), ("unexpected_keys", "unexpected"),
                           ("mismatched_keys", "of the wrong shape")):
             names = sorted(str(k[0] if isinstance(k, tuple) else k) for k in info.get(key) or [])
+            unfused |= any(n.endswith(UNFUSED_SUFFIXES) for n in names)
             if names:
                 more = " ..." if len(names) > 8 else ""
                 problems.append(f"{len(names)} {what} tensor(s): {', '.join(names[:8])}{more}")
         if problems:
-            hint = (" (rlk checkpoints fuse q/k/v into qkv_proj and gate/up into gate_up_proj: see rlk-convert)"
-                    if any("_proj" in p and ("q_proj" in p or "gate_proj" in p) for p in problems) else "")
+            hint = f" ({FUSION_HINT})" if unfused else ""
             raise ValueError(f"{cls.__name__}.from_pretrained({args[0] if args else ''}): the checkpoint does not "
                              f"match the model: {'; '.join(problems)}{hint}")
         check_fingerprint(model.config, None, "the training class", required=True)  # __init__ compared the rest

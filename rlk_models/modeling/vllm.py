@@ -40,6 +40,7 @@ from vllm.model_executor.layers.vocab_parallel_embedding import (
 )
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
+from ..conversion.maps import FUSION_HINT, IGNORED_SUFFIXES
 from ..ops import get_backend
 from ..ops.canonical import padded_vocab, vocab_shard
 from ..ops.fingerprint import check_fingerprint
@@ -189,13 +190,12 @@ class RLKVllmForCausalLM(nn.Module):
         params = dict(self.named_parameters(remove_duplicate=False))
         loaded = set()
         for name, tensor in weights:
-            if name.endswith("rotary_emb.inv_freq"):
+            if name.endswith(IGNORED_SUFFIXES):
                 continue
             if self.config.tie_word_embeddings and name == "lm_head.weight":
                 continue
             if name not in params:
-                raise KeyError(f"unexpected tensor {name!r} for {type(self).__name__}; rlk checkpoints fuse "
-                               "q/k/v into qkv_proj and gate/up into gate_up_proj (see rlk-convert)")
+                raise KeyError(f"unexpected tensor {name!r} for {type(self).__name__}; {FUSION_HINT}")
             param = params[name]
             getattr(param, "weight_loader", default_weight_loader)(param, tensor)
             loaded.add(name)

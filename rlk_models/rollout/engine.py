@@ -43,8 +43,6 @@ def engine_graph_options(rlk: bool, cuda_graphs: bool | None = None) -> dict:
     eagerly) -- for an rlk checkpoint, full graphs of uniform decode steps (``RLK_CUDA_GRAPHS``:
     the rlk model is not compiled by torch.compile, and vLLM's default piecewise graphs need
     that, so the default would fall back to eager); for a stock checkpoint, vLLM's defaults."""
-    import torch
-
     graphs = torch.cuda.is_available() if cuda_graphs is None else cuda_graphs
     if not graphs:
         return {"enforce_eager": True}

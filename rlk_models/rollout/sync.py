@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import nn
 
-from ..conversion.maps import IGNORED_SUFFIXES, hf_tensor_shapes, rlk_tensor_shapes
+from ..conversion.maps import FUSION_HINT, IGNORED_SUFFIXES, UNFUSED_SUFFIXES, hf_tensor_shapes, rlk_tensor_shapes
 from ..ops.fingerprint import dtype_name
 
 log = logging.getLogger(__name__)
@@ -67,8 +67,7 @@ def check_weights(items: list[tuple[str, torch.Tensor]], expected: dict[str, tup
             problems.append(f"{name}: given twice")
         seen.add(name)
         if name not in expected:
-            hint = (" (the engine loads fused qkv_proj / gate_up_proj: convert HF-layout names, see rlk-convert)"
-                    if any(p in name for p in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")) else "")
+            hint = f" ({FUSION_HINT})" if name.endswith(UNFUSED_SUFFIXES) else ""
             problems.append(f"{name}: not a tensor of the engine's model{hint}")
             continue
         if tuple(t.shape) != tuple(expected[name]):
