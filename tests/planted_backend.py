@@ -13,7 +13,7 @@ NAME = "planted"
 FINGERPRINT = {**_REFERENCE, "backend": NAME}
 
 
-def linear(x, weight, bias=None, out_dtype=None):
+def linear(x, weight, bias=None, out_dtype=None, row_parallel=False):
     return F.linear(x, weight, bias).to(out_dtype or x.dtype)
 
 

@@ -1,13 +1,17 @@
 """H200 benchmark of the batch-invariant Triton matmul against cuBLAS (Qwen3-8B shapes, bf16).
 
 Measures only (the bitwise proof of every launch choice is tests/gpu/test_triton_contract_8b.py),
-and writes ``$OUT/matmul_sweep.json``:
+and writes ``$OUT/matmul_sweep.json``. Each shape runs with its layer's K order: o and down are
+row-parallel (canonical K-groups), the others plain (one group).
   1. accuracy: relative Frobenius error vs float64 at M=128 (ours and cuBLAS);
-  2. speed: median time of cuBLAS ``F.linear`` and of ours, with the default config for M and
-     with the best of ``CANDIDATE_CONFIGS``, for M in {1, 16, 128, 1024, 8192}; small M under
-     CUDA graphs; forward + backward at M=4096.
+  2. speed, both timed under CUDA graphs (``do_bench_cudagraph``: kernel time, no Python launch
+     cost, how vLLM runs decode): cuBLAS ``F.linear`` and our default launch for every M in
+     ``M_ALL``; eager ``do_bench`` of both at M in {1, 16, 128} (host overhead included);
+  3. ``--search``: every candidate launch (config x form) at ``M_SEARCH``, the best per (shape,
+     M) -- what ``LAUNCHES`` in ops/triton/matmul.py is picked from;
+  4. forward + backward at M=4096.
 
-    python benchmarks/triton/matmul_sweep.py [--quick] [--defaults-only]
+    python benchmarks/triton/matmul_sweep.py [--search] [--shapes qkv,o]
 """
 
 from __future__ import annotations
@@ -22,73 +26,84 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench, bench_graph, info, log, rel_err, save  # noqa: E402
 
-from rlk_models.ops.triton.matmul import CANDIDATE_CONFIGS, config_for, linear, matmul  # noqa: E402
+from rlk_models.ops.triton.matmul import (  # noqa: E402
+    CANDIDATE_CONFIGS,
+    Launch,
+    k_groups,
+    launch_for,
+    linear,
+    matmul,
+)
 
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "down": (12288, 4096),
           "lm_head": (4096, 151936)}
-M_BENCH = [1, 16, 128, 1024, 8192]
+ROW_PARALLEL = {"o", "down"}
+M_ALL = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
+M_SEARCH = [1, 4, 16, 64, 256, 1024, 4096]
+
+
+def candidates(m: int, grouped: bool) -> list[Launch]:
+    forms = ([dict(split=True), dict()] if grouped else [dict(persistent=False), dict()])
+    cfgs = [c for c in CANDIDATE_CONFIGS if c[0] <= 2 * max(16, m) and not (m >= 1024 and c[0] < 64)]
+    return [Launch(c, **f) for c in cfgs for f in forms if not (f.get("split") and m > 256)]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="two shapes only")
-    ap.add_argument("--defaults-only", action="store_true", help="time the default config only (no candidate search)")
+    ap.add_argument("--search", action="store_true", help="time every candidate launch at M_SEARCH")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated subset of " + ",".join(SHAPES))
     args = ap.parse_args()
     dev = torch.device("cuda")
     res = {"info": info(), "shapes": {}}
     log(res["info"])
-    shapes = dict(list(SHAPES.items())[:2]) if args.quick else SHAPES
     g = torch.Generator(device=dev).manual_seed(0)
-    for name, (k, n) in shapes.items():
+    for name in args.shapes.split(","):
+        k, n = SHAPES[name]
+        rp = name in ROW_PARALLEL
+        grouped = rp and k_groups(k) > 1
         x = torch.randn(8192, k, device=dev, generator=g).bfloat16()
         w = (torch.randn(n, k, device=dev, generator=g) * 0.02).bfloat16()
         ref64 = x[:128].double() @ w.double().T
-        r = {"rel_err_vs_fp64_M128": rel_err(matmul(x[:128], w), ref64),
-             "cublas_rel_err_vs_fp64_M128": rel_err(F.linear(x[:128], w), ref64)}
-        timings = {}
-        for m in M_BENCH:
-            xm = x[:m]
-            t_cublas = bench(lambda: F.linear(xm, w))
-            t_default = bench(lambda: matmul(xm, w))
-            best = (t_default, str(config_for(m, n)))
-            for c in ([] if args.defaults_only else CANDIDATE_CONFIGS):
-                for sp in ((False, True) if m <= 128 else (False,)):
-                    try:
-                        t = bench(lambda: matmul(xm, w, config=c, split=sp), warmup=10, rep=50)
-                    except Exception as e:  # a config that does not compile/fit is skipped, and said so
-                        log(f"skip {name} M={m} {c} split={sp}: {type(e).__name__}")
-                        continue
-                    best = min(best, (t, f"{c} split={sp}"))
-            timings[m] = {"cublas_ms": t_cublas, "ours_default_ms": t_default, "ours_best_ms": best[0],
-                          "best_config": best[1], "ratio_default": t_default / t_cublas,
-                          "ratio_best": best[0] / t_cublas, "cublas_tflops": 2 * m * n * k / t_cublas / 1e9}
-            log(f"{name:8} M={m:5}  cuBLAS {t_cublas * 1e3:9.1f} us  ours {t_default * 1e3:9.1f} us "
-                f"({t_default / t_cublas:5.2f}x)  best {best[0] * 1e3:9.1f} us ({best[0] / t_cublas:5.2f}x) {best[1]}")
-        r["timings"] = timings
-        # small M under CUDA graphs (how vLLM runs decode): kernel time without Python launch cost
-        for m in (1, 16, 128):
+        r = {"row_parallel": rp, "rel_err_vs_fp64_M128": rel_err(matmul(x[:128], w, row_parallel=rp), ref64),
+             "cublas_rel_err_vs_fp64_M128": rel_err(F.linear(x[:128], w), ref64), "graph": {}, "eager": {},
+             "search": {}}
+        for m in M_ALL:
             xm = x[:m]
             t_cu = bench_graph(lambda: F.linear(xm, w))
-            t_ours = bench_graph(lambda: matmul(xm, w))
-            t_nosplit = bench_graph(lambda: matmul(xm, w, split=False))
-            r[f"cudagraph_M{m}"] = {"cublas_ms": t_cu, "ours_default_ratio": t_ours / t_cu,
-                                    "ours_nosplit_ratio": t_nosplit / t_cu}
-            log(f"{name} M={m} cudagraph: cuBLAS {t_cu * 1e3:.1f} us, ours {t_ours / t_cu:.2f}x "
-                f"(no split {t_nosplit / t_cu:.2f}x)")
+            t_ours = bench_graph(lambda: matmul(xm, w, row_parallel=rp))
+            r["graph"][m] = {"cublas_ms": t_cu, "ours_ms": t_ours, "ratio": t_ours / t_cu,
+                             "launch": str(launch_for(m, n, k_groups(k) if rp else 1))}
+            log(f"{name:8} M={m:5} graph: cuBLAS {t_cu * 1e3:8.1f} us  ours {t_ours * 1e3:8.1f} us "
+                f"({t_ours / t_cu:5.2f}x)  {r['graph'][m]['launch']}")
+        for m in (1, 16, 128):
+            xm = x[:m]
+            t_cu, t_ours = bench(lambda: F.linear(xm, w)), bench(lambda: matmul(xm, w, row_parallel=rp))
+            r["eager"][m] = {"cublas_ms": t_cu, "ours_ms": t_ours, "ratio": t_ours / t_cu}
+            log(f"{name:8} M={m:5} eager: cuBLAS {t_cu * 1e3:8.1f} us  ours {t_ours * 1e3:8.1f} us "
+                f"({t_ours / t_cu:5.2f}x)")
+        for m in (M_SEARCH if args.search else []):
+            xm = x[:m]
+            t_cu = r["graph"][m]["cublas_ms"]
+            times = {}
+            for lc in candidates(m, grouped):
+                try:
+                    times[str(lc)] = bench_graph(lambda: matmul(xm, w, row_parallel=rp, launch=lc), rep=20)
+                except Exception as e:  # a config that does not compile/fit is skipped, and said so
+                    log(f"skip {name} M={m} {lc}: {type(e).__name__}")
+            best = min(times, key=times.get)
+            r["search"][m] = {"cublas_ms": t_cu, "times_ms": times, "best": best, "best_ratio": times[best] / t_cu}
+            log(f"{name:8} M={m:5} search: best {times[best] * 1e3:8.1f} us ({times[best] / t_cu:5.2f}x) {best}")
         # backward: dx = dy @ w and dw = dy^T @ x (ours: same kernels on transposed layouts) vs cuBLAS
         m = 4096
         xg, wg = x[:m].clone().requires_grad_(), w.clone().requires_grad_()
         dy = torch.randn(m, n, device=dev, generator=g).bfloat16()
-        t_ours = bench(lambda: torch.autograd.grad(linear(xg, wg), [xg, wg], dy), warmup=5, rep=30)
+        t_ours = bench(lambda: torch.autograd.grad(linear(xg, wg, row_parallel=rp), [xg, wg], dy), warmup=5, rep=30)
         t_cu = bench(lambda: torch.autograd.grad(F.linear(xg, wg), [xg, wg], dy), warmup=5, rep=30)
-        dx = torch.autograd.grad(linear(xg, wg), [xg], dy)[0]
-        r["bwd_M4096"] = {"ours_fwd_bwd_ms": t_ours, "cublas_fwd_bwd_ms": t_cu, "ratio": t_ours / t_cu,
-                          "dx_rel_err_vs_fp64": rel_err(dx, dy.double() @ w.double())}
-        log(f"{name}: fwd+bwd M=4096 ours {t_ours:.3f} ms vs cuBLAS {t_cu:.3f} ms ({t_ours / t_cu:.2f}x), "
-            f"dx err {r['bwd_M4096']['dx_rel_err_vs_fp64']:.2e}; rel err vs fp64 {r['rel_err_vs_fp64_M128']:.2e} "
-            f"(cuBLAS {r['cublas_rel_err_vs_fp64_M128']:.2e})")
+        r["bwd_M4096"] = {"ours_fwd_bwd_ms": t_ours, "cublas_fwd_bwd_ms": t_cu, "ratio": t_ours / t_cu}
+        log(f"{name}: fwd+bwd M=4096 ours {t_ours:.3f} ms vs cuBLAS {t_cu:.3f} ms ({t_ours / t_cu:.2f}x); "
+            f"rel err vs fp64 {r['rel_err_vs_fp64_M128']:.2e} (cuBLAS {r['cublas_rel_err_vs_fp64_M128']:.2e})")
         res["shapes"][name] = r
-        del x, w, xg, wg, dy, dx
+        del x, w, xg, wg, dy
         torch.cuda.empty_cache()
     save("matmul_sweep", res)
 

@@ -26,16 +26,17 @@ from .config import rope_parameters
 
 
 class Linear(nn.Module):
-    """Training-side linear: parameters plus the backend's linear."""
+    """Training-side linear: parameters plus the backend's linear. ``row_parallel``: K is the
+    dimension tensor parallelism splits (o_proj, down_proj), reduced in canonical K-groups."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, backend: str):
+    def __init__(self, in_features: int, out_features: int, bias: bool, backend: str, row_parallel: bool = False):
         super().__init__()
-        self.backend = backend
+        self.backend, self.row_parallel = backend, row_parallel
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return get_backend(self.backend).linear(x, self.weight, self.bias)
+        return get_backend(self.backend).linear(x, self.weight, self.bias, row_parallel=self.row_parallel)
 
 
 class Embedding(nn.Module):
@@ -123,7 +124,7 @@ class TrainingBuilder:
         return Linear(in_features, sum(out_sizes), bias, self.backend)
 
     def row(self, in_features, out_features, bias, prefix):
-        return Linear(in_features, out_features, bias, self.backend)
+        return Linear(in_features, out_features, bias, self.backend, row_parallel=True)
 
     def attention(self, layer_idx, n_heads, n_kv_heads, head_dim, scale, prefix):
         return VarlenAttention(scale, self.backend)

@@ -74,7 +74,7 @@ class RLKRowParallelMethod(RLKLinearMethod):
     def apply(self, layer, x, bias=None):
         ops = get_backend(self.backend)
         if layer.tp_size == 1:  # the whole tree in one call: the training class's linear, any K
-            return ops.linear(x, layer.weight, layer.bias)
+            return ops.linear(x, layer.weight, layer.bias, row_parallel=True)
         part = ops.shard_partial(x, layer.weight, layer.tp_size)
         parts = tensor_model_parallel_all_gather(part[None], dim=0) if layer.tp_size > 1 else part[None]
         return ops.combine_partials(parts, layer.bias, x.dtype)

@@ -27,7 +27,7 @@ def rope_inv_freq(head_dim: int, rope_parameters: dict) -> torch.Tensor:
     base = float(rope_parameters["rope_theta"])
     if rope_parameters.get("partial_rotary_factor", 1.0) != 1.0:
         raise UnsupportedRope("rope: partial_rotary_factor != 1 is not supported")
-    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device="cpu") / head_dim))
     if rope_type == "default":
         return inv
     if rope_type == "llama3":
@@ -45,13 +45,15 @@ def rope_inv_freq(head_dim: int, rope_parameters: dict) -> torch.Tensor:
 
 
 def rope_table(head_dim: int, max_positions: int, rope_parameters: dict) -> torch.Tensor:
-    """float32 [max_positions, head_dim]: cos of the angles in the first half, sin in the second."""
+    """float32 [max_positions, head_dim]: cos of the angles in the first half, sin in the second.
+    Always computed on the CPU (whatever device context the caller is in: transformers builds
+    models under ``torch.device(...)``), so that every engine gets the same table."""
     if head_dim % 2:
         raise UnsupportedRope(f"rope: head_dim must be even, got {head_dim}")
     inv = rope_inv_freq(head_dim, rope_parameters)
     n_blocks = -(-max_positions // _BLOCK)
-    out = torch.empty(n_blocks * _BLOCK, head_dim, dtype=torch.float32)
-    offs = torch.arange(_BLOCK, dtype=torch.float64)[:, None]
+    out = torch.empty(n_blocks * _BLOCK, head_dim, dtype=torch.float32, device="cpu")
+    offs = torch.arange(_BLOCK, dtype=torch.float64, device="cpu")[:, None]
     for b in range(n_blocks):
         ang = (offs + b * _BLOCK) * inv[None, :]
         out[b * _BLOCK:(b + 1) * _BLOCK] = torch.cat([ang.cos(), ang.sin()], dim=-1).to(torch.float32)

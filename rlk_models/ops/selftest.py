@@ -50,7 +50,8 @@ def machine_key(backend: str) -> str:
 
 
 def _rand(shape, dtype, seed, device="cpu"):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(device=device, dtype=dtype)
+    g = torch.Generator("cpu").manual_seed(seed)  # CPU draws (same numbers on every device), then moved
+    return torch.randn(*shape, generator=g, device="cpu").to(device=device, dtype=dtype)
 
 
 def _rows_ok(fn, x: torch.Tensor) -> bool:
@@ -86,6 +87,7 @@ def _checks(ops, dtype) -> dict[str, bool]:
     lp, _ = ops.logprob_head(x, wh, tgt, 600)
     out = {
         "linear": _rows_ok(lambda t: ops.linear(t, w, b), x),
+        "linear_row_parallel": _rows_ok(lambda t: ops.linear(t, w, b, row_parallel=True), x),
         "rms_norm": _rows_ok(lambda t: ops.rms_norm(t, w[:, 0], 1e-6), rand((m, n), dtype, 7)),
         "silu_mul": _rows_ok(ops.silu_mul, rand((m, 2 * n), dtype, 8) * 4),
         "rope": torch.equal(ops.rope(rand((m, 2, 32), dtype, 9)[:5], pos[:5], table),

@@ -1,10 +1,10 @@
 """The Triton backend's bitwise contract at Qwen3-8B shapes (bf16) on a CUDA GPU: the checks the
 H200 sweeps made before they became measurement-only (benchmarks/triton/*_sweep.py).
 
-- matmul, every shape: row 0 equal at every M (each M with its own tile config and split-K
-  choice), the M=8192 product equal to batches of 7, run to run, every candidate launch config
-  (fused and split-K) equal to the default at M=1 and M=1024, pointer kernel equal to TMA;
-  backward run to run;
+- matmul, every shape with its layer's K order (o, down: row-parallel K-groups): row 0 equal at
+  every M (each M with its own launch), the M=8192 product equal to batches of 7, run to run,
+  every candidate config in every form (grouped: fused or split-K; plain: persistent or
+  not) equal to the default at M=1 and M=1024, pointer kernel equal to TMA; backward run to run;
 - log-prob head (V=151,936): the same row checks, ``full_logprobs`` at the target equals the head,
   backward run to run;
 - RMSNorm, SiLU-mul, RoPE, embedding: the same row checks, backward run to run;
@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "down": (12288, 4096),
           "lm_head": (4096, 151936)}
+ROW_PARALLEL = {"o", "down"}  # K split by tensor parallelism: canonical K-groups
 M_INV = [1, 2, 3, 7, 16, 64, 255, 1024, 4096, 8192]
 BATCH7 = (0, 7, 1000, 4093, 8185)
 
@@ -56,25 +57,29 @@ def assert_rows(fn, x: torch.Tensor, *extra):
 def test_matmul_rows_and_launch_choices(name):
     import triton
 
-    from rlk_models.ops.triton.matmul import CANDIDATE_CONFIGS, linear, matmul
+    from rlk_models.ops.triton.matmul import CANDIDATE_CONFIGS, Launch, k_groups, linear, matmul
 
     k, n = SHAPES[name]
+    rp = name in ROW_PARALLEL
     g = gen()
     x, w = randn(8192, k, g=g), randn(n, k, g=g, scale=0.02)
-    assert_rows(lambda a: matmul(a, w), x)
+    assert_rows(lambda a: matmul(a, w, row_parallel=rp), x)
+    forms = ([dict(split=True), dict()] if rp and k_groups(k) > 1
+             else [dict(persistent=False), dict()])
     for m in (1, 1024):
-        ref = matmul(x[:m], w)
+        ref = matmul(x[:m], w, row_parallel=rp)
         for c in CANDIDATE_CONFIGS:
-            for split in (False, True):
+            for f in forms:
                 try:
-                    got = matmul(x[:m], w, config=c, split=split)
+                    got = matmul(x[:m], w, row_parallel=rp, launch=Launch(c, **f))
                 except triton.runtime.errors.OutOfResources:
                     continue  # does not fit shared memory: never chosen
-                assert torch.equal(got, ref), f"M={m} config {c} split={split}"
-    assert torch.equal(matmul(x[:128], w, tma=False), matmul(x[:128], w)), "pointer kernel != TMA"
+                assert torch.equal(got, ref), f"M={m} config {c} {f}"
+    assert torch.equal(matmul(x[:128], w, row_parallel=rp, tma=False), matmul(x[:128], w, row_parallel=rp)), \
+        "pointer kernel != TMA"
     xg, wg = x[:4096].clone().requires_grad_(), w.clone().requires_grad_()
     dy = randn(4096, n, g=g)
-    g1, g2 = (torch.autograd.grad(linear(xg, wg), [xg, wg], dy) for _ in range(2))
+    g1, g2 = (torch.autograd.grad(linear(xg, wg, row_parallel=rp), [xg, wg], dy) for _ in range(2))
     assert all(torch.equal(a, b) for a, b in zip(g1, g2)), "backward run to run"
 
 
@@ -219,3 +224,13 @@ def test_model_paged_runner_equals_training(case):
         model.packed_token_logprobs(ids, cu).sum().backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     assert all(torch.equal(grads[0][n], grads[1][n]) for n in grads[0]), "gradients run to run"
+
+
+def test_self_test_passes_under_a_cuda_device_context():
+    """Strict mode runs the self-test wherever the model is being built (transformers uses device
+    contexts); its draws and the RoPE table stay on the CPU, the checks run on the GPU."""
+    from rlk_models.ops.selftest import self_test
+
+    with torch.device("cuda"):
+        result = self_test("triton", use_cache=False)
+    assert result["ok"], result["failed"]

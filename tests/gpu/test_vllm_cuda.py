@@ -19,6 +19,13 @@ from rlk_models.testing.tiny import make_tiny_hf_checkpoint  # noqa: E402
 from tests.vllm.conftest import run_json  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def free_cached_gpu_memory():
+    """Each engine runs in its own process and asks for vLLM's share of the GPU's *free* memory:
+    hand back what earlier tests in this process left in torch's caching allocator."""
+    torch.cuda.empty_cache()
+
+
 @pytest.fixture(scope="module")
 def triton_checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("gpu-ckpt")

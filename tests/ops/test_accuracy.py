@@ -53,6 +53,8 @@ CU = torch.tensor([0, 7, 8, 30])
 CASES = {
     "linear": (lambda x, w, b: ops.linear(x, w, b), lambda x, w, b: x @ w.T + b,
                [rand(13, 123), rand(29, 123, seed=1), rand(29, seed=2)]),
+    "linear_row_parallel": (lambda x, w, b: ops.linear(x, w, b, row_parallel=True), lambda x, w, b: x @ w.T + b,
+                            [rand(13, 123), rand(29, 123, seed=1), rand(29, seed=2)]),
     "rms_norm": (lambda x, w: ops.rms_norm(x, w, 1e-6),
                  lambda x, w: w * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6),
                  [rand(13, 64, scale=3), rand(64, seed=1)]),
@@ -107,9 +109,12 @@ def test_rope_llama3_inv_freq_matches_transformers():
     assert rel(rope_inv_freq(32, params), theirs) < 1e-6
 
 
-def test_rope_table_does_not_depend_on_length_or_threads():
+def test_rope_table_does_not_depend_on_length_threads_or_device_context():
     p = {"rope_type": "default", "rope_theta": 1e6}
     a = rope_table(128, 1000, p)
     torch.set_num_threads(1)
     b = rope_table(128, 4099, p)
     assert torch.equal(a, b[:1000])
+    with torch.device("meta"):  # how transformers builds models: the table is still computed on the CPU
+        c = rope_table(128, 1000, p)
+    assert c.device.type == "cpu" and torch.equal(a, c)

@@ -53,11 +53,13 @@ def assert_row_invariant(fn, rows, others_n, pos, seed, dtype):
 @on_backends
 @SETTINGS
 @given(m=st.integers(1, 9), k=st.sampled_from(WEIRD + [256]), n=st.sampled_from(WEIRD), others=st.integers(0, 40),
-       pos=st.integers(0, 40), bias=st.booleans(), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999))
-def test_linear_rows(backend, m, k, n, others, pos, bias, dtype, seed):
+       pos=st.integers(0, 40), bias=st.booleans(), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999),
+       row_parallel=st.booleans())
+def test_linear_rows(backend, m, k, n, others, pos, bias, dtype, seed, row_parallel):
     use(backend)
     w, b = rand(n, k, dtype=dtype, seed=seed + 2), (rand(n, dtype=dtype, seed=seed + 3) if bias else None)
-    assert_row_invariant(lambda x: ops.linear(x, w, b), rand(m, k, dtype=dtype, seed=seed), others, pos, seed, dtype)
+    assert_row_invariant(lambda x: ops.linear(x, w, b, row_parallel=row_parallel), rand(m, k, dtype=dtype, seed=seed),
+                         others, pos, seed, dtype)
 
 
 @on_backends
@@ -173,6 +175,9 @@ def _grads(fn, *inputs):
 CASES = {
     "linear": (lambda x, w, b: ops.linear(x, w, b),
                lambda dt: (rand(33, 40, dtype=dt), rand(17, 40, dtype=dt, seed=1), rand(17, dtype=dt, seed=2))),
+    "linear_row_parallel": (lambda x, w, b: ops.linear(x, w, b, row_parallel=True),
+                            lambda dt: (rand(33, 40, dtype=dt), rand(17, 40, dtype=dt, seed=1),
+                                        rand(17, dtype=dt, seed=2))),
     "embedding": (lambda w: ops.embedding(torch.tensor([3, 1, 3, 0, 3, 1], device=DEV), w),
                   lambda dt: (rand(5, 8, dtype=dt),)),
     "rms_norm": (lambda x, w: ops.rms_norm(x, w, 1e-6),

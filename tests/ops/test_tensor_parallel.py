@@ -42,7 +42,7 @@ def head_parallel(h, w_pad, targets, vocab, k):
 def test_row_parallel_linear_equals_tp1(m, k8, n, bias, dtype, seed):
     x, w = rand(m, 8 * k8, dtype=dtype, seed=seed), rand(n, 8 * k8, dtype=dtype, seed=seed + 1)
     b = rand(n, dtype=dtype, seed=seed + 2) if bias else None
-    want = ops.linear(x, w, b)
+    want = ops.linear(x, w, b, row_parallel=True)
     for k in TP:
         assert torch.equal(row_parallel(x, w, b, k, dtype), want), k
 
@@ -98,7 +98,7 @@ def _gloo_worker(rank, world, init_file, out_file):
         lse, mean_l, target = ops.combine_shards(*gathered)
         if rank == 0:
             lp1, ent1 = ops.logprob_head(h, w_pad[:vocab], targets, vocab, True)
-            torch.save({"linear": torch.equal(y, ops.linear(x, w, b.to(torch.bfloat16))),
+            torch.save({"linear": torch.equal(y, ops.linear(x, w, b.to(torch.bfloat16), row_parallel=True)),
                         "logp": torch.equal(target - lse, lp1), "entropy": torch.equal(lse - mean_l, ent1)}, out_file)
     finally:
         dist.destroy_process_group()

@@ -18,7 +18,7 @@ from .silu_mul import silu_mul
 
 NAME = "reference"
 # everything that decides this backend's bits; bump contract_version when a formula changes
-FINGERPRINT = {"backend": NAME, "contract_version": 1, "linear_k_groups": LINEAR_K_GROUPS, "vocab_tile": VOCAB_TILE,
+FINGERPRINT = {"backend": NAME, "contract_version": 2, "linear_k_groups": LINEAR_K_GROUPS, "vocab_tile": VOCAB_TILE,
                "vocab_groups": VOCAB_GROUPS, "transcendentals": "cephes-fp32", "rope_table": "float64-block64"}
 
 token_sum = sum_op(tree_sum)

@@ -1,15 +1,18 @@
 """Linear: ``y = x @ w.T (+ b)``, batch-invariant by construction.
 
 Contract
-    Reduces over K (in_features) with ``tree_sum(groups=LINEAR_K_GROUPS)``: fp32 products
-    (exact for bf16 operands), a halving tree inside each of the 8 canonical K-groups, an
-    adjacent pairwise tree across the groups. The bias is added in fp32 after the reduction;
-    the result rounds once, to ``out_dtype`` (default: x's dtype). A row's bits therefore
-    depend only on that row and the weights: not on M, the row's position, threads or device.
-    The 8 groups are the canonical K segments that tensor parallelism splits along: a
-    row-parallel rank of k (k | 8, K % 8 == 0) owns 8/k whole groups, reduces them to an fp32
-    partial (``shard_partial``: a subtree of the canonical tree), and the k partials, gathered
-    in rank order, finish the tree (``combine_partials``) -- TP=k gives TP=1's bits.
+    Reduces over K (in_features) with ``tree_sum``: fp32 products (exact for bf16 operands)
+    and a halving tree. The K order is a property of the layer: a **row-parallel** layer
+    (``row_parallel=True``: o_proj, down_proj, whose K tensor parallelism splits) reduces with
+    ``groups=LINEAR_K_GROUPS`` -- a halving tree inside each of the 8 canonical K-groups, an
+    adjacent pairwise tree across the groups; every other layer (column-parallel: K is never
+    split) with one group. The bias is added in fp32 after the reduction; the result rounds
+    once, to ``out_dtype`` (default: x's dtype). A row's bits therefore depend only on that row,
+    the weights and the layer's kind: not on M, the row's position, threads or device. The 8
+    groups are the canonical K segments that tensor parallelism splits along: a row-parallel
+    rank of k (k | 8, K % 8 == 0) owns 8/k whole groups, reduces them to an fp32 partial
+    (``shard_partial``: a subtree of the canonical tree), and the k partials, gathered in rank
+    order, finish the tree (``combine_partials``) -- TP=k gives TP=1's bits.
 
 Backward (deterministic, fp32 accumulation, rounded to each input's dtype)
     dx = dy @ w   (reduction over N with the same tree),
@@ -25,9 +28,10 @@ from ..checks import check_linear
 from .primitives import matmul_nt, pairwise_combine, tree_sum
 
 
-def linear_fwd(x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    """fp32 [M, N] = x2 [M, K] @ w [N, K].T (+ b), before the final rounding."""
-    y = matmul_nt(x2, w, LINEAR_K_GROUPS)
+def linear_fwd(x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, groups: int = 1) -> torch.Tensor:
+    """fp32 [M, N] = x2 [M, K] @ w [N, K].T (+ b), K reduced in ``groups`` canonical groups,
+    before the final rounding."""
+    y = matmul_nt(x2, w, groups)
     if b is not None:
         y = y + b.to(torch.float32)
     return y
@@ -54,11 +58,11 @@ def combine_partials(parts: torch.Tensor, bias: torch.Tensor | None, out_dtype: 
 
 class _Linear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w, b, out_dtype):
+    def forward(ctx, x, w, b, out_dtype, groups):
         x2 = x.reshape(-1, x.shape[-1])
         ctx.save_for_backward(x2, w, b)
         ctx.x_shape = x.shape
-        return linear_fwd(x2, w, b).to(out_dtype).reshape(*x.shape[:-1], w.shape[0])
+        return linear_fwd(x2, w, b, groups).to(out_dtype).reshape(*x.shape[:-1], w.shape[0])
 
     @staticmethod
     def backward(ctx, dy):
@@ -71,11 +75,12 @@ class _Linear(torch.autograd.Function):
             dw = matmul_nt(dy2.t(), x2.t(), LINEAR_K_GROUPS).to(w.dtype)
         if b is not None and ctx.needs_input_grad[2]:
             db = tree_sum(dy2.t(), LINEAR_K_GROUPS).to(b.dtype)
-        return dx, dw, db, None
+        return dx, dw, db, None, None
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-           out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``x [..., K] @ weight[N, K].T (+ bias[N])`` -> [..., N] in ``out_dtype`` (default x.dtype)."""
+           out_dtype: torch.dtype | None = None, row_parallel: bool = False) -> torch.Tensor:
+    """``x [..., K] @ weight[N, K].T (+ bias[N])`` -> [..., N] in ``out_dtype`` (default x.dtype);
+    ``row_parallel``: K in the canonical K-groups (a layer whose K tensor parallelism splits)."""
     check_linear(x, weight)
-    return _Linear.apply(x, weight, bias, out_dtype or x.dtype)
+    return _Linear.apply(x, weight, bias, out_dtype or x.dtype, LINEAR_K_GROUPS if row_parallel else 1)

@@ -30,7 +30,7 @@ from .utils import BLOCK_K
 
 NAME = "triton"
 DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"  # where its tensors live
-FINGERPRINT = {"backend": NAME, "contract_version": 1, "block_k": BLOCK_K, "linear_k_groups": LINEAR_K_GROUPS,
+FINGERPRINT = {"backend": NAME, "contract_version": 2, "block_k": BLOCK_K, "linear_k_groups": LINEAR_K_GROUPS,
                "vocab_tile": VOCAB_TILE, "vocab_groups": VOCAB_GROUPS, "attention_block_n": ATTN_BLOCK_N,
                "transcendentals": "triton-libdevice", "rope_table": "float64-block64"}
 

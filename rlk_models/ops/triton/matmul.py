@@ -1,24 +1,31 @@
-"""Batch-invariant matmul / linear in Triton: fixed K order in canonical K-groups, forward and
-backward, with a persistent TMA kernel and a split-K path for small M that gives the same bits.
+"""Batch-invariant matmul / linear in Triton: a fixed K order per layer kind, forward and
+backward, with a persistent TMA kernel and, for row-parallel layers, a split-K path for small M
+that gives the same bits.
 
 What it computes
     y[m, n] = sum_k x[m, k] w[n, k] with fp32 accumulation (+ bias in fp32), rounded once to
     the output dtype.
 
 Contract
-    K is cut into ``k_groups(K)`` contiguous groups: 8 when K is a multiple of 8 * BLOCK_K, else
-    1 (a function of K only). Inside a group, K-tiles of ``BLOCK_K`` = 64 are accumulated in
-    increasing order by ``tl.dot`` into an fp32 partial that starts at zero; the group partials
-    are then added in group order, ``((0 + p0) + p1) + ... + p7``, then the bias. Nothing about
-    that order depends on M, N, the tile shape or the SM count. Two launch forms compute it:
-    *fused* (one program per output tile walks all groups, adding each partial to its running
+    K-tiles of ``BLOCK_K`` = 64 are accumulated in increasing order by ``tl.dot`` into an fp32
+    accumulator that starts at zero. That is the whole order of a *column-parallel* linear
+    (qkv, gate_up, and every backward GEMM): one group. A *row-parallel* linear (o_proj,
+    down_proj: the layers whose K tensor parallelism splits; ``row_parallel=True``) cuts K into
+    ``k_groups(K)`` contiguous groups -- 8 when K is a multiple of 8 * BLOCK_K, else 1, a
+    function of K only -- reduces each from zero in that order, and adds the group partials in
+    group order, ``((0 + p0) + p1) + ... + p7``, then the bias. Nothing about either order
+    depends on M, N, the tile shape or the SM count. For grouped K, two launch forms compute it:
+    *fused* (one program per output tile walks the groups, adding each partial to its running
     sum) and *split-K* (one program per (tile, group) writes its partial to an fp32 buffer; a
-    second kernel adds them in group order) -- the latter fills the GPU at decode sizes. Which
-    form and which tile config run is chosen by M and N; every choice gives the same bits,
-    which the tests (interpreter) and the H200 sweep (``benchmarks/triton/matmul_sweep.py``)
-    check. The groups are also the tensor-parallel unit: a rank owning a contiguous 1/k of K
-    (k | 8) owns whole groups and returns their partials (``shard_partial``); combined in rank
-    order (``combine_partials``) they give TP=1's bits.
+    second kernel adds them in group order) -- the latter fills the GPU at decode sizes. (A
+    third, one flattened loop over (tile, group) units so that the software pipeline would not
+    drain at group boundaries, gave the same bits but measured 1.02-1.14x slower than the fused
+    loops on the H200: dropped.) Which form, tile config and grid
+    run is chosen by M and N (``launch_for``); every choice gives the same bits, which the tests
+    (interpreter: tests/ops/triton; H200: tests/gpu/test_triton_contract_8b.py) check. The
+    groups are also the tensor-parallel unit: a rank owning a contiguous 1/k of K (k | 8) owns
+    whole groups and returns their partials (``shard_partial``); combined in rank order
+    (``combine_partials``) they give TP=1's bits.
 
 Backward
     dx = dy @ w and dw = dy^T @ x by the same kernels on transposed operand layouts (TMA loads
@@ -28,6 +35,8 @@ Backward
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import triton
@@ -54,8 +63,7 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, scm, scn,
                HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr):
-    """Pointer loads (any strides; runs in the interpreter). SPLIT: program axis 1 is the group
-    and c is the [GROUPS, M, N] fp32 partial buffer."""
+    """Pointer loads (any strides; runs in the interpreter); the TMA kernel's two forms."""
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     for tile in range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGS):
@@ -74,8 +82,8 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, s
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for g in range(GROUPS):
                 part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                part = dot_k_range(a_ptr, b_ptr, rm, rn, rk, M, N, K, g * KG, g * KG + KG, sam, sak, sbn, sbk, part,
-                                  BLOCK_K)
+                part = dot_k_range(a_ptr, b_ptr, rm, rn, rk, M, N, K, g * KG, g * KG + KG, sam, sak, sbn, sbk,
+                                   part, BLOCK_K)
                 acc = acc + part
             if HAS_BIAS:
                 acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
@@ -117,12 +125,12 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
         if SPLIT:
             g = tl.program_id(1)
             part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M, BLOCK_N,
-                              BLOCK_K)
+            part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M,
+                              BLOCK_N, BLOCK_K)
             c_desc.store([g, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(part, (1, BLOCK_M, BLOCK_N)))
         else:
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for g in range(GROUPS):  # one loop per group (a flat loop with the fold inside measured slower)
+            for g in range(GROUPS):  # GROUPS == 1: the plain K loop, pipelined across tiles
                 part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
                 part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M,
                                   BLOCK_N, BLOCK_K)
@@ -146,25 +154,43 @@ def _fold_kernel(p_ptr, c_ptr, bias_ptr, M, N, HAS_BIAS: tl.constexpr, GROUPS: t
     tl.store(c_ptr + idx, acc.to(c_ptr.dtype.element_ty), mask=ok)
 
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages) by M bucket, for narrow (N <= 8192) and wide outputs;
-# BLOCK_K is fixed. Picked from the H200 sweep (docs/benchmarks.md), which also shows that every
-# one of them gives the same bits.
-CONFIGS = {
-    (16, "narrow"): (16, 64, 4, 4), (16, "wide"): (64, 256, 4, 3),
-    (128, "narrow"): (64, 64, 4, 4), (128, "wide"): (128, 128, 8, 5),
-    (1 << 62, "narrow"): (256, 128, 8, 3), (1 << 62, "wide"): (256, 128, 8, 3),
-}
+class Launch(NamedTuple):
+    """How one product runs; no field changes the bits (the contract tests prove it per field)."""
 
+    config: tuple[int, int, int, int]  # (BLOCK_M, BLOCK_N, num_warps, num_stages); BLOCK_K is fixed
+    split: bool = False  # grouped K only: split-K partials + fold kernel
+    persistent: bool = True  # grid = min(SMs, tiles); else one program per tile
+
+
+# Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
+# "groups" = canonical K-groups (row-parallel); narrow = N <= 8192. Picked from the H200 sweep
+# (benchmarks/triton/matmul_sweep.py, docs/benchmarks.md).
+LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
+    ("plain", "narrow"): [(16, Launch((16, 32, 4, 4), persistent=False)),
+                          (64, Launch((64, 64, 4, 4), persistent=False)),
+                          (256, Launch((64, 128, 4, 4), persistent=False)),
+                          (1024, Launch((128, 128, 4, 4))),
+                          (1 << 62, Launch((128, 256, 8, 3)))],
+    ("plain", "wide"): [(16, Launch((16, 64, 4, 4), persistent=False)),
+                        (64, Launch((64, 128, 4, 4), persistent=False)),
+                        (256, Launch((128, 128, 8, 4))),
+                        (1 << 62, Launch((128, 256, 8, 3)))],
+    ("groups", "narrow"): [(16, Launch((16, 128, 4, 4), split=True)),
+                           (64, Launch((64, 256, 4, 3), split=True)),
+                           (256, Launch((64, 128, 4, 4))),
+                           (1 << 62, Launch((128, 256, 8, 3)))],
+}
+LAUNCHES["groups", "wide"] = LAUNCHES["groups", "narrow"]  # row-parallel N is the hidden size: not measured wide
 
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
-CANDIDATE_CONFIGS = sorted(set(CONFIGS.values()) | {
-    (16, 32, 4, 4), (16, 128, 4, 4), (64, 256, 4, 3), (64, 256, 8, 3), (128, 128, 8, 3), (128, 128, 8, 5),
-    (128, 64, 4, 4), (256, 128, 8, 3)})
+CANDIDATE_CONFIGS = sorted({lc.config for table in LAUNCHES.values() for _, lc in table} | {
+    (16, 32, 4, 4), (16, 64, 4, 4), (16, 128, 4, 4), (32, 64, 4, 4), (64, 64, 4, 4), (64, 128, 4, 4),
+    (64, 256, 4, 3), (128, 64, 4, 4), (128, 128, 4, 4), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3)})
 
 
-def config_for(m: int, n: int) -> tuple[int, int, int, int]:
-    width = "narrow" if n <= 8192 else "wide"
-    return next(cfg for (bound, w), cfg in CONFIGS.items() if m <= bound and w == width)
+def launch_for(m: int, n: int, groups: int) -> Launch:
+    table = LAUNCHES[("groups" if groups > 1 else "plain", "narrow" if n <= 8192 else "wide")]
+    return next(lc for bound, lc in table if m <= bound)
 
 
 def _tma_ok(*ts: torch.Tensor) -> bool:
@@ -173,13 +199,12 @@ def _tma_ok(*ts: torch.Tensor) -> bool:
 
 
 def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
-       a_km: bool = False, b_kn: bool = False, config: tuple[int, int, int, int] | None = None,
-       tma: bool | None = None, split: bool | None = None, groups: int | None = None,
-       out: torch.Tensor | None = None) -> torch.Tensor:
+       a_km: bool = False, b_kn: bool = False, groups: int = 1, launch: Launch | None = None,
+       tma: bool | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """The contract's product C[M, N] = A @ B^T over K, with A given as [M, K] (``a_km``: as
-    [K, M]) and B as [N, K] (``b_kn``: as [K, N]). ``config``/``tma``/``split`` override the
-    choices made by shape (every choice gives the same bits); ``groups=1`` computes one group's
-    plain partial (tensor parallelism); ``out`` (contiguous [M, N]) receives the result."""
+    [K, M]) and B as [N, K] (``b_kn``: as [K, N]), K reduced in ``groups`` canonical groups (1:
+    the plain K order). ``launch``/``tma`` override the choices made by shape (every choice gives
+    the same bits); ``out`` (contiguous [M, N]) receives the result."""
     m, k = (a.shape[1], a.shape[0]) if a_km else a.shape
     n = b.shape[1] if b_kn else b.shape[0]
     if (b.shape[0] if b_kn else b.shape[1]) != k:
@@ -188,20 +213,19 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         out = torch.empty(m, n, dtype=out_dtype or a.dtype, device=a.device)
     if m == 0 or n == 0:
         return out
-    groups = k_groups(k) if groups is None else groups
-    kg = k // groups if groups > 1 else k
-    bm, bn, warps, stages = config or config_for(m, n)
-    sms = num_sms(a.device)
-    if split is None:  # split-K where the unsplit grid leaves SMs idle and N is narrow (H200 sweep)
-        split = groups > 1 and triton.cdiv(m, bm) * triton.cdiv(n, bn) < sms and n <= 8192
-    split = split and groups > 1 and groups * m * n < 2 ** 31  # int32 offsets in the partial buffer
+    explicit = launch is not None
+    launch = launch or launch_for(m, n, groups)
+    (bm, bn, warps, stages), sms = launch.config, num_sms(a.device)
+    grouped = groups > 1
+    split = launch.split and grouped and groups * m * n < 2 ** 31  # int32 offsets in the partial buffer
     out_bytes = bm * bn * (4 if split else out.element_size())
-    if out_bytes > 64 * 1024 and config is None:  # a big fp32 epilogue tile would starve the pipeline
+    if out_bytes > 64 * 1024 and not explicit:  # a big fp32 epilogue tile would starve the pipeline
         bm, bn, warps, stages = 128, 128, 8, 4
         out_bytes = bm * bn * (4 if split else out.element_size())
     stages = fit_stages(bm + bn, a.element_size(), stages, out_bytes)
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    progs = tiles if split else min(sms, tiles)
+    progs = min(sms, tiles) if launch.persistent and not split else tiles
+    kg = k // groups if grouped else k
     c = torch.empty(groups, m, n, dtype=torch.float32, device=a.device) if split else out
     bias_arg = bias if bias is not None else out
     grid = (progs, groups) if split else (progs,)
@@ -226,19 +250,19 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
 
 
 def matmul(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
-           config: tuple[int, int, int, int] | None = None, tma: bool | None = None,
-           split: bool | None = None) -> torch.Tensor:
-    """``x [M, K] @ w [N, K].T (+ bias)`` -> [M, N] in ``out_dtype`` (default x.dtype)."""
-    return mm(x, w, bias, out_dtype, config=config, tma=tma, split=split)
+           row_parallel: bool = False, launch: Launch | None = None, tma: bool | None = None) -> torch.Tensor:
+    """``x [M, K] @ w [N, K].T (+ bias)`` -> [M, N] in ``out_dtype`` (default x.dtype); K in the
+    canonical K-groups when ``row_parallel``."""
+    return mm(x, w, bias, out_dtype, groups=k_groups(x.shape[1]) if row_parallel else 1, launch=launch, tma=tma)
 
 
 class _Linear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w, b, out_dtype):
+    def forward(ctx, x, w, b, out_dtype, row_parallel):
         x2 = x.reshape(-1, x.shape[-1]).contiguous()
         ctx.save_for_backward(x2, w, b)
         ctx.x_shape = x.shape
-        return matmul(x2, w, b, out_dtype).reshape(*x.shape[:-1], w.shape[0])
+        return matmul(x2, w, b, out_dtype, row_parallel).reshape(*x.shape[:-1], w.shape[0])
 
     @staticmethod
     def backward(ctx, dy):
@@ -252,14 +276,15 @@ class _Linear(torch.autograd.Function):
         if b is not None and ctx.needs_input_grad[2]:
             ones = torch.ones(1, dy2.shape[0], dtype=dy2.dtype, device=dy2.device)
             db = mm(ones, dy2, b_kn=True, out_dtype=torch.float32, groups=1)[0].to(b.dtype)
-        return dx, dw, db, None
+        return dx, dw, db, None, None
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-           out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``x [..., K] @ weight[N, K].T (+ bias[N])`` -> [..., N] in ``out_dtype`` (default x.dtype)."""
+           out_dtype: torch.dtype | None = None, row_parallel: bool = False) -> torch.Tensor:
+    """``x [..., K] @ weight[N, K].T (+ bias[N])`` -> [..., N] in ``out_dtype`` (default x.dtype);
+    ``row_parallel``: K in the canonical K-groups (a layer whose K tensor parallelism splits)."""
     check_linear(x, weight)
-    return _Linear.apply(x, weight, bias, out_dtype or x.dtype)
+    return _Linear.apply(x, weight, bias, out_dtype or x.dtype, row_parallel)
 
 
 def shard_partial(x: torch.Tensor, w_shard: torch.Tensor, tp_size: int) -> torch.Tensor:
@@ -271,8 +296,8 @@ def shard_partial(x: torch.Tensor, w_shard: torch.Tensor, tp_size: int) -> torch
     x2 = x.reshape(-1, x.shape[-1]).contiguous()
     mine = K_GROUPS // tp_size
     kg = x2.shape[1] // mine
-    parts = torch.stack([mm(x2[:, g * kg:(g + 1) * kg].contiguous(), w_shard[:, g * kg:(g + 1) * kg].contiguous(),
-                            out_dtype=torch.float32, groups=1) for g in range(mine)])
+    parts = torch.stack([mm(x2[:, g * kg:(g + 1) * kg], w_shard[:, g * kg:(g + 1) * kg], out_dtype=torch.float32)
+                         for g in range(mine)])  # strided slices: TMA reads them in place, no weight copy
     return parts.reshape(mine, *x.shape[:-1], w_shard.shape[0])
 
 

@@ -64,20 +64,48 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 # --- matmul ---------------------------------------------------------------------------------------
 
+def launch_choices(mm, grouped: bool) -> list:
+    """Every default launch of the K order, and each grouped form with every candidate config."""
+    kind = "groups" if grouped else "plain"
+    out = {lc for (k, _), table in mm.LAUNCHES.items() if k == kind for _, lc in table}
+    if grouped:
+        out |= {mm.Launch(c, split=sp) for c in mm.CANDIDATE_CONFIGS[::3] for sp in (False, True)}
+    else:
+        out |= {mm.Launch(c, persistent=pe) for c in mm.CANDIDATE_CONFIGS[::3] for pe in (False, True)}
+    return sorted(out)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("k", [64, 72, 200, 1024])  # one K-tile; ragged tail; several; 8 canonical groups
-def test_matmul_configs_and_rows_agree(dtype, k):
+@pytest.mark.parametrize("row_parallel", [False, True])
+def test_matmul_launch_choices_and_rows_agree(dtype, k, row_parallel):
     mm = _mod("matmul")
     dt = getattr(torch, dtype)
     g = torch.Generator().manual_seed(k)
     x, w, b = bitwise_data(g, 37, k, dtype=dt), bitwise_data(g, 45, k, dtype=dt), bitwise_data(g, 45, dtype=dt)
-    outs = [mm.matmul(x, w, b, config=c, tma=False) for c in sorted(set(mm.CONFIGS.values()))]
-    outs += [mm.matmul(x, w, b, split=True, tma=False), mm.matmul(x, w, b, split=False, tma=False)]
-    for i, o in enumerate(outs[1:]):
-        assert torch.equal(outs[0], o), f"launch choice {i + 1} disagrees with the first"
+    first = mm.matmul(x, w, b, row_parallel=row_parallel, tma=False)
+    for lc in launch_choices(mm, row_parallel and mm.k_groups(k) > 1):
+        assert torch.equal(mm.matmul(x, w, b, row_parallel=row_parallel, launch=lc, tma=False), first), lc
     for i in (0, 5, 36):
-        assert torch.equal(mm.matmul(x[i:i + 1], w, b, tma=False)[0], outs[0][i]), f"row {i} alone"
-        assert torch.equal(mm.matmul(x[i:i + 3], w, b, tma=False), outs[0][i:i + 3]), f"rows {i}.. in a batch of 3"
+        assert torch.equal(mm.matmul(x[i:i + 1], w, b, row_parallel=row_parallel, tma=False)[0], first[i]), \
+            f"row {i} alone"
+        assert torch.equal(mm.matmul(x[i:i + 3], w, b, row_parallel=row_parallel, tma=False), first[i:i + 3]), \
+            f"rows {i}.. in a batch of 3"
+
+
+def test_matmul_k_order_is_the_layers():
+    """Row-parallel K-groups and the plain order are different sums: a product whose plain fp32
+    sum rounds differently from the grouped one tells them apart (the kind really reaches the
+    kernel)."""
+    mm = _mod("matmul")
+    k = 1024
+    x = torch.zeros(1, k, device=DEV)
+    w = torch.zeros(1, k, device=DEV)
+    # K-tiles 2 and 3 form group 1: plain ((2^24 + 1) + 1) rounds to 2^24, grouped 2^24 + (1 + 1) does not
+    x[0, 0], x[0, 128], x[0, 192] = 2.0 ** 24, 1.0, 1.0
+    w[0, [0, 128, 192]] = 1.0
+    assert mm.matmul(x, w, tma=False).item() == 2.0 ** 24
+    assert mm.matmul(x, w, row_parallel=True, tma=False).item() == 2.0 ** 24 + 2
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -88,8 +116,9 @@ def test_matmul_close_to_float64(dtype, k):
     g = torch.Generator().manual_seed(k)
     x, w, b = rand(g, 37, k, dtype=dt), rand(g, 45, k, dtype=dt, scale=0.1), rand(g, 45, dtype=dt)
     ref = x.double() @ w.double().T + b.double()
-    for split in (False, True):
-        assert rel_err(mm.matmul(x, w, b, split=split, tma=False), ref) < TOL[dtype]
+    for rp in (False, True):
+        for lc in launch_choices(mm, rp and mm.k_groups(k) > 1)[::4]:
+            assert rel_err(mm.matmul(x, w, b, row_parallel=rp, launch=lc, tma=False), ref) < TOL[dtype], lc
     assert mm.matmul(x, w, out_dtype=torch.float32, tma=False).dtype == torch.float32
 
 
@@ -99,7 +128,7 @@ def test_matmul_tensor_parallel_shards_equal_tp1(dtype):
     g = torch.Generator().manual_seed(3)
     k = 1024  # 8 groups of 2 K-tiles
     x, w, b = bitwise_data(g, 19, k, dtype=dt), bitwise_data(g, 33, k, dtype=dt), bitwise_data(g, 33, dtype=dt)
-    full = tri.linear(x, w, b)
+    full = tri.linear(x, w, b, row_parallel=True)
     for tp in (2, 4, 8):
         sl = [slice(i * k // tp, (i + 1) * k // tp) for i in range(tp)]
         parts = torch.stack([tri.shard_partial(x[:, s], w[:, s], tp) for s in sl])
