@@ -65,23 +65,30 @@ def _tile_update(q, k, v, m_i, l_i, acc, visible, qk_scale):
 
 
 @triton.jit
-def _varlen_fwd(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_ptr, qk_scale, T, sq, sk, so,
-                GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _query_block(cu_ptr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr):
+    """This program's block of query rows (grid: row block, sequence, head) of a packed batch:
+    the sequence's start and length, the head and its KV head, the first row, row and feature
+    offsets."""
     pid_m, seq, h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(cu_ptr + seq)
+    row0 = pid_m * BLOCK_M
+    rm = row0 + tl.arange(0, BLOCK_M)
     L = tl.load(cu_ptr + seq + 1) - start
-    if pid_m * BLOCK_M < L:
-        kvh = h // GROUP
-        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        rd = tl.arange(0, D)
-        row_ok = rm < L
+    return start, L, h, h // GROUP, row0, rm, tl.arange(0, D), rm < L
+
+
+@triton.jit
+def _varlen_fwd(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_ptr, qk_scale, T, sq, sk, so,
+                GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    start, L, h, kvh, row0, rm, rd, row_ok = _query_block(cu_ptr, GROUP, D, BLOCK_M)
+    if row0 < L:
         q = tl.load(q_ptr + (start + rm).to(tl.int64)[:, None] * sq + h * D + rd[None, :], mask=row_ok[:, None],
                     other=0.0)
         q_pos = tl.where(row_ok, rm, 0)
         m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
         l_i = tl.zeros((BLOCK_M,), tl.float32)
         acc = tl.zeros((BLOCK_M, D), tl.float32)
-        hi = tl.minimum(pid_m * BLOCK_M + BLOCK_M, L)
+        hi = tl.minimum(row0 + BLOCK_M, L)
         for n0 in range(0, hi, BLOCK_N):
             rn = n0 + tl.arange(0, BLOCK_N)
             stored = rn < L
@@ -194,17 +201,11 @@ def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, c
 @triton.jit
 def _bwd_dq(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_ptr, qk_scale, sm_scale, T, sq, sk,
             GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid_m, seq, h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    start = tl.load(cu_ptr + seq)
-    L = tl.load(cu_ptr + seq + 1) - start
-    if pid_m * BLOCK_M < L:
-        kvh = h // GROUP
-        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        rd = tl.arange(0, D)
-        row_ok = rm < L
+    start, L, h, kvh, row0, rm, rd, row_ok = _query_block(cu_ptr, GROUP, D, BLOCK_M)
+    if row0 < L:
         q, do, lse, delta, q_off = _bwd_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, start, rm, row_ok, sq, h, T, D)
         dq = tl.zeros((BLOCK_M, D), tl.float32)
-        for n0 in range(0, tl.minimum(pid_m * BLOCK_M + BLOCK_M, L), BLOCK_N):  # key tiles, in order
+        for n0 in range(0, tl.minimum(row0 + BLOCK_M, L), BLOCK_N):  # key tiles, in order
             rn = n0 + tl.arange(0, BLOCK_N)
             key_ok = rn < L
             kv_off = (start + rn).to(tl.int64)[:, None] * sk + kvh * D + rd[None, :]
