@@ -3,9 +3,10 @@
 Tokens of all sequences are packed: hidden states are [T, D], with ``positions [T]`` and
 an ``AttentionMeta`` that only the inner attention reads. What differs between the HF training
 class and the vLLM class is injected through a ``Builder``: how linears, the embedding and the
-inner attention are made (``TrainingBuilder``: plain parameters and varlen attention;
-``modeling.vllm.VllmBuilder``: vLLM's tensor-parallel layers and paged attention;
-``testing.paged_runner.PagedBuilder``: a paged cache without vLLM). The arithmetic around them
+inner attention are made (``TrainingBuilder``: plain parameters, and an inner attention that is
+varlen over packed sequences or reads a paged KV cache -- the training class's ``generate()`` and
+``testing.paged_runner`` -- through the same backend ops vLLM's attention backend calls;
+``modeling.vllm.VllmBuilder``: vLLM's tensor-parallel layers and paged attention). The arithmetic around them
 -- norms, RoPE, SiLU-mul, residual adds in the model dtype -- is written once, here, with the
 op backend.
 
@@ -67,7 +68,7 @@ class VarlenMeta:
 
 @dataclass(frozen=True)
 class PagedMeta:
-    """One step through paged caches outside vLLM (``testing.paged_runner``)."""
+    """One step through paged caches outside vLLM (``generate()``, ``testing.paged_runner``)."""
     caches: list[torch.Tensor]      # per layer [num_blocks, Hkv, block_size, 2 D]
     block_table: torch.Tensor       # [R, max_blocks] int32
     seq_lens: torch.Tensor          # [R] context length after this step
@@ -96,15 +97,24 @@ class Builder(Protocol):
                   prefix: str) -> nn.Module: ...
 
 
-class VarlenAttention(nn.Module):
-    """Training-side inner attention: causal, within each packed sequence."""
+class PackedAttention(nn.Module):
+    """Training-side inner attention: causal within each packed sequence (``VarlenMeta``), or one
+    step against paged KV caches (``PagedMeta``: write this step's K/V by slot, then attend over
+    each sequence's context) -- the backend's ``write_kv`` and ``paged_attention``, which give
+    the varlen path's bits for every token (the contract's prefix invariance)."""
 
-    def __init__(self, scale: float, backend: str):
+    def __init__(self, layer_idx: int, scale: float, backend: str):
         super().__init__()
-        self.scale, self.backend = scale, backend
+        self.layer_idx, self.scale, self.backend = layer_idx, scale, backend
 
-    def forward(self, q, k, v, meta: VarlenMeta):
-        return get_backend(self.backend).varlen_attention(q, k, v, meta.cu_seqlens, self.scale)
+    def forward(self, q, k, v, meta: VarlenMeta | PagedMeta):
+        ops = get_backend(self.backend)
+        if isinstance(meta, VarlenMeta):
+            return ops.varlen_attention(q, k, v, meta.cu_seqlens, self.scale)
+        cache = meta.caches[self.layer_idx]
+        ops.write_kv(cache, k, v, meta.slot_mapping)
+        return ops.paged_attention(q, cache, meta.block_table, meta.seq_lens, meta.query_start_loc, self.scale,
+                                   max_query_len=meta.max_query_len)
 
 
 class TrainingBuilder:
@@ -127,7 +137,7 @@ class TrainingBuilder:
         return Linear(in_features, out_features, bias, self.backend, row_parallel=True)
 
     def attention(self, layer_idx, n_heads, n_kv_heads, head_dim, scale, prefix):
-        return VarlenAttention(scale, self.backend)
+        return PackedAttention(layer_idx, scale, self.backend)
 
 
 class Attention(nn.Module):

@@ -9,9 +9,15 @@ depend on its batch. RL code should call ``token_logprobs`` (padded batches) or
 ``packed_token_logprobs`` (flat tokens + boundaries): both go through the log-prob head and
 give the same bits for the same sequence, equal to the vLLM class's log-probs.
 
+``generate()`` (transformers' GenerationMixin: greedy and sampling, left- or right-padded
+batches, ``output_logits``/``output_scores``) decodes through a paged KV cache built from the
+same ops (``modeling.generation``); while it does, ``logits`` are the log-prob head's log-probs,
+so a generated token's raw logit is its ``token_logprobs`` value, bit for bit. Rollouts at scale
+belong in vLLM (the vLLM class); ``generate()`` is for evaluation and small runs.
+
 Differences from transformers' Qwen3/Llama: ``logits`` are float32 (the head's precision);
-there is no KV cache (generate with vLLM); ``q/k/v`` and ``gate/up`` are fused
-(``qkv_proj``, ``gate_up_proj``: see ``rlk_models.conversion``).
+``q/k/v`` and ``gate/up`` are fused (``qkv_proj``, ``gate_up_proj``: see
+``rlk_models.conversion``); no beam search or assisted decoding.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
+from transformers.cache_utils import Cache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ..ops import get_backend
@@ -29,6 +36,7 @@ from ..ops.fingerprint import check_fingerprint
 from ..ops.selftest import maybe_require
 from .config import validate_config
 from .decoder import Decoder, Embedding, Linear, RMSNorm, TrainingBuilder, VarlenMeta
+from .generation import RLKCache, cached_step
 
 
 @dataclass
@@ -104,7 +112,7 @@ class RLKPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
 
 
-class RLKForCausalLM(RLKPreTrainedModel):
+class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
     """Family-independent training class; ``rlk_models.qwen3`` / ``.llama`` only bind the config."""
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
@@ -219,11 +227,14 @@ class RLKForCausalLM(RLKPreTrainedModel):
         mean next-token cross-entropy (or the sum over ``num_items_in_batch``), computed through
         the log-prob head. ``position_ids`` with one row and no ``attention_mask`` mark packed
         sequences (a new sequence starts wherever the position is 0), as in padding-free training.
+        With ``past_key_values`` (what ``generate`` passes) the step runs through the KV cache and
+        ``logits`` are log-probs (``modeling.generation``).
         """
-        if past_key_values is not None:
-            raise NotImplementedError("rlk training classes keep no KV cache; generate with the vLLM class")
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        if past_key_values is not None:
+            return self._cached_forward(input_ids, attention_mask, inputs_embeds, past_key_values, labels,
+                                        logits_to_keep)
         shape = tuple((input_ids if input_ids is not None else inputs_embeds).shape[:2])
         p = self._pack_inputs(input_ids, attention_mask, position_ids, shape)
         embeds = inputs_embeds.reshape(-1, inputs_embeds.shape[-1])[p.flat_index] if inputs_embeds is not None else None
@@ -231,6 +242,32 @@ class RLKForCausalLM(RLKPreTrainedModel):
         logits = self._kept_logits(hidden, p, logits_to_keep)
         loss = None if labels is None else self._loss(hidden, p, labels, num_items_in_batch)
         return CausalLMOutputWithPast(loss=loss, logits=logits)
+
+    def _cached_forward(self, input_ids, attention_mask, inputs_embeds, cache, labels, logits_to_keep):
+        if labels is not None:
+            raise ValueError("labels with past_key_values: the loss is computed without a KV cache")
+        if not isinstance(cache, RLKCache):
+            if not isinstance(cache, Cache) or cache.get_seq_length() != 0:
+                raise ValueError(f"past_key_values must be an RLKCache (what generate() builds here), got "
+                                 f"{type(cache).__name__}")
+            ref = input_ids if input_ids is not None else inputs_embeds
+            p = next(self.parameters())
+            cache = RLKCache(self.config, ref.shape[0], p.device, p.dtype)  # replaces generate's empty cache
+        logits = cached_step(self, input_ids, attention_mask, inputs_embeds, cache, logits_to_keep)
+        return CausalLMOutputWithPast(logits=logits, past_key_values=cache)
+
+    def generate(self, *args, **kwargs):
+        """transformers' ``generate`` through the rlk KV cache (module docstring): greedy or
+        sampling, any processors; refuses what the cache cannot do (beam search, assisted
+        decoding, ``use_cache=False``)."""
+        gc = kwargs.get("generation_config") or self.generation_config
+        if (kwargs.get("num_beams") or gc.num_beams or 1) > 1:
+            raise ValueError("rlk generate() supports greedy and sampling, not beam search (num_beams > 1)")
+        if kwargs.get("assistant_model") is not None or kwargs.get("prompt_lookup_num_tokens") is not None:
+            raise ValueError("rlk generate() does not support assisted decoding")
+        if kwargs.get("use_cache", gc.use_cache) is False:  # None: the default, on
+            raise ValueError("rlk generate() always decodes through its KV cache (use_cache=False is not supported)")
+        return super().generate(*args, **kwargs)
 
     @staticmethod
     def _pack_inputs(input_ids, attention_mask, position_ids, shape: tuple[int, int]) -> Packed:

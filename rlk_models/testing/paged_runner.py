@@ -1,9 +1,9 @@
 """A paged-KV-cache runner that reproduces vLLM's paging without vLLM: the check of the rollout
 path on machines where vLLM does not run (the lent GPU), and a second witness on CPU.
 
-It builds the shared decoder with a builder whose attention writes K/V by vLLM's slot mapping
-into per-layer caches (the logical layout of ``rlk_models.ops.paged``) and calls the backend's
-``paged_attention`` -- exactly what ``RLKAttentionImpl`` does inside vLLM. A scheduler mimics
+It runs the training model's own decoder with ``PagedMeta``: its attention writes K/V by vLLM's
+slot mapping into per-layer caches (the logical layout of ``rlk_models.ops.paged``) and calls the
+backend's ``paged_attention`` -- exactly what ``RLKAttentionImpl`` does inside vLLM. A scheduler mimics
 vLLM's: requests arrive at staggered steps, prompts are prefilled in chunks under a per-step
 token budget, then every request decodes one token per step, decode tokens and prefill chunks
 share a step, and blocks are allocated from a shuffled free list (random block tables). The
@@ -15,41 +15,20 @@ training class's ``packed_token_logprobs`` for the same sequences.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from ..modeling.decoder import Decoder, PagedMeta, TrainingBuilder
+from ..modeling.decoder import PagedMeta
 from ..ops import get_backend
 from ..ops.paged import slots_for
 
 
-class PagedAttention(nn.Module):
-    def __init__(self, layer_idx: int, scale: float, backend: str):
-        super().__init__()
-        self.layer_idx, self.scale, self.backend = layer_idx, scale, backend
-
-    def forward(self, q, k, v, meta: PagedMeta):
-        cache = meta.caches[self.layer_idx]
-        get_backend(self.backend).write_kv(cache, k, v, meta.slot_mapping)
-        return get_backend(self.backend).paged_attention(q, cache, meta.block_table, meta.seq_lens,
-                                                         meta.query_start_loc, self.scale,
-                                                         max_query_len=meta.max_query_len)
-
-
-class PagedBuilder(TrainingBuilder):
-    def attention(self, layer_idx, n_heads, n_kv_heads, head_dim, scale, prefix):
-        return PagedAttention(layer_idx, scale, self.backend)
-
-
 class PagedRunner:
-    """Teacher-forced rollout of a training-class model (its weights copied) through a paged cache."""
+    """Teacher-forced rollout of a training-class model through a paged cache."""
 
     def __init__(self, model, block_size: int = 16, num_blocks: int | None = None, seed: int = 0):
         cfg = model.config
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
-        self.decoder = Decoder(cfg, PagedBuilder(cfg.rlk_backend)).to(device=self.device, dtype=self.dtype)
-        self.decoder.load_state_dict(model.model.state_dict())
-        self.decoder.eval()
+        self.decoder = model.model
         self.head = model.lm_head.weight
         self.cfg, self.block_size, self.num_blocks = cfg, block_size, num_blocks
         self.gen = torch.Generator().manual_seed(seed)
