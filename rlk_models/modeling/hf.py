@@ -30,6 +30,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache
 from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.utils import ModelOutput
 
 from ..ops import get_backend
 from ..ops.fingerprint import check_fingerprint
@@ -37,6 +38,17 @@ from ..ops.selftest import maybe_require
 from .config import validate_config
 from .decoder import Decoder, Embedding, Linear, RMSNorm, TrainingBuilder, VarlenMeta
 from .generation import RLKCache, cached_step
+
+
+@dataclass
+class TokenLogprobsOutput(ModelOutput):
+    """``forward(..., labels, fused_lm_head=True)``: per-token results of the log-prob head, laid out
+    like the labels shifted by one ([B, S-1]; entry [b, t] is about ``labels[b, t+1]``)."""
+
+    loss: torch.Tensor | None = None
+    log_probs: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
+    label_mask: torch.Tensor | None = None
 
 
 @dataclass
@@ -222,13 +234,18 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
                 position_ids: torch.Tensor | None = None, past_key_values=None,
                 inputs_embeds: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 use_cache: bool | None = None, logits_to_keep: int | torch.Tensor = 0,
-                num_items_in_batch: int | torch.Tensor | None = None, **kwargs) -> CausalLMOutputWithPast:
+                num_items_in_batch: int | torch.Tensor | None = None, fused_lm_head: bool = False,
+                **kwargs) -> CausalLMOutputWithPast | TokenLogprobsOutput:
         """transformers-style forward. ``labels`` [B, S] with -100 for ignored positions give the
         mean next-token cross-entropy (or the sum over ``num_items_in_batch``), computed through
         the log-prob head. ``position_ids`` with one row and no ``attention_mask`` mark packed
         sequences (a new sequence starts wherever the position is 0), as in padding-free training.
         With ``past_key_values`` (what ``generate`` passes) the step runs through the KV cache and
-        ``logits`` are log-probs (``modeling.generation``).
+        ``logits`` are log-probs (``modeling.generation``). With ``fused_lm_head=True`` (TRL's
+        protocol for trainers that only need the labels' log-probs) no logits are formed: the
+        output has ``log_probs`` and ``entropy`` [B, S-1] of each next label from the log-prob head
+        (0 where the label is -100), ``label_mask`` and ``loss`` -- the bits ``token_logprobs`` and
+        the vLLM class give for the same tokens.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
@@ -239,6 +256,8 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         p = self._pack_inputs(input_ids, attention_mask, position_ids, shape)
         embeds = inputs_embeds.reshape(-1, inputs_embeds.shape[-1])[p.flat_index] if inputs_embeds is not None else None
         hidden = self.packed_hidden_states(p.input_ids, p.cu_seqlens, p.positions, embeds)
+        if fused_lm_head:
+            return self._fused_output(hidden, p, labels, num_items_in_batch)
         logits = self._kept_logits(hidden, p, logits_to_keep)
         loss = None if labels is None else self._loss(hidden, p, labels, num_items_in_batch)
         return CausalLMOutputWithPast(loss=loss, logits=logits)
@@ -299,9 +318,9 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         logits[p.flat_index[rows]] = logits_flat
         return logits.view(b, s, -1)[:, keep.any(0)] if not bool(keep.all()) else logits.view(b, s, -1)
 
-    def _loss(self, hidden: torch.Tensor, p: Packed, labels: torch.Tensor, num_items_in_batch) -> torch.Tensor:
-        """Next-token cross-entropy through the log-prob head: the sum over labelled tokens (in the
-        backend's fixed order) over their count, or over ``num_items_in_batch``."""
+    def _label_logprobs(self, hidden: torch.Tensor, p: Packed, labels: torch.Tensor, with_entropy: bool):
+        """(log p, entropy or None, valid [T]): the head at each packed token whose next label
+        (``labels[b, t+1]``, HF's shift) is not -100."""
         b, s = p.shape
         if labels.shape != (b, s):
             raise ValueError(f"labels {tuple(labels.shape)} must match input_ids ({b}, {s})")
@@ -309,7 +328,32 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         valid = shifted != -100
         if valid.any() and (int(shifted[valid].min()) < 0 or int(shifted[valid].max()) >= self.config.vocab_size):
             raise IndexError(f"labels must be -100 or lie in [0, {self.config.vocab_size})")
-        logp, _ = self._head(hidden[valid], shifted[valid], False)
+        logp, ent = self._head(hidden[valid], shifted[valid], with_entropy)
+        return logp, ent, valid
+
+    def _loss_of(self, logp: torch.Tensor, valid: torch.Tensor, num_items_in_batch) -> torch.Tensor:
+        """Mean negative log-likelihood: the sum (in the backend's fixed order) over the labelled
+        tokens' count, or over ``num_items_in_batch``."""
         total = -self.ops.token_sum(logp)
         denom = num_items_in_batch if num_items_in_batch is not None else valid.sum()
         return total / torch.as_tensor(denom, dtype=torch.float32, device=total.device).clamp_min(1)
+
+    def _loss(self, hidden: torch.Tensor, p: Packed, labels: torch.Tensor, num_items_in_batch) -> torch.Tensor:
+        logp, _, valid = self._label_logprobs(hidden, p, labels, False)
+        return self._loss_of(logp, valid, num_items_in_batch)
+
+    def _fused_output(self, hidden: torch.Tensor, p: Packed, labels: torch.Tensor | None,
+                      num_items_in_batch) -> TokenLogprobsOutput:
+        if labels is None:
+            raise ValueError("fused_lm_head=True needs labels (-100 where no log-prob is wanted)")
+        logp, ent, valid = self._label_logprobs(hidden, p, labels, True)
+        b, s = p.shape
+        where = p.flat_index[valid]
+
+        def grid(x):
+            return x.new_zeros(b * s).index_put((where,), x).view(b, s)[:, :-1]
+
+        mask = torch.zeros(b * s, dtype=torch.bool, device=hidden.device)
+        mask[where] = True
+        return TokenLogprobsOutput(loss=self._loss_of(logp, valid, num_items_in_batch), log_probs=grid(logp),
+                                   entropy=grid(ent), label_mask=mask.view(b, s)[:, :-1])

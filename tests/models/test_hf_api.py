@@ -124,12 +124,18 @@ def test_unsupported_config_fields_are_named(kw, match):
         RLKQwen3ForCausalLM(tiny_cfg(**kw))
 
 
-def test_unknown_backend_and_kv_cache_are_refused(qwen):
+def test_unknown_backend_and_foreign_kv_cache_are_refused(qwen):
+    from transformers import DynamicCache
+
     from rlk_models.ops import get_backend
     with pytest.raises(BackendUnavailable, match="unknown op backend"):
         get_backend("nope")
-    with pytest.raises(NotImplementedError, match="KV cache"):
+    with pytest.raises(ValueError, match="RLKCache"):
         qwen(torch.tensor([[1, 2]]), past_key_values=object())
+    filled = DynamicCache()
+    filled.update(torch.zeros(1, 1, 3, 16), torch.zeros(1, 1, 3, 16), 0)
+    with pytest.raises(ValueError, match="RLKCache"):  # a cache some other model filled
+        qwen(torch.tensor([[1, 2]]), past_key_values=filled)
 
 
 def test_bad_inputs_give_clear_errors(qwen):
@@ -147,3 +153,23 @@ def test_incomplete_backend_is_refused_naming_what_is_missing():
     register_backend("incomplete", "rlk_models.ops.reference.linear")  # a module with only the linear op
     with pytest.raises(BackendUnavailable, match=r"lacks \[.*'embedding'"):
         get_backend("incomplete")
+
+
+def test_fused_lm_head_gives_token_logprobs_bits(qwen):
+    """TRL's fused-LM-head protocol, natively: the labels' log-probs from the log-prob head, equal
+    to token_logprobs where a label is set, 0 elsewhere; the same loss as forward(labels)."""
+    ids = torch.tensor([[0, 0, 5, 6, 7, 8, 0], [1, 2, 3, 4, 9, 10, 11]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1, 1]])
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :4] = -100
+    out = qwen(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    want = qwen.token_logprobs(ids, mask, return_entropy=True)
+    assert out.label_mask.tolist() == [[False, False, False, True, True, False], [False, False, False, True, True, True]]
+    for got, w in zip((out.log_probs, out.entropy), want):
+        assert torch.equal(got[out.label_mask], w[out.label_mask]) and bool((got[~out.label_mask] == 0).all())
+    assert torch.equal(out.loss, qwen(input_ids=ids, attention_mask=mask, labels=labels).loss)
+    out.loss.backward()
+    assert qwen.lm_head.weight.grad is not None and bool(qwen.lm_head.weight.grad.abs().sum() > 0)
+    with pytest.raises(ValueError, match="needs labels"):
+        qwen(input_ids=ids, fused_lm_head=True)
+    qwen.zero_grad(set_to_none=True)

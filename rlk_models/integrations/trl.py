@@ -1,0 +1,111 @@
+"""TRL: ``RLKGRPOTrainer``, TRL's ``GRPOTrainer`` with the rlk log-prob head on the training side
+and the rollout's own log-probs checked against it every generation batch.
+
+What it changes, and nothing else of TRL's loop:
+
+1. **Trainer log-probs from the rlk head.** TRL patches every policy/reference model with its own
+   fused LM head (``trl.trainer.utils.add_fused_lm_head``: a chunked log-softmax over logits).
+   An rlk model implements TRL's protocol natively -- ``forward(..., labels, fused_lm_head=True)``
+   returns ``log_probs``/``entropy`` from the log-prob head (``RLKForCausalLM.forward``) -- so the
+   patch is removed again and the trainer's per-token log-probs are the bits ``token_logprobs``
+   and the vLLM class give. The head works at temperature 1 (what vLLM's ``raw_logits`` mode
+   reports): other temperatures are refused.
+2. **Rollout log-probs kept.** Without vLLM, TRL generates with ``model.generate`` and drops the
+   scores. Here the sampled tokens' log-probs are kept (rlk's ``generate`` returns log-probs as its
+   logits; a stock model's logits go through ``log_softmax``) and handed to TRL as its
+   ``sampling_per_token_logps``, as vLLM's would be.
+3. **Parity per batch.** After each generation batch the trainer's log-probs of the same tokens
+   (TRL's own ``_get_per_token_logps_and_entropies``, before any update) are compared with the
+   rollout's; logged as ``rlk/logp_mismatch`` (count), ``rlk/logp_max_abs_diff``,
+   ``rlk/ratio_min``/``rlk/ratio_max`` (the importance ratio exp(train - rollout)) and kept in
+   ``trainer.parity_log``. For an rlk model: 0, 0, 1, 1. For a stock model it measures the drift.
+
+Tested with trl 1.16.0 on CPU, ``use_vllm=False`` (tests/integrations/test_trl.py). TRL's vLLM
+modes build their engine with ``logprobs_mode="processed_logprobs"``, which the rlk vLLM class
+refuses (it needs ``raw_logits``); they are not supported by this adapter yet.
+"""
+
+from __future__ import annotations
+
+import torch
+from trl import GRPOTrainer
+
+from ..modeling.hf import RLKForCausalLM
+
+
+def is_rlk(model) -> bool:
+    return isinstance(getattr(model, "module", model), RLKForCausalLM)
+
+
+def use_rlk_head(model) -> None:
+    """Undo TRL's fused-LM-head patch (an instance attribute over the class's forward)."""
+    if "forward" in vars(model):
+        del model.forward
+
+
+class RLKGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` for rlk checkpoints (module docstring); also runs stock models, measuring
+    their rollout/trainer drift the same way."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.parity_log: list[dict] = []
+        for m in (self.model, self.ref_model):
+            if m is not None and is_rlk(m):
+                if self.temperature != 1.0:
+                    raise ValueError(f"RLKGRPOTrainer: temperature={self.temperature}; the rlk log-prob head "
+                                     "works at temperature 1.0 (the distribution vLLM's raw_logits reports)")
+                use_rlk_head(m)
+        if self.use_vllm:
+            raise ValueError("RLKGRPOTrainer: use_vllm=True is not supported yet (TRL's engine runs "
+                             "logprobs_mode='processed_logprobs'; rlk's vLLM class needs 'raw_logits')")
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        if self.use_transformers_continuous_batching:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)
+        model = self.accelerator.unwrap_model(self.model)
+        original, captured = model.generate, {}
+
+        def generate(*args, **kwargs):
+            out = original(*args, **kwargs, return_dict_in_generate=True, output_logits=True)
+            captured["out"] = out
+            return out.sequences
+
+        model.generate = generate
+        try:
+            completion_ids, _ = super()._generate_single_turn(prompt_ids, images, multimodal_fields,
+                                                              num_generations, has_tool_images)
+        finally:
+            del model.generate
+        logits = captured["out"].logits  # per step [B, V]
+        rlk = is_rlk(model)
+        logprobs = []
+        for b, ids in enumerate(completion_ids):
+            steps = [logits[t][b].float() if rlk else torch.log_softmax(logits[t][b].float(), -1)
+                     for t in range(len(ids))]
+            logprobs.append([float(s[tok]) for s, tok in zip(steps, ids)])
+        return completion_ids, logprobs
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        rollout = output.get("sampling_per_token_logps")
+        if rollout is None:
+            return output
+        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        with torch.no_grad():
+            train, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, mask,
+                                                                  output["completion_ids"].size(1))
+        keep = output["completion_mask"].bool()
+        diff = (train.float() - rollout.float())[keep]
+        ratio = torch.exp(diff)
+        rec = {"tokens": int(keep.sum()), "logp_mismatch": int((diff != 0).sum()),
+               "logp_max_abs_diff": float(diff.abs().max()) if diff.numel() else 0.0,
+               "ratio_min": float(ratio.min()) if diff.numel() else 1.0,
+               "ratio_max": float(ratio.max()) if diff.numel() else 1.0}
+        self.parity_log.append(rec)
+        mode = "train" if self.model.training else "eval"
+        for k in ("logp_mismatch", "logp_max_abs_diff", "ratio_min", "ratio_max"):
+            self._metrics[mode][f"rlk/{k}"].append(rec[k])
+        return output
