@@ -164,7 +164,8 @@ def test_fused_lm_head_gives_token_logprobs_bits(qwen):
     labels[:, :4] = -100
     out = qwen(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
     want = qwen.token_logprobs(ids, mask, return_entropy=True)
-    assert out.label_mask.tolist() == [[False, False, False, True, True, False], [False, False, False, True, True, True]]
+    f, t = False, True
+    assert out.label_mask.tolist() == [[f, f, f, t, t, f], [f, f, f, t, t, t]]
     for got, w in zip((out.log_probs, out.entropy), want):
         assert torch.equal(got[out.label_mask], w[out.label_mask]) and bool((got[~out.label_mask] == 0).all())
     assert torch.equal(out.loss, qwen(input_ids=ids, attention_mask=mask, labels=labels).loss)
