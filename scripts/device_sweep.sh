@@ -7,6 +7,7 @@
 #   PART=tests  bash scripts/device_sweep.sh   # pytest -m gpu + the kernel/contract tests natively
 #   PART=vllm   bash scripts/device_sweep.sh   # benchmarks/vllm_cuda.py (SHAPE, ENGINES, VLLM_ARGS)
 #   PART=sweep  bash scripts/device_sweep.sh   # the Triton benchmarks (SKIP_ATTN/OPS/HEAD/MATMUL=1; args -> matmul)
+#   PART=fsdp   bash scripts/device_sweep.sh   # nvidia-h200-x2: FSDP2 checks over NCCL (rlk_models.testing.fsdp_check)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 RLK_CACHE_DIR="$OUT/cache" VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 \
        VLLM_NO_USAGE_STATS=1 TOKENIZERS_PARALLELISM=false
@@ -34,5 +35,27 @@ sweep)
     [ "${SKIP_OPS:-0}" = 1 ] || python3 benchmarks/triton/ops_sweep.py 2>&1 | tee "$OUT/ops_sweep.log"
     [ "${SKIP_HEAD:-0}" = 1 ] || python3 benchmarks/triton/head_sweep.py 2>&1 | tee "$OUT/head_sweep.log"
     [ "${SKIP_MATMUL:-0}" = 1 ] || python3 benchmarks/triton/matmul_sweep.py "$@" 2>&1 | tee "$OUT/matmul_sweep.log"
+    ;;
+fsdp)
+    # a 2-layer Qwen3-8B-shaped checkpoint (triton backend); 2 ranks (NCCL), then 1 rank accumulating both
+    python3 - <<'PY' 2>&1 | tail -2
+import torch
+from pathlib import Path
+from rlk_models.conversion import convert
+from rlk_models.testing.tiny import make_sized_hf_checkpoint
+shape = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=2, num_attention_heads=32,
+             num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=4096,
+             tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+with torch.device("cuda"):
+    hf = make_sized_hf_checkpoint(Path("/tmp/fsdp-hf"), "qwen3", shape)
+convert(hf, Path("/tmp/fsdp-rlk"), rlk_backend="triton", force=True, progress=False)
+PY
+    torchrun --nproc-per-node 2 -m rlk_models.testing.fsdp_check /tmp/fsdp-rlk --out "$OUT" 2>&1 | tail -5
+    CUDA_VISIBLE_DEVICES=0 torchrun --nproc-per-node 1 -m rlk_models.testing.fsdp_check /tmp/fsdp-rlk --out "$OUT" \
+        --accumulate 2 2>&1 | tail -5
+    python3 -c "import torch, sys; a, b = (torch.load(f'$OUT/grads_w{w}.pt') for w in (2, 1)); \
+print('grads 2 ranks == 1 rank accumulating:', all(torch.equal(a[k], b[k]) for k in a))" | tee "$OUT/fsdp_grads.txt"
+    cat "$OUT"/fsdp_check_w*.json
+    rm -f "$OUT"/grads_w*.pt
     ;;
 esac

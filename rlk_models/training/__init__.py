@@ -1,0 +1,1 @@
+"""Trainer-side helpers for the rlk training classes (distributed wrapping)."""
