@@ -20,7 +20,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-
 FORWARD_METHODS = ("token_logprobs", "packed_token_logprobs")  # entry points; not the helpers they call
 
 
