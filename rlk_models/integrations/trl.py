@@ -43,6 +43,16 @@ from ..modeling.hf import RLKForCausalLM
 
 
 def is_rlk(model) -> bool:
+    """An rlk training model (possibly wrapped), or the path/id of an rlk checkpoint."""
+    if isinstance(model, str):
+        from transformers import AutoConfig
+
+        from ..families import by_model_type
+
+        try:
+            return by_model_type(AutoConfig.from_pretrained(model).model_type) is not None
+        except (KeyError, ValueError, OSError):
+            return False
     return isinstance(getattr(model, "module", model), RLKForCausalLM)
 
 
@@ -59,18 +69,18 @@ class RLKGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, **kwargs):
         args_ = kwargs.get("args") if "args" in kwargs else (args[2] if len(args) > 2 else None)
         model = kwargs.get("model", args[0] if args else None)
-        rlk = model is not None and not isinstance(model, str) and is_rlk(model)
+        rlk = model is not None and is_rlk(model)
         if rlk and args_ is not None and args_.use_vllm and args_.vllm_mode != "colocate":
             raise ValueError("RLKGRPOTrainer: vllm_mode='server' is not supported (trl vllm-serve does not expose "
                              "--logprobs-mode; rlk's vLLM class needs raw_logits): use vllm_mode='colocate'")
+        if rlk and args_ is not None and args_.temperature != 1.0:
+            raise ValueError(f"RLKGRPOTrainer: temperature={args_.temperature}; the rlk log-prob head works at "
+                             "temperature 1.0 (the distribution vLLM's raw_logits reports)")
         with _rlk_engine() if rlk else contextlib.nullcontext():
             super().__init__(*args, **kwargs)
         self.parity_log: list[dict] = []
         for m in (self.model, self.ref_model):
             if m is not None and is_rlk(m):
-                if self.temperature != 1.0:
-                    raise ValueError(f"RLKGRPOTrainer: temperature={self.temperature}; the rlk log-prob head "
-                                     "works at temperature 1.0 (the distribution vLLM's raw_logits reports)")
                 use_rlk_head(m)
         if rlk and self.use_vllm:
             from ..rollout.sync import push_weights

@@ -81,3 +81,10 @@ def test_grpo_with_trls_colocated_vllm_has_ratio_exactly_one(checkpoints, tmp_pa
     for m in res["trl"]:  # TRL's own view of the same thing
         assert m["sampling/sampling_logp_difference/max"] == 0.0, m
         assert m["sampling/importance_sampling_ratio/min"] == 1.0 == m["sampling/importance_sampling_ratio/max"], m
+
+
+def test_an_rlk_checkpoint_is_recognised_by_path_too(checkpoints):
+    from rlk_models.integrations.trl import is_rlk
+
+    hf, rlk = checkpoints["qwen3"]
+    assert is_rlk(str(rlk)) and not is_rlk(str(hf)) and not is_rlk("/no/such/checkpoint")
