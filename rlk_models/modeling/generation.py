@@ -7,7 +7,7 @@ second attention implementation and a generated sequence's log-probs are the bit
 far as generation uses it): per layer ``[num_blocks, Hkv, BLOCK_SIZE, 2 D]`` caches, each row's
 block table and its context length. Rows are packed by ``attention_mask``: padding (left or
 right) never enters the cache, and a row's positions count its real tokens only. The cache grows
-by whole blocks as rows get longer. During cached decoding the model's ``logits`` are the
+by whole blocks (doubling) as rows get longer. During cached decoding the model's ``logits`` are the
 log-prob head's fp32 log-probs (what the vLLM class's ``compute_logits`` returns; softmax and
 argmax see the same distribution), so ``output_logits`` gathered at the generated tokens equal
 ``token_logprobs`` bit for bit.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache
 
+from ..ops.paged import slots_for
 from .decoder import PagedMeta
 
 BLOCK_SIZE = 16
@@ -46,12 +47,14 @@ class RLKCache(Cache):
         return int(self.lengths.max()) if self.lengths.numel() else 0
 
     def reserve(self, new_lengths: torch.Tensor) -> None:
-        """Give every row blocks for ``new_lengths`` tokens (new blocks appended to each row's table)."""
+        """Give every row blocks for ``new_lengths`` tokens: new blocks are appended to each row's
+        table, at least doubling it, so that a long generation reallocates the caches O(log n) times
+        rather than once per block."""
         need = -(-int(new_lengths.max()) // BLOCK_SIZE)
         have = self.block_table.shape[1]
         if need <= have:
             return
-        rows, extra = self.block_table.shape[0], need - have
+        rows, extra = self.block_table.shape[0], max(need, 2 * have) - have
         first = self.caches[0].shape[0]
         new_ids = torch.arange(first, first + rows * extra, dtype=torch.int32, device=self.device).view(rows, extra)
         self.block_table = torch.cat([self.block_table, new_ids], dim=1)
@@ -87,7 +90,7 @@ def cached_step(model, input_ids: torch.Tensor | None, attention_mask: torch.Ten
     cache.reserve(seq_lens)
     positions = (cache.lengths[:, None] + real.cumsum(1) - 1)[real]          # [T], row-major
     rows = torch.arange(b, device=dev)[:, None].expand(b, q)[real]
-    slots = cache.block_table[rows, positions // BLOCK_SIZE].long() * BLOCK_SIZE + positions % BLOCK_SIZE
+    slots = slots_for(cache.block_table, positions, BLOCK_SIZE, rows)
     qsl = torch.zeros(b + 1, dtype=torch.int32, device=dev)
     qsl[1:] = n_new.cumsum(0)
     meta = PagedMeta(cache.caches, cache.block_table, seq_lens, qsl, slots, int(n_new.max()))

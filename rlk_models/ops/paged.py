@@ -25,6 +25,9 @@ def write_kv(kv_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor, slo
     kv_cache[blk, :, off, d:] = value[:n][valid].to(kv_cache.dtype)
 
 
-def slots_for(block_table_row: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
-    """vLLM's slot mapping for the given positions of one request."""
-    return block_table_row[positions // block_size].long() * block_size + positions % block_size
+def slots_for(block_table: torch.Tensor, positions: torch.Tensor, block_size: int,
+              rows: torch.Tensor | None = None) -> torch.Tensor:
+    """vLLM's slot mapping for the given positions of one request (``block_table``: its row), or,
+    with ``rows`` [T] naming each position's request, of a whole step (``block_table`` [R, blocks])."""
+    blocks = block_table[positions // block_size] if rows is None else block_table[rows, positions // block_size]
+    return blocks.long() * block_size + positions % block_size

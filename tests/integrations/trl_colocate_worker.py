@@ -2,11 +2,11 @@
 parity records and TRL's sampling metrics as one JSON line (tests/integrations/test_trl.py)."""
 
 import json
-import os
 import sys
 
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+from rlk_models.rollout.engine import in_process_env
+
+in_process_env()  # TRL's colocated engine runs in this process; set before trl imports vLLM
 
 from tests.integrations.test_trl import _train  # noqa: E402
 

@@ -97,3 +97,18 @@ def test_generate_refuses_what_the_cache_cannot_do(checkpoints):
         from transformers import DynamicCache
 
         model(input_ids=ids, past_key_values=DynamicCache(), labels=ids)
+
+
+def test_long_generation_grows_the_cache_and_keeps_the_bits(checkpoints):
+    """70 new tokens: the paged cache grows past its first blocks (1 -> 2 -> 4 -> 8 per row)."""
+    model = _model(checkpoints, "qwen3")
+    prompts = _prompts(model.config.vocab_size)
+    ids, mask = _batch(prompts, "left")
+    torch.manual_seed(3)
+    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=70, do_sample=True, top_k=0,
+                         pad_token_id=0, return_dict_in_generate=True, output_logits=True)
+    for b, p in enumerate(prompts):
+        new = out.sequences[b, ids.shape[1]:]
+        want = model.token_logprobs(torch.cat([p, new])[None])[0, -70:]
+        got = torch.stack([out.logits[t][b, new[t]] for t in range(70)])
+        assert torch.equal(got, want.detach())
