@@ -7,10 +7,15 @@ process). Per engine: start time, output tokens/s of ``--n`` prompts x ``--max-t
 temperature 1 with ``logprobs=0`` (after a warm-up), and batch-1 inter-token latency. Engines:
 ``stock`` (vLLM's defaults: torch.compile, FULL_AND_PIECEWISE graphs, FA3), ``stock_bi`` (the
 same with ``VLLM_BATCH_INVARIANT=1``, vLLM's own batch-invariant mode), ``rlk`` (CUDA graphs of
-uniform decode steps, ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``) and ``rlk_eager``. Results
-go to ``$OUT/vllm_cuda_<shape>.json`` as they come.
+uniform decode steps, ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``), ``rlk_eager`` and
+``rlk_allreduce`` (``--tp`` > 1: row-parallel layers all-reduce rounded partials like stock vLLM
+instead of the canonical all-gather + combine -- the cost of the contract's reduction; not
+bitwise, its parity figures show by how much). ``--tp N`` runs every engine at
+``tensor_parallel_size=N``; parity is always against the TP=1 training class on one GPU. Results
+go to ``$OUT/vllm_cuda_<shape>[_tpN].json`` as they come.
 
     python benchmarks/vllm_cuda.py --shape small --engines stock,rlk,rlk_eager
+    python benchmarks/vllm_cuda.py --shape 8b --tp 2 --engines rlk,rlk_allreduce     # 2 GPUs
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ def stage_engine(a) -> dict:
 
     rlk = a.kind.startswith("rlk")
     kw = dict(model=a.model, dtype="bfloat16", seed=0, max_model_len=a.prompt_len + a.max_tokens + 16,
-              gpu_memory_utilization=0.85, max_num_seqs=a.n)
+              gpu_memory_utilization=0.85, max_num_seqs=a.n, tensor_parallel_size=a.tp)
     if rlk:
         kw.update(logprobs_mode="raw_logits", **engine_graph_options(True, a.kind != "rlk_eager"))
     t0 = time.time()
@@ -121,6 +126,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=512)
     ap.add_argument("--work", default="/tmp/vllm_cuda")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size of every engine")
     ap.add_argument("--limit", type=float, default=300, help="seconds per engine process")
     ap.add_argument("--kind")
     ap.add_argument("--model")
@@ -131,12 +137,12 @@ def main() -> None:
               flush=True)
         return
     os.makedirs(a.work, exist_ok=True)
-    out_path = Path(a.out) / f"vllm_cuda_{a.shape}.json"
-    summary: dict = {"shape": a.shape, "n": a.n, "prompt_len": a.prompt_len, "max_tokens": a.max_tokens}
+    out_path = Path(a.out) / f"vllm_cuda_{a.shape}{f'_tp{a.tp}' if a.tp > 1 else ''}.json"
+    summary: dict = {"shape": a.shape, "tp": a.tp, "n": a.n, "prompt_len": a.prompt_len, "max_tokens": a.max_tokens}
 
     def run(tag: str, extra: list[str], env: dict | None = None) -> dict | None:
         cmd = [sys.executable, __file__, *extra, "--shape", a.shape, "--work", a.work, "--n", str(a.n),
-               "--prompt-len", str(a.prompt_len), "--max-tokens", str(a.max_tokens)]
+               "--prompt-len", str(a.prompt_len), "--max-tokens", str(a.max_tokens), "--tp", str(a.tp)]
         t = time.time()
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.limit, env={**os.environ, **(env or {})})
@@ -157,7 +163,8 @@ def main() -> None:
     for kind in a.engines.split(","):
         model = ck["rlk"] if kind.startswith("rlk") else ck["hf"]
         save = str(Path(a.work) / f"{kind}.pt")
-        env = {"VLLM_BATCH_INVARIANT": "1"} if kind == "stock_bi" else {}
+        env = {"stock_bi": {"VLLM_BATCH_INVARIANT": "1"},
+               "rlk_allreduce": {"RLK_BENCH_PLAIN_ALL_REDUCE": "1"}}.get(kind, {})
         res = run(kind, ["engine", "--kind", kind, "--model", model, "--save", save], env)
         if kind.startswith("rlk") and res and "error" not in res:
             run(f"{kind}_parity", ["parity", "--model", model, "--save", save])
@@ -166,6 +173,11 @@ def main() -> None:
         r = summary.get(kind, {})
         if base and "throughput" in r:
             r["throughput_vs_stock"] = round(r["throughput"]["tok_per_s"] / base, 3)
+    rlk, plain = summary.get("rlk", {}), summary.get("rlk_allreduce", {})
+    if "throughput" in rlk and "throughput" in plain:  # the canonical reduction's cost (time ratio)
+        summary["canonical_vs_all_reduce"] = {
+            "time": round(plain["throughput"]["tok_per_s"] / rlk["throughput"]["tok_per_s"], 3),
+            "batch1_itl": round(rlk["batch1_itl_ms"] / plain["batch1_itl_ms"], 3)}
     out_path.write_text(json.dumps(summary, indent=1))
     print(json.dumps({k: v for k, v in summary.items() if k != "ckpt"}, indent=1), flush=True)
 

@@ -4,10 +4,12 @@
 # pytest and hypothesis; vLLM 0.26 comes from ../shared/tools/vllm-cuda (bundle it into
 # .vllm-cuda here and carry it: `run(..., carry=[".vllm-cuda"])`).
 #
-#   PART=tests  bash scripts/device_sweep.sh   # pytest -m gpu + the kernel/contract tests natively
-#   PART=vllm   bash scripts/device_sweep.sh   # benchmarks/vllm_cuda.py (SHAPE, ENGINES, VLLM_ARGS)
+#   PART=tests  bash scripts/device_sweep.sh   # pytest -m gpu + the kernel/contract tests natively (TESTS)
+#   PART=vllm   bash scripts/device_sweep.sh   # benchmarks/vllm_cuda.py (SHAPE, ENGINES, TP, VLLM_ARGS)
 #   PART=sweep  bash scripts/device_sweep.sh   # the Triton benchmarks (SKIP_ATTN/OPS/HEAD/MATMUL=1; args -> matmul)
 #   PART=fsdp   bash scripts/device_sweep.sh   # nvidia-h200-x2: FSDP2 checks over NCCL (rlk_models.testing.fsdp_check)
+#                                              # and one GRPO step TP=2 rollout + FSDP2 (rlk_models.testing.grpo_tp2)
+#   PART=fsdp,tests,vllm ...                   # several parts in one call, in order (one install)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 RLK_CACHE_DIR="$OUT/cache" VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 \
        VLLM_NO_USAGE_STATS=1 TOKENIZERS_PARALLELISM=false
@@ -19,14 +21,20 @@ if [ -f .vllm-cuda/install.sh ]; then
     export PYTHONPATH="$PWD:/tmp/site"
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
-case "${PART:-tests}" in
+IFS=, read -ra PARTS <<< "${PART:-tests}"
+for part in "${PARTS[@]}"; do
+echo "=== part $part ($(date -u +%T))"
+case "$part" in
 tests)
-    python3 -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning --junitxml="$OUT/gpu_tests.xml" \
+    # -v: the log names each test as it finishes (a call cut at its time limit still says which passed);
+    # --timeout: one hung engine fails its test instead of eating the call (pytest-timeout is in the image)
+    python3 -m pytest -v -p no:cacheprovider -W ignore::DeprecationWarning --junitxml="$OUT/gpu_tests.xml" \
+        --timeout "${TEST_TIMEOUT:-420}" \
         ${TESTS:-tests/gpu tests/ops/triton tests/ops/test_contract.py} 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
     ;;
 vllm)
     python3 benchmarks/vllm_cuda.py --shape "${SHAPE:-small}" --engines "${ENGINES:-stock,rlk,rlk_eager}" \
-        ${VLLM_ARGS:-} 2>&1 | tee "$OUT/vllm_cuda_${SHAPE:-small}.log" | tail -60
+        --tp "${TP:-1}" ${VLLM_ARGS:-} 2>&1 | tee "$OUT/vllm_cuda_${SHAPE:-small}_tp${TP:-1}.log" | tail -60
     ;;
 sweep)
     python3 -c "from rlk_models.ops.selftest import self_test; print('selftest triton:', self_test('triton', use_cache=False))" \
@@ -50,12 +58,19 @@ with torch.device("cuda"):
     hf = make_sized_hf_checkpoint(Path("/tmp/fsdp-hf"), "qwen3", shape)
 convert(hf, Path("/tmp/fsdp-rlk"), rlk_backend="triton", force=True, progress=False)
 PY
-    torchrun --nproc-per-node 2 -m rlk_models.testing.fsdp_check /tmp/fsdp-rlk --out "$OUT" 2>&1 | tail -5
-    CUDA_VISIBLE_DEVICES=0 torchrun --nproc-per-node 1 -m rlk_models.testing.fsdp_check /tmp/fsdp-rlk --out "$OUT" \
-        --accumulate 2 2>&1 | tail -5
+    python3 -m torch.distributed.run --nproc-per-node 2 -m rlk_models.testing.fsdp_check /tmp/fsdp-rlk --out "$OUT" \
+        > "$OUT/fsdp_w2.log" 2>&1; echo "fsdp_check w2 exit $?"; tail -5 "$OUT/fsdp_w2.log"
+    CUDA_VISIBLE_DEVICES=0 python3 -m torch.distributed.run --nproc-per-node 1 -m rlk_models.testing.fsdp_check \
+        /tmp/fsdp-rlk --out "$OUT" --accumulate 2 > "$OUT/fsdp_w1.log" 2>&1; echo "fsdp_check w1 exit $?"
     python3 -c "import torch, sys; a, b = (torch.load(f'$OUT/grads_w{w}.pt') for w in (2, 1)); \
 print('grads 2 ranks == 1 rank accumulating:', all(torch.equal(a[k], b[k]) for k in a))" | tee "$OUT/fsdp_grads.txt"
     cat "$OUT"/fsdp_check_w*.json
     rm -f "$OUT"/grads_w*.pt
+    # one GRPO step end to end: vLLM TP=2 rollout (external_launcher) + FSDP2 training + weight sync
+    [ "${SKIP_GRPO_TP2:-0}" = 1 ] || { timeout 300 python3 -m torch.distributed.run --nproc-per-node 2 \
+        -m rlk_models.testing.grpo_tp2 /tmp/fsdp-rlk --out "$OUT" --steps 2 > "$OUT/grpo_tp2.log" 2>&1
+        echo "grpo_tp2 exit $?"; grep '^{' "$OUT/grpo_tp2.log" || tail -30 "$OUT/grpo_tp2.log"; }
     ;;
+*) echo "unknown part $part"; exit 2 ;;
 esac
+done

@@ -168,6 +168,23 @@ def parity_stats(lp: torch.Tensor, ro: Rollout) -> dict:
             "kl_rollout_train": float(((ro.old - lp).exp() - (ro.old - lp) - 1)[ro.comp].mean())}
 
 
+def sequence_losses(lp: torch.Tensor, old: torch.Tensor, comp: torch.Tensor, adv: torch.Tensor, cfg: GRPOConfig,
+                    ref_lp: torch.Tensor | None = None) -> torch.Tensor:
+    """[B] per-sequence PPO-clipped surrogate (mean over the sequence's completion tokens) with
+    ratio ``exp(lp - old)``, plus ``cfg.kl_coef`` x k3 KL to ``ref_lp`` when given."""
+    ratio = (lp - old).exp()
+    per_tok = -torch.minimum(ratio * adv, ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv)
+    if ref_lp is not None:
+        per_tok = per_tok + cfg.kl_coef * ((ref_lp - lp).exp() - (ref_lp - lp) - 1)
+    return (per_tok * comp).sum(1) / comp.sum(1).clamp_min(1)
+
+
+def ratio_stats(lp: torch.Tensor, old: torch.Tensor, comp: torch.Tensor, cfg: GRPOConfig) -> dict:
+    rc = (lp - old).exp()[comp]
+    return dict(ratio_mean=float(rc.mean()), ratio_min=float(rc.min()), ratio_max=float(rc.max()),
+                clip_frac=float(((rc - 1).abs() > cfg.clip_eps).float().mean()))
+
+
 def ppo_update(model, ref, opt: MasterWeights, ro: Rollout, cfg: GRPOConfig, baseline: bool) -> dict:
     """``cfg.ppo_epochs`` clipped-surrogate steps (+ k3 KL to the reference); the first epoch's
     parity and ratio statistics."""
@@ -175,20 +192,14 @@ def ppo_update(model, ref, opt: MasterWeights, ro: Rollout, cfg: GRPOConfig, bas
     if ref is not None:  # the reference policy does not change between PPO epochs
         with torch.no_grad():
             ref_lp = token_logprobs(ref, ro.ids, ro.mask, baseline)
-    adv = ro.adv[:, None]
+    adv = ro.adv[:, None].to(ro.old.device)
     for epoch in range(cfg.ppo_epochs):
         lp = token_logprobs(model, ro.ids, ro.mask, baseline)
         if epoch == 0:  # before any update: the trainer must see exactly the rollout's numbers
             stats.update(parity_stats(lp.detach(), ro))
-        ratio = (lp - ro.old).exp()
-        per_tok = -torch.minimum(ratio * adv, ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv)
-        if ref is not None:
-            per_tok = per_tok + cfg.kl_coef * ((ref_lp - lp).exp() - (ref_lp - lp) - 1)
-        loss = ((per_tok * ro.comp).sum(1) / ro.comp.sum(1).clamp_min(1)).mean()
+        loss = sequence_losses(lp, ro.old, ro.comp, adv, cfg, ref_lp if ref is not None else None).mean()
         if epoch == 0:
-            rc = ratio.detach()[ro.comp]
-            stats.update(ratio_mean=float(rc.mean()), ratio_min=float(rc.min()), ratio_max=float(rc.max()),
-                         clip_frac=float(((rc - 1).abs() > cfg.clip_eps).float().mean()), loss=float(loss.detach()))
+            stats.update(ratio_stats(lp.detach(), ro.old, ro.comp, cfg), loss=float(loss.detach()))
         loss.backward()
         opt.step()
     return stats

@@ -16,6 +16,9 @@ to pass. Sampling is unaffected (softmax of log-probs = softmax of logits).
 
 from __future__ import annotations
 
+import functools
+import logging
+import os
 from collections.abc import Iterable
 
 import torch
@@ -25,6 +28,7 @@ from vllm.distributed import (
     get_tensor_model_parallel_rank,
     get_tensor_model_parallel_world_size,
     tensor_model_parallel_all_gather,
+    tensor_model_parallel_all_reduce,
 )
 from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.layers.linear import (
@@ -49,6 +53,24 @@ from .config import validate_config
 from .decoder import Decoder, VllmContextMeta
 from .vllm_attention import RLKAttentionBackend
 
+log = logging.getLogger(__name__)
+
+# Benchmarks only (benchmarks/vllm_cuda.py --engines rlk_allreduce): row-parallel layers at TP > 1
+# round each rank's partial product to the activation dtype and all-reduce it, as stock vLLM does.
+# That is *not* the contract -- the sum's order and rounding depend on the TP degree -- and exists
+# to measure what the canonical all-gather + fixed-order combine costs against it.
+PLAIN_ALL_REDUCE_ENV = "RLK_BENCH_PLAIN_ALL_REDUCE"
+
+
+@functools.cache
+def _plain_all_reduce() -> bool:
+    on = os.environ.get(PLAIN_ALL_REDUCE_ENV) == "1"
+    if on:
+        log.warning("%s=1: row-parallel layers all-reduce rounded partials (benchmark mode; NOT bitwise equal "
+                    "to training)", PLAIN_ALL_REDUCE_ENV)
+    return on
+
+
 LOGPROBS_FLAG = ('logprobs_mode="raw_logits" (Python: LLM(..., logprobs_mode="raw_logits"); '
                  'server: --logprobs-mode raw_logits)')
 
@@ -71,10 +93,17 @@ class RLKRowParallelMethod(RLKLinearMethod):
     partial, the partials are all-gathered (not all-reduced) and combined in rank order, then the
     (unsharded) bias is added and the result rounded -- the same bits at every TP degree."""
 
+    def __init__(self, backend: str):
+        super().__init__(backend)
+        self.plain_all_reduce = _plain_all_reduce()
+
     def apply(self, layer, x, bias=None):
         ops = get_backend(self.backend)
         if layer.tp_size == 1:  # the whole tree in one call: the training class's linear, any K
             return ops.linear(x, layer.weight, layer.bias, row_parallel=True)
+        if self.plain_all_reduce:
+            out = tensor_model_parallel_all_reduce(ops.linear(x, layer.weight, None))
+            return out if layer.bias is None else out + layer.bias
         part = ops.shard_partial(x, layer.weight, layer.tp_size)
         parts = tensor_model_parallel_all_gather(part[None], dim=0) if layer.tp_size > 1 else part[None]
         return ops.combine_partials(parts, layer.bias, x.dtype)

@@ -49,8 +49,9 @@ def run(rank: int, world: int, ckpt: str, out: str, accumulate: int = 1, init: s
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', rank))}") if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if cuda else "gloo", init_method=init, rank=rank if init else None,
-                            world_size=world if init else None)
+    # spawned: rendezvous through the file; torchrun: its environment (rank=None is refused)
+    spawned = dict(init_method=init, rank=rank, world_size=world) if init else {}
+    dist.init_process_group("nccl" if cuda else "gloo", **spawned)
     try:
         from torch.distributed.device_mesh import init_device_mesh
 
