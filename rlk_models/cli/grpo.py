@@ -1,12 +1,18 @@
-"""``rlk-grpo``: GRPO with vLLM rollouts and an HF-style trainer, checking at every step that
-the trainer's log-probs equal the rollout's bit for bit *before* the update.
+"""``rlk-grpo``, the main job: GRPO that learns, with vLLM rollouts and an HF-style trainer,
+checking at every step that the trainer's log-probs equal the rollout's bit for bit *before* the
+update -- and the same run with stock transformers + stock vLLM for contrast.
+
+Task (``rlk_models.training.arith``): additions ``"a + b ="`` (operands 0..19), reward 1 for the
+right sum, else 0. A tiny generated checkpoint is first pre-trained (SFT, cached under
+``--out``) on a noisy corpus of all pairs, so it starts with the right answer likely but not
+certain; GRPO on 70% of the pairs then has to move the mass to the right answers, and accuracy
+on the 30% held out from RL says whether it did beyond its own prompts.
 
 Loop (one step):
   1. rollout   -- an in-process ``vllm.LLM`` samples ``group_size`` completions (temperature 1)
                   for each of ``prompts_per_step`` prompts and reports each sampled token's
                   log-prob;
-  2. reward    -- a verifiable toy reward (below); advantages are group-normalised
-                  ``(r - mean_group) / (std_group + 1e-6)``;
+  2. reward    -- correctness; advantages are group-normalised ``(r - mean) / (std + 1e-6)``;
   3. train     -- the training class computes ``token_logprobs`` of exactly the rolled-out
                   tokens; *this* forward is compared with the rollout's log-probs
                   (``mismatch_count``, ``max_abs_diff`` over all completion tokens) and then
@@ -16,17 +22,16 @@ Loop (one step):
                   copied to the model dtype after the step;
   4. sync      -- the new weights are pushed into the engine (``rlk_models.rollout.sync``), prefix
                   cache reset.
+Every ``eval_every`` steps (and before the first and after the last) the engine samples
+``eval_samples`` answers per held-out prompt at temperature 1 (``heldout_acc``) and one greedily
+(``heldout_greedy``).
 
-Toy task ("digits"): prompts are additions ``"a + b ="``; the reward of a completion is the
-fraction of its non-space characters that are digits (a format reward a random tiny model
-can learn within a few hundred steps on CPU). ``answer_acc`` (completion starts with a+b)
-is reported too.
+Runs (``--runs``, default both): ``rlk`` (the rlk checkpoint: rlk training class + rlk vLLM
+class) and ``stock`` (the same SFT weights in stock transformers + stock vLLM with its default
+``raw_logprobs``): its mismatch and importance-ratio spread are what rlk-models removes.
 
-``--baseline`` runs the same loop with stock transformers for training and stock vLLM for
-rollout (default ``raw_logprobs`` mode) on the same weights: its mismatch figures are what
-rlk-models removes.
-
-Writes ``OUT/metrics.jsonl`` (one JSON object per step) and ``OUT/metrics.png``.
+Writes ``OUT/<run>/metrics.jsonl`` (one JSON object per step), ``OUT/summary.json`` and
+``OUT/grpo.png`` (mismatch and ratio spread per step; held-out accuracy).
 """
 
 from __future__ import annotations
@@ -43,41 +48,27 @@ from pathlib import Path
 import torch
 
 from ..families import FAMILIES
+from ..training import arith
 from .common import add_verbose, at_least, checkpoint_dir, one_line_errors
+
+RUNS = ("rlk", "stock")
 
 
 @dataclass
 class GRPOConfig:
-    steps: int = 50
+    steps: int = 100
     prompts_per_step: int = 8
     group_size: int = 8
-    max_new_tokens: int = 12
-    lr: float = 3e-3
+    max_new_tokens: int = 4
+    lr: float = 5e-4
     clip_eps: float = 0.2
     kl_coef: float = 0.0
     ppo_epochs: int = 1
     seed: int = 0
     dtype: str = "bfloat16"
-
-
-# --- the toy task ------------------------------------------------------------------------------
-
-def make_prompts(n: int, seed: int) -> list[tuple[str, int]]:
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        a, b = rng.randint(0, 49), rng.randint(0, 49)
-        out.append((f"{a} + {b} =", a + b))
-    return out
-
-
-def reward(text: str) -> float:
-    chars = [c for c in text if not c.isspace()]
-    return sum(c.isdigit() for c in chars) / len(chars) if chars else 0.0
-
-
-def answer_correct(text: str, answer: int) -> bool:
-    return text.strip().startswith(str(answer))
+    eval_every: int = 20
+    eval_samples: int = 8
+    device: str = "cpu"
 
 
 # --- the policies --------------------------------------------------------------------------------
@@ -87,9 +78,10 @@ def make_engine(ckpt: Path, cfg: GRPOConfig, max_model_len: int = 128):
     with its default raw_logprobs. Block size 32: stock CPU attention needs a multiple of 32."""
     from ..rollout.engine import make_llm
 
+    gpu = {"gpu_memory_utilization": 0.5} if cfg.device.startswith("cuda") else {}  # the trainer shares the GPU
     return make_llm(ckpt, cfg.dtype, max_model_len, seed=cfg.seed, block_size=32,
                     max_num_batched_tokens=max(512, cfg.prompts_per_step * cfg.group_size * 2),
-                    max_num_seqs=cfg.prompts_per_step * cfg.group_size)
+                    max_num_seqs=cfg.prompts_per_step * cfg.group_size, **gpu)
 
 
 def token_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, baseline: bool) -> torch.Tensor:
@@ -128,28 +120,29 @@ class Rollout:
     mask: torch.Tensor      # [B, S]
     comp: torch.Tensor      # [B, S-1] bool: the position predicts a completion token
     old: torch.Tensor       # [B, S-1] the rollout engine's log-probs there (0 elsewhere)
-    rewards: torch.Tensor   # [prompts, group]
+    rewards: torch.Tensor   # [prompts, group]: 1 for a right answer
     adv: torch.Tensor       # [B] group-normalised advantages
-    correct: list[bool]
+
+    def to(self, device) -> "Rollout":
+        return Rollout(*(t.to(device) for t in (self.ids, self.mask, self.comp, self.old, self.rewards, self.adv)))
 
 
-def rollout(llm, tok, sp, batch: list[tuple[str, int]], cfg: GRPOConfig) -> Rollout:
+def rollout(llm, tok, sp, batch: list[tuple[int, int]], cfg: GRPOConfig, reward=arith.reward) -> Rollout:
+    """Sample ``sp.n`` completions per prompt; ``reward(text, a, b)`` scores each."""
     from vllm.inputs import TokensPrompt
 
     from ..rollout.engine import right_pad
 
-    prompt_ids = [tok(p)["input_ids"] for p, _ in batch]
+    prompt_ids = [tok(arith.prompt(a, b))["input_ids"] for a, b in batch]
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompt_ids], sp, use_tqdm=False)
-    seqs, comp_start, roll_lp, rewards, correct = [], [], [], [], []
-    for (_, answer), p, o in zip(batch, prompt_ids, outs):
+    seqs, comp_start, roll_lp, rewards = [], [], [], []
+    for (a, b), p, o in zip(batch, prompt_ids, outs):
         for c in o.outputs:
             seqs.append(p + list(c.token_ids))
             comp_start.append(len(p))
             roll_lp.append([c.logprobs[k][t].logprob for k, t in enumerate(c.token_ids)])
-            text = tok.decode(c.token_ids, skip_special_tokens=True)
-            rewards.append(reward(text))
-            correct.append(answer_correct(text, answer))
-    r = torch.tensor(rewards).view(cfg.prompts_per_step, cfg.group_size)
+            rewards.append(reward(tok.decode(c.token_ids, skip_special_tokens=True), a, b))
+    r = torch.tensor(rewards).view(len(batch), -1)
     adv = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)).view(-1)
     ids, mask = right_pad(seqs)
     comp = torch.zeros(len(seqs), ids.shape[1] - 1, dtype=torch.bool)
@@ -157,7 +150,22 @@ def rollout(llm, tok, sp, batch: list[tuple[str, int]], cfg: GRPOConfig) -> Roll
     for i, seq in enumerate(seqs):
         comp[i, comp_start[i] - 1:len(seq) - 1] = True
         old[i, comp_start[i] - 1:len(seq) - 1] = torch.tensor(roll_lp[i])
-    return Rollout(ids, mask, comp, old, r, adv, correct)
+    return Rollout(ids, mask, comp, old, r, adv)
+
+
+def evaluate(llm, tok, pairs: list[tuple[int, int]], samples: int, seed: int) -> dict:
+    """Held-out accuracy: ``samples`` answers per prompt at temperature 1 (seeded per request, so
+    the RL sampling stream is untouched) and one greedy answer."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    prompts = [TokensPrompt(prompt_token_ids=tok(arith.prompt(a, b))["input_ids"]) for a, b in pairs]
+    sampled = llm.generate(prompts, [SamplingParams(n=samples, temperature=1.0, max_tokens=4, seed=seed + i)
+                                     for i in range(len(prompts))], use_tqdm=False)
+    greedy = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=4), use_tqdm=False)
+    ok = lambda c, ab: arith.correct(tok.decode(c.token_ids, skip_special_tokens=True), *ab)  # noqa: E731
+    return {"heldout_acc": sum(ok(c, ab) for o, ab in zip(sampled, pairs) for c in o.outputs) / (len(pairs) * samples),
+            "heldout_greedy": sum(ok(o.outputs[0], ab) for o, ab in zip(greedy, pairs)) / len(pairs)}
 
 
 def parity_stats(lp: torch.Tensor, ro: Rollout) -> dict:
@@ -188,16 +196,16 @@ def ratio_stats(lp: torch.Tensor, old: torch.Tensor, comp: torch.Tensor, cfg: GR
 def ppo_update(model, ref, opt: MasterWeights, ro: Rollout, cfg: GRPOConfig, baseline: bool) -> dict:
     """``cfg.ppo_epochs`` clipped-surrogate steps (+ k3 KL to the reference); the first epoch's
     parity and ratio statistics."""
-    stats = {}
+    stats, ref_lp = {}, None
     if ref is not None:  # the reference policy does not change between PPO epochs
         with torch.no_grad():
             ref_lp = token_logprobs(ref, ro.ids, ro.mask, baseline)
-    adv = ro.adv[:, None].to(ro.old.device)
+    adv = ro.adv[:, None]
     for epoch in range(cfg.ppo_epochs):
         lp = token_logprobs(model, ro.ids, ro.mask, baseline)
         if epoch == 0:  # before any update: the trainer must see exactly the rollout's numbers
             stats.update(parity_stats(lp.detach(), ro))
-        loss = sequence_losses(lp, ro.old, ro.comp, adv, cfg, ref_lp if ref is not None else None).mean()
+        loss = sequence_losses(lp, ro.old, ro.comp, adv, cfg, ref_lp).mean()
         if epoch == 0:
             stats.update(ratio_stats(lp.detach(), ro.old, ro.comp, cfg), loss=float(loss.detach()))
         loss.backward()
@@ -216,90 +224,139 @@ def run(ckpt: Path, out: Path, cfg: GRPOConfig, baseline: bool = False, progress
 
     import rlk_models  # noqa: F401
 
+    from ..rollout.engine import close_llm
     from ..rollout.sync import push_weights
 
     torch.manual_seed(cfg.seed)
     dtype = getattr(torch, cfg.dtype)
     tok = AutoTokenizer.from_pretrained(ckpt)
-    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype)
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype).to(cfg.device)
     model.train()
-    ref = AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype).eval() if cfg.kl_coef > 0 else None
+    ref = AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype).to(cfg.device).eval() if cfg.kl_coef > 0 else None
     opt = MasterWeights(model, cfg.lr)
     llm = make_engine(ckpt, cfg)
     sp = SamplingParams(n=cfg.group_size, temperature=1.0, max_tokens=cfg.max_new_tokens, logprobs=0)
-    pool = make_prompts(4096, cfg.seed)
+    pool, held_out = arith.split()
     rng = random.Random(cfg.seed + 1)
 
     out.mkdir(parents=True, exist_ok=True)
     metrics_path = out / "metrics.jsonl"
     metrics_path.write_text("")
     rows = []
-    bar = tqdm(range(cfg.steps), desc="GRPO baseline" if baseline else "GRPO", disable=not progress)
+    bar = tqdm(range(cfg.steps), desc="GRPO stock" if baseline else "GRPO rlk", disable=not progress)
     for step in bar:
         t0 = time.perf_counter()
-        ro = rollout(llm, tok, sp, [pool[rng.randrange(len(pool))] for _ in range(cfg.prompts_per_step)], cfg)
+        ev = evaluate(llm, tok, held_out, cfg.eval_samples, cfg.seed) if step % cfg.eval_every == 0 else {}
         t1 = time.perf_counter()
-        stats = ppo_update(model, ref, opt, ro, cfg, baseline)
+        ro = rollout(llm, tok, sp, [pool[rng.randrange(len(pool))] for _ in range(cfg.prompts_per_step)], cfg)
+        ro = ro.to(cfg.device)
         t2 = time.perf_counter()
-        push_weights(llm, model)
+        stats = ppo_update(model, ref, opt, ro, cfg, baseline)
         t3 = time.perf_counter()
-        row = {"step": step, **stats, "reward_mean": float(ro.rewards.mean()), "reward_std": float(ro.rewards.std()),
-               "answer_acc": sum(ro.correct) / len(ro.correct),
-               "time_rollout": t1 - t0, "time_train": t2 - t1, "time_sync": t3 - t2}
+        push_weights(llm, model)
+        t4 = time.perf_counter()
+        row = {"step": step, **stats, "ratio_spread": stats["ratio_max"] - stats["ratio_min"],
+               "reward_mean": float(ro.rewards.mean()), **ev,
+               "time_eval": t1 - t0, "time_rollout": t2 - t1, "time_train": t3 - t2, "time_sync": t4 - t3}
         rows.append(row)
         with metrics_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
-        bar.set_postfix(reward=f"{row['reward_mean']:.2f}", mismatch=row["mismatch_count"],
-                        max_diff=f"{row['max_abs_diff']:.2g}")
-    plot(rows, out / "metrics.png", "baseline (stock transformers + stock vLLM)" if baseline else "rlk-models")
+        bar.set_postfix(reward=f"{row['reward_mean']:.2f}", mismatch=row["mismatch_count"])
+    final = {"step": cfg.steps, **evaluate(llm, tok, held_out, cfg.eval_samples, cfg.seed)}
+    rows.append(final)  # the policy after the last update: evaluation only
+    with metrics_path.open("a") as f:
+        f.write(json.dumps(final) + "\n")
+    close_llm(llm)
     return rows
 
 
-def plot(rows: list[dict], path: Path, title: str) -> None:
+def load_rows(run_dir: Path) -> list[dict]:
+    return [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Parity over the update steps; held-out accuracy before the first and after the last."""
+    upd = [r for r in rows if "mismatch_count" in r]
+    evals = [r for r in rows if "heldout_acc" in r]
+    return {"steps": len(upd), "tokens": sum(r["tokens"] for r in upd),
+            "mismatch_count": sum(r["mismatch_count"] for r in upd),
+            "steps_with_mismatch": sum(bool(r["mismatch_count"] or r["max_abs_diff"]) for r in upd),
+            "max_abs_diff": max(r["max_abs_diff"] for r in upd),
+            "ratio_min": min(r["ratio_min"] for r in upd), "ratio_max": max(r["ratio_max"] for r in upd),
+            "ratio_spread_mean": sum(r["ratio_spread"] for r in upd) / len(upd),
+            "clip_frac_mean": sum(r["clip_frac"] for r in upd) / len(upd),
+            "heldout_acc_before": evals[0]["heldout_acc"], "heldout_acc_after": evals[-1]["heldout_acc"],
+            "heldout_greedy_before": evals[0]["heldout_greedy"], "heldout_greedy_after": evals[-1]["heldout_greedy"],
+            "reward_first_10pct": sum(r["reward_mean"] for r in upd[:max(1, len(upd) // 10)]) / max(1, len(upd) // 10),
+            "reward_last_10pct": sum(r["reward_mean"] for r in upd[-max(1, len(upd) // 10):]) / max(1, len(upd) // 10)}
+
+
+LABELS = {"rlk": ("rlk-models", "tab:green"), "stock": ("stock transformers + stock vLLM", "tab:red")}
+
+
+def plot(runs: dict[str, list[dict]], path: Path) -> None:
+    """Two panels: trainer-vs-rollout mismatch (fraction of completion tokens) and importance-ratio
+    spread before each update; held-out accuracy (sampled, solid; greedy, dashed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = [r["step"] for r in rows]
-    fig, (a, b) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    a.plot(steps, [r["mismatch_count"] for r in rows], label="mismatch_count", color="tab:red")
-    a.set_ylabel("mismatch_count")
+    fig, (a, b) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
     a2 = a.twinx()
-    a2.plot(steps, [r["max_abs_diff"] for r in rows], label="max_abs_diff", color="tab:purple", linestyle="--")
-    a2.set_ylabel("max_abs_diff")
-    a.set_title(f"{title}: trainer vs rollout log-probs before each update")
-    b.plot(steps, [r["reward_mean"] for r in rows], label="reward_mean", color="tab:green")
-    b.plot(steps, [r["answer_acc"] for r in rows], label="answer_acc", color="tab:blue", alpha=0.6)
-    b.set_xlabel("step")
-    b.set_ylabel("reward")
-    b.legend(loc="upper left")
+    for name, rows in runs.items():
+        label, color = LABELS[name]
+        upd = [r for r in rows if "mismatch_count" in r]
+        steps = [r["step"] for r in upd]
+        a.plot(steps, [r["mismatch_count"] / max(1, r["tokens"]) for r in upd], color=color, label=f"{label}: mismatch")
+        a2.plot(steps, [r["ratio_spread"] for r in upd], color=color, linestyle=":", label=f"{label}: ratio spread")
+        ev = [r for r in rows if "heldout_acc" in r]
+        b.plot([r["step"] for r in ev], [r["heldout_acc"] for r in ev], color=color, marker="o", label=f"{label}")
+        b.plot([r["step"] for r in ev], [r["heldout_greedy"] for r in ev], color=color, linestyle="--", alpha=0.6,
+               label=f"{label} (greedy)")
+    a.set_ylabel("mismatching tokens (fraction)")
+    a2.set_ylabel("ratio max - min (dotted)")
+    a.set_title("trainer vs vLLM rollout log-probs, before each update")
+    handles = [h for ax in (a, a2) for h in ax.get_legend_handles_labels()[0]]
+    a.legend(handles, [h.get_label() for h in handles], loc="center left", fontsize=8)
+    b.set_ylabel("held-out accuracy")
+    b.set_xlabel("GRPO step")
+    b.set_title("answer accuracy on the additions held out from RL (temperature 1; greedy dashed)")
+    b.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def default_checkpoint(out: Path, family: str, dtype: str) -> tuple[Path, Path]:
-    """A tiny generated (stock) checkpoint in ``dtype`` and its rlk conversion under ``out``."""
+def default_checkpoints(out: Path, family: str, sft_cfg: arith.SFTConfig, progress: bool) -> tuple[Path, Path]:
+    """The tiny generated checkpoint of ``family`` after the arithmetic SFT (stock, bf16) and its
+    rlk conversion, under ``out`` (cached: the SFT reruns only when its settings change)."""
     from ..conversion import convert
     from ..testing.tiny import make_tiny_hf_checkpoint
 
-    hf = out / f"{family}-{dtype}-hf"
-    if not (hf / "config.json").exists():
-        make_tiny_hf_checkpoint(hf, family, dtype=getattr(torch, dtype))
-    return hf, convert(hf, out / f"{family}-{dtype}-rlk", force=True, progress=False)
+    base = out / f"{family}-base"
+    if not (base / "config.json").exists():
+        make_tiny_hf_checkpoint(base, family, dtype=torch.float32)
+    hf = arith.sft(base, out / f"{family}-sft-hf", sft_cfg, progress=progress)
+    rlk = out / f"{family}-sft-rlk"
+    stamp = rlk / "sft.json"
+    if not stamp.exists() or stamp.read_text() != (hf / "sft.json").read_text():
+        convert(hf, rlk, force=True, progress=False)
+        stamp.write_text((hf / "sft.json").read_text())
+    return hf, rlk
 
 
 @one_line_errors("rlk-grpo")
 def main(argv: list[str] | None = None) -> int:
-    d = GRPOConfig()
-    ap = argparse.ArgumentParser(prog="rlk-grpo", description="GRPO with a bitwise train/rollout log-prob check "
-                                 "at every step (see rlk_models/cli/grpo.py).")
-    ap.add_argument("--checkpoint", help="an rlk checkpoint (default: generate a tiny one under --out)")
+    d, ds = GRPOConfig(), arith.SFTConfig()
+    ap = argparse.ArgumentParser(prog="rlk-grpo", description="GRPO on additions with a bitwise train/rollout "
+                                 "log-prob check at every step, and the stock contrast (see rlk_models/cli/grpo.py).")
+    ap.add_argument("--checkpoint", help="an rlk checkpoint to train (default: SFT a tiny generated one under --out; "
+                    "runs rlk only)")
     ap.add_argument("--family", choices=sorted(FAMILIES), default="qwen3", help="family of the generated checkpoint")
+    ap.add_argument("--runs", help="comma list of rlk, stock (default both; rlk with --checkpoint)")
     ap.add_argument("--steps", type=at_least(1), default=d.steps, help=f"GRPO steps (default {d.steps})")
-    ap.add_argument("--out", default="runs/grpo", help="output directory (metrics.jsonl, metrics.png)")
-    ap.add_argument("--baseline", action="store_true", help="stock transformers + stock vLLM instead of rlk")
+    ap.add_argument("--out", default="runs/grpo", help="output directory (per-run metrics.jsonl, grpo.png, summary)")
     ap.add_argument("--prompts-per-step", type=at_least(1), default=d.prompts_per_step)
     ap.add_argument("--group-size", type=at_least(2), default=d.group_size,
                     help="samples per prompt (>= 2: advantages are normalised within the group)")
@@ -307,38 +364,56 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=d.lr)
     ap.add_argument("--kl-coef", type=float, default=d.kl_coef)
     ap.add_argument("--ppo-epochs", type=at_least(1), default=d.ppo_epochs)
+    ap.add_argument("--eval-every", type=at_least(1), default=d.eval_every)
+    ap.add_argument("--eval-samples", type=at_least(1), default=d.eval_samples)
+    ap.add_argument("--sft-steps", type=at_least(1), default=ds.steps, help=f"pre-training steps (default {ds.steps})")
+    ap.add_argument("--sft-noise", type=float, default=ds.noise, help="fraction of wrong answers in the SFT corpus")
     ap.add_argument("--dtype", choices=["bfloat16", "float32"], default=d.dtype)
-    ap.add_argument("--seed", type=int, default=d.seed)
+    ap.add_argument("--device", default=d.device, help="the trainer's device (cuda: the engine runs there too)")
+    ap.add_argument("--seed", type=int, default=d.seed, help="GRPO seed (sampling, prompt order); the SFT is shared")
     add_verbose(ap)
     args = ap.parse_args(argv)
+    runs = [r for r in (args.runs or ("rlk" if args.checkpoint else ",".join(RUNS))).split(",") if r]
+    if not runs or any(r not in RUNS for r in runs):
+        ap.error(f"--runs: a comma list of {', '.join(RUNS)}, got {args.runs!r}")
     if args.lr <= 0 or args.kl_coef < 0:
         ap.error("--lr must be > 0 and --kl-coef >= 0")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error(f"--device {args.device}: no CUDA GPU here")
+    if not 0 <= args.sft_noise < 1:
+        ap.error("--sft-noise must be in [0, 1)")
     cfg = GRPOConfig(steps=args.steps, prompts_per_step=args.prompts_per_step, group_size=args.group_size,
                      max_new_tokens=args.max_new_tokens, lr=args.lr, kl_coef=args.kl_coef, ppo_epochs=args.ppo_epochs,
-                     seed=args.seed, dtype=args.dtype)
+                     seed=args.seed, dtype=args.dtype, eval_every=args.eval_every, eval_samples=args.eval_samples,
+                     device=args.device)
     out = Path(args.out)
     if args.checkpoint:
-        if args.baseline:
-            ap.error("--baseline runs on the generated stock checkpoint; omit --checkpoint")
-        ckpt = checkpoint_dir(args.checkpoint, rlk=True, tokenizer=True)
+        if runs != ["rlk"]:
+            ap.error("--checkpoint trains that rlk checkpoint only (--runs rlk); the stock contrast needs the "
+                     "generated checkpoint")
+        ckpts = {"rlk": checkpoint_dir(args.checkpoint, rlk=True, tokenizer=True)}
     else:
-        hf, rlk = default_checkpoint(out / "checkpoints", args.family, args.dtype)
-        ckpt = hf if args.baseline else rlk
+        hf, rlk = default_checkpoints(out / "checkpoints", args.family,
+                                      arith.SFTConfig(steps=args.sft_steps, noise=args.sft_noise), progress=True)
+        ckpts = {"rlk": rlk, "stock": hf}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps({**asdict(cfg), "checkpoint": str(ckpt), "baseline": args.baseline}))
-    rows = run(ckpt, out, cfg, baseline=args.baseline)
-    bad = [r["step"] for r in rows if r["mismatch_count"] or r["max_abs_diff"]]
-    first, last = rows[: max(1, len(rows) // 10)], rows[-max(1, len(rows) // 10):]
-    mean = lambda rs, k: sum(r[k] for r in rs) / len(rs)  # noqa: E731
-    print(f"steps: {len(rows)}   reward_mean first 10%: {mean(first, 'reward_mean'):.3f}   "
-          f"last 10%: {mean(last, 'reward_mean'):.3f}")
-    print(f"mismatch_count total: {sum(r['mismatch_count'] for r in rows)} over "
-          f"{sum(r['tokens'] for r in rows)} completion tokens; max_abs_diff max: "
-          f"{max(r['max_abs_diff'] for r in rows):.3g}; steps with any mismatch: {len(bad)}")
-    print(f"metrics: {out / 'metrics.jsonl'}   plot: {out / 'metrics.png'}")
-    if args.baseline:
-        return 0
-    return 0 if not bad else 1
+    results = {}
+    for name in runs:
+        (out / name).mkdir(parents=True, exist_ok=True)
+        (out / name / "config.json").write_text(json.dumps({**asdict(cfg), "checkpoint": str(ckpts[name])}))
+        results[name] = run(ckpts[name], out / name, cfg, baseline=name == "stock")
+    summary = {name: summarize(rows) for name, rows in results.items()}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    plot(results, out / "grpo.png")
+    for name, sm in summary.items():
+        print(f"{LABELS[name][0]}: {sm['steps']} steps, mismatching log-probs {sm['mismatch_count']} / {sm['tokens']} "
+              f"(steps with any: {sm['steps_with_mismatch']}, max abs diff {sm['max_abs_diff']:.3g}), importance "
+              f"ratio in [{sm['ratio_min']:.4g}, {sm['ratio_max']:.4g}]; held-out accuracy "
+              f"{sm['heldout_acc_before']:.3f} -> {sm['heldout_acc_after']:.3f} (greedy "
+              f"{sm['heldout_greedy_before']:.3f} -> {sm['heldout_greedy_after']:.3f})")
+    print(f"metrics: {out}/<run>/metrics.jsonl   summary: {out / 'summary.json'}   plot: {out / 'grpo.png'}")
+    rlk_bad = summary.get("rlk", {}).get("steps_with_mismatch", 0)
+    return 0 if not rlk_bad else 1
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ This is the colocated layout RL frameworks use (TRL's colocate mode, verl's hybr
 rank holds one TP shard of the engine (vLLM's ``external_launcher``: the engine's TP workers *are*
 the torchrun ranks) and one FSDP shard of the trainer, on the same device. Per step:
 
-  1. every rank samples the same groups (same seed; checked across ranks);
+  1. every rank samples the same groups (same seed; checked across ranks) for additions of
+     ``rlk_models.training.arith``, scored by its dense ``format_reward`` (the checkpoint is
+     random-init: correctness would be 0 everywhere and the update empty);
   2. each rank computes ``token_logprobs`` of its sequences with the FSDP2 model (bf16 compute
      over fp32 master weights) and compares them with the TP=W rollout's log-probs -- the counts
      are summed over ranks: a TP=W rollout equal to the TP=1-per-rank trainer, bit for bit;
@@ -44,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--prompts-per-step", type=int, default=8)
     ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=16)
+    ap.add_argument("--max-new-tokens", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
     a = ap.parse_args(argv)
 
@@ -52,8 +54,9 @@ def main(argv: list[str] | None = None) -> None:
     from vllm import LLM, SamplingParams
 
     import rlk_models  # noqa: F401
-    from rlk_models.cli.grpo import GRPOConfig, make_prompts, ratio_stats, rollout, sequence_losses
+    from rlk_models.cli.grpo import GRPOConfig, ratio_stats, rollout, sequence_losses
     from rlk_models.rollout.sync import push_weights
+    from rlk_models.training import arith
     from rlk_models.training.fsdp import fully_shard_model
 
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     fully_shard_model(model, mesh)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
     sp = SamplingParams(n=cfg.group_size, temperature=1.0, max_tokens=cfg.max_new_tokens, logprobs=0)
-    pool, rng = make_prompts(4096, cfg.seed), random.Random(cfg.seed + 1)
+    pool, rng = arith.split()[0], random.Random(cfg.seed + 1)
     setup_s = time.perf_counter() - t0
 
     def reduce(x: float, op) -> float:
@@ -90,7 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     before = {n: p.full_tensor().to(torch.bfloat16).cpu() for n, p in model.named_parameters()}
     for step in range(cfg.steps + 1):  # the last pass: rollout + check only, after the final sync
         t = time.perf_counter()
-        ro = rollout(llm, tok, sp, [pool[rng.randrange(len(pool))] for _ in range(cfg.prompts_per_step)], cfg)
+        ro = rollout(llm, tok, sp, [pool[rng.randrange(len(pool))] for _ in range(cfg.prompts_per_step)], cfg,
+                     arith.format_reward)  # random-init checkpoints: correctness would give no signal
         same = torch.tensor([hash(tuple(ro.ids.flatten().tolist())) % (1 << 62)], device=device)
         everyone = [torch.zeros_like(same) for _ in range(world)]
         dist.all_gather(everyone, same)

@@ -84,6 +84,9 @@ def test_cli_refusals_are_one_line_and_start_no_engine(checkpoints, tmp_path):
         ("rlk_models.cli.grpo", ["--steps", "-1"], "--steps: must be >= 1"),
         ("rlk_models.cli.grpo", ["--group-size", "0"], "--group-size: must be >= 2"),
         ("rlk_models.cli.grpo", ["--checkpoint", str(no_tok)], "no tokenizer files"),
+        ("rlk_models.cli.grpo", ["--checkpoint", str(rlk), "--runs", "rlk,stock"], "the stock contrast needs"),
+        ("rlk_models.cli.grpo", ["--runs", "rlk,ppo"], "--runs: a comma list of rlk, stock"),
+        ("rlk_models.cli.grpo", ["--sft-noise", "1"], "--sft-noise must be in [0, 1)"),
     ]
     for module, args, needle in cases:
         r = _cli(module, *args)
