@@ -1,6 +1,7 @@
 """vLLM at tensor_parallel_size=2 (real worker processes on CPU) returns the TP=1 training
-class's log-probs bit for bit: row-parallel layers gather and combine canonical partials
-instead of all-reducing, and the head reduces canonical vocab groups per rank."""
+class's log-probs bit for bit: row-parallel layers combine canonical partials (the reference
+backend at TP=2: one fp32 all-reduce, p0 + p1), and the head reduces canonical vocab groups per
+rank."""
 
 from .conftest import run_json
 
