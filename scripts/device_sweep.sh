@@ -9,6 +9,7 @@
 #   PART=sweep  bash scripts/device_sweep.sh   # the Triton benchmarks (SKIP_ATTN/OPS/HEAD/MATMUL=1; args -> matmul)
 #   PART=fsdp   bash scripts/device_sweep.sh   # nvidia-h200-x2: FSDP2 checks over NCCL (rlk_models.testing.fsdp_check)
 #                                              # and one GRPO step TP=2 rollout + FSDP2 (rlk_models.testing.grpo_tp2)
+#   PART=grpo   bash scripts/device_sweep.sh   # the main job on the GPU: Qwen3-0.6B shape, SFT + rlk and stock GRPO
 #   PART=fsdp,tests,vllm ...                   # several parts in one call, in order (one install)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 RLK_CACHE_DIR="$OUT/cache" VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 \
@@ -70,6 +71,18 @@ print('grads 2 ranks == 1 rank accumulating:', all(torch.equal(a[k], b[k]) for k
     [ "${SKIP_GRPO_TP2:-0}" = 1 ] || { timeout 300 python3 -m torch.distributed.run --nproc-per-node 2 \
         -m rlk_models.testing.grpo_tp2 /tmp/fsdp-rlk --out "$OUT" --steps 2 > "$OUT/grpo_tp2.log" 2>&1
         echo "grpo_tp2 exit $?"; grep '^{' "$OUT/grpo_tp2.log" || tail -30 "$OUT/grpo_tp2.log"; }
+    ;;
+grpo)
+    # rlk-grpo --device cuda --shape 0.6b: SFT on the GPU (cached), then the rlk run and the stock run, each in
+    # its own process (an in-process engine's GPU memory is freed with its process; the second run's summary
+    # and plot include the first); checkpoints stay in /tmp, metrics and plot come back
+    for run in rlk stock; do
+        timeout "${GRPO_LIMIT:-420}" python3 -m rlk_models.cli.grpo --device cuda --shape 0.6b --runs $run \
+            --out /tmp/grpo-gpu ${GRPO_ARGS:-} > "$OUT/grpo_gpu_$run.log" 2>&1; echo "grpo $run exit $?"
+        grep -E "^(rlk-models|stock transformers):" "$OUT/grpo_gpu_$run.log" || tail -20 "$OUT/grpo_gpu_$run.log"
+    done
+    mkdir -p "$OUT/grpo"; cp -r /tmp/grpo-gpu/{rlk,stock,summary.json,grpo.png} "$OUT/grpo/" 2>/dev/null
+    cat /tmp/grpo-gpu/checkpoints/*/sft.json 2>/dev/null | head -c 600; echo
     ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

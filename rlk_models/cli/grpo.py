@@ -52,6 +52,14 @@ from ..training import arith
 from .common import add_verbose, at_least, checkpoint_dir, one_line_errors
 
 RUNS = ("rlk", "stock")
+# model shapes of the generated checkpoint (the tiny tokenizer either way: every sum is one token);
+# "0.6b" is Qwen3-0.6B's shape for GPU runs (--device cuda), with learning rates scaled down for depth
+SHAPES = {
+    "tiny": {"config": {}, "sft_lr": 3e-3, "lr": 5e-4},
+    "0.6b": {"config": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                            num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
+             "sft_lr": 1e-4, "lr": 2e-5},
+}
 
 
 @dataclass
@@ -328,20 +336,24 @@ def plot(runs: dict[str, list[dict]], path: Path) -> None:
     plt.close(fig)
 
 
-def default_checkpoints(out: Path, family: str, sft_cfg: arith.SFTConfig, progress: bool) -> tuple[Path, Path]:
-    """The tiny generated checkpoint of ``family`` after the arithmetic SFT (stock, bf16) and its
-    rlk conversion, under ``out`` (cached: the SFT reruns only when its settings change)."""
+def default_checkpoints(out: Path, family: str, shape: str, sft_cfg: arith.SFTConfig,
+                        progress: bool) -> tuple[Path, Path]:
+    """The generated checkpoint of ``family`` and ``shape`` after the arithmetic SFT (stock, bf16)
+    and its rlk conversion (the triton backend when the SFT ran on CUDA), under ``out`` (cached:
+    the SFT reruns only when its settings change)."""
     from ..conversion import convert
     from ..testing.tiny import make_tiny_hf_checkpoint
 
-    base = out / f"{family}-base"
+    name = family if shape == "tiny" else f"{family}-{shape}"
+    base = out / f"{name}-base"
     if not (base / "config.json").exists():
-        make_tiny_hf_checkpoint(base, family, dtype=torch.float32)
-    hf = arith.sft(base, out / f"{family}-sft-hf", sft_cfg, progress=progress)
-    rlk = out / f"{family}-sft-rlk"
+        make_tiny_hf_checkpoint(base, family, dtype=torch.float32, **SHAPES[shape]["config"])
+    hf = arith.sft(base, out / f"{name}-sft-hf", sft_cfg, progress=progress)
+    rlk = out / f"{name}-sft-rlk"
     stamp = rlk / "sft.json"
     if not stamp.exists() or stamp.read_text() != (hf / "sft.json").read_text():
-        convert(hf, rlk, force=True, progress=False)
+        backend = "triton" if sft_cfg.device.startswith("cuda") else None
+        convert(hf, rlk, force=True, progress=False, rlk_backend=backend)
         stamp.write_text((hf / "sft.json").read_text())
     return hf, rlk
 
@@ -354,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkpoint", help="an rlk checkpoint to train (default: SFT a tiny generated one under --out; "
                     "runs rlk only)")
     ap.add_argument("--family", choices=sorted(FAMILIES), default="qwen3", help="family of the generated checkpoint")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="tiny",
+                    help="size of the generated checkpoint (0.6b: Qwen3-0.6B's, for --device cuda)")
     ap.add_argument("--runs", help="comma list of rlk, stock (default both; rlk with --checkpoint)")
     ap.add_argument("--steps", type=at_least(1), default=d.steps, help=f"GRPO steps (default {d.steps})")
     ap.add_argument("--out", default="runs/grpo", help="output directory (per-run metrics.jsonl, grpo.png, summary)")
@@ -361,13 +375,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group-size", type=at_least(2), default=d.group_size,
                     help="samples per prompt (>= 2: advantages are normalised within the group)")
     ap.add_argument("--max-new-tokens", type=at_least(1), default=d.max_new_tokens)
-    ap.add_argument("--lr", type=float, default=d.lr)
+    ap.add_argument("--lr", type=float, help=f"GRPO learning rate (default: the shape's; tiny {d.lr})")
     ap.add_argument("--kl-coef", type=float, default=d.kl_coef)
     ap.add_argument("--ppo-epochs", type=at_least(1), default=d.ppo_epochs)
     ap.add_argument("--eval-every", type=at_least(1), default=d.eval_every)
     ap.add_argument("--eval-samples", type=at_least(1), default=d.eval_samples)
     ap.add_argument("--sft-steps", type=at_least(1), default=ds.steps, help=f"pre-training steps (default {ds.steps})")
     ap.add_argument("--sft-noise", type=float, default=ds.noise, help="fraction of wrong answers in the SFT corpus")
+    ap.add_argument("--sft-lr", type=float, help="pre-training learning rate (default: the shape's)")
     ap.add_argument("--dtype", choices=["bfloat16", "float32"], default=d.dtype)
     ap.add_argument("--device", default=d.device, help="the trainer's device (cuda: the engine runs there too)")
     ap.add_argument("--seed", type=int, default=d.seed, help="GRPO seed (sampling, prompt order); the SFT is shared")
@@ -376,8 +391,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = [r for r in (args.runs or ("rlk" if args.checkpoint else ",".join(RUNS))).split(",") if r]
     if not runs or any(r not in RUNS for r in runs):
         ap.error(f"--runs: a comma list of {', '.join(RUNS)}, got {args.runs!r}")
-    if args.lr <= 0 or args.kl_coef < 0:
-        ap.error("--lr must be > 0 and --kl-coef >= 0")
+    args.lr = SHAPES[args.shape]["lr"] if args.lr is None else args.lr
+    args.sft_lr = SHAPES[args.shape]["sft_lr"] if args.sft_lr is None else args.sft_lr
+    if args.lr <= 0 or args.sft_lr <= 0 or args.kl_coef < 0:
+        ap.error("--lr and --sft-lr must be > 0 and --kl-coef >= 0")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         ap.error(f"--device {args.device}: no CUDA GPU here")
     if not 0 <= args.sft_noise < 1:
@@ -393,8 +410,8 @@ def main(argv: list[str] | None = None) -> int:
                      "generated checkpoint")
         ckpts = {"rlk": checkpoint_dir(args.checkpoint, rlk=True, tokenizer=True)}
     else:
-        hf, rlk = default_checkpoints(out / "checkpoints", args.family,
-                                      arith.SFTConfig(steps=args.sft_steps, noise=args.sft_noise), progress=True)
+        sft_cfg = arith.SFTConfig(steps=args.sft_steps, lr=args.sft_lr, noise=args.sft_noise, device=args.device)
+        hf, rlk = default_checkpoints(out / "checkpoints", args.family, args.shape, sft_cfg, progress=True)
         ckpts = {"rlk": rlk, "stock": hf}
     out.mkdir(parents=True, exist_ok=True)
     results = {}
@@ -402,6 +419,12 @@ def main(argv: list[str] | None = None) -> int:
         (out / name).mkdir(parents=True, exist_ok=True)
         (out / name / "config.json").write_text(json.dumps({**asdict(cfg), "checkpoint": str(ckpts[name])}))
         results[name] = run(ckpts[name], out / name, cfg, baseline=name == "stock")
+    for name in RUNS:  # the other run, done earlier under --out with the same settings (on a GPU each
+        prev = out / name  # run takes its own process: an engine's GPU memory is freed with its process)
+        if name not in results and (prev / "metrics.jsonl").exists() and (prev / "config.json").exists():
+            theirs = {**json.loads((prev / "config.json").read_text()), "checkpoint": None}
+            if theirs == {**asdict(cfg), "checkpoint": None}:
+                results[name] = load_rows(prev)
     summary = {name: summarize(rows) for name, rows in results.items()}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     plot(results, out / "grpo.png")

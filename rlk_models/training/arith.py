@@ -36,6 +36,7 @@ class SFTConfig:
     lr: float = 3e-3
     noise: float = 0.5
     seed: int = 0
+    device: str = "cpu"
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
@@ -101,7 +102,7 @@ def sft(base: Path, out: Path, cfg: SFTConfig, progress: bool = True) -> Path:
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     tok = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(cfg.device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     pairs = [(a, b) for a in range(SIZE) for b in range(SIZE)]
@@ -116,6 +117,7 @@ def sft(base: Path, out: Path, cfg: SFTConfig, progress: bool = True) -> Path:
             ids[i, :len(p) + len(c)] = torch.tensor(p + c)
             labels[i, len(p):len(p) + len(c)] = torch.tensor(c)
             mask[i, :len(p) + len(c)] = 1
+        ids, mask, labels = (t.to(cfg.device) for t in (ids, mask, labels))
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         opt.step()
