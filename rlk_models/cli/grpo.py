@@ -4,9 +4,9 @@ update -- and the same run with stock transformers + stock vLLM for contrast.
 
 Task (``rlk_models.training.arith``): additions ``"a + b ="`` (operands 0..19), reward 1 for the
 right sum, else 0. A tiny generated checkpoint is first pre-trained (SFT, cached under
-``--out``) on a noisy corpus of all pairs, so it starts with the right answer likely but not
-certain; GRPO on 70% of the pairs then has to move the mass to the right answers, and accuracy
-on the 30% held out from RL says whether it did beyond its own prompts.
+``--out``) on all pairs from a corpus where half the answers copy the second operand, so it
+starts split between the sum and the copy; GRPO on 70% of the pairs has to drop the copy habit,
+and accuracy on the 30% held out from RL says whether it did beyond its own prompts.
 
 Loop (one step):
   1. rollout   -- an in-process ``vllm.LLM`` samples ``group_size`` completions (temperature 1)
@@ -410,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
                      "generated checkpoint")
         ckpts = {"rlk": checkpoint_dir(args.checkpoint, rlk=True, tokenizer=True)}
     else:
-        sft_cfg = arith.SFTConfig(steps=args.sft_steps, lr=args.sft_lr, noise=args.sft_noise, device=args.device)
+        sft_cfg = arith.SFTConfig(steps=args.sft_steps, lr=args.sft_lr, noise=args.sft_noise, device=args.device,
+                                  dtype=args.dtype)
         hf, rlk = default_checkpoints(out / "checkpoints", args.family, args.shape, sft_cfg, progress=True)
         ckpts = {"rlk": rlk, "stock": hf}
     out.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,8 @@ correctness reward on the RL prompts has something real to learn: drop the copy 
 on the held-out pairs says whether what it learned carries beyond the prompts it trained on.
 
 Pre-training runs with stock transformers in fp32 (it only makes the starting checkpoint; the
-numerical contract starts at the RL loop), saves bf16, and is cached under the run directory,
-keyed by its settings.
+numerical contract starts at the RL loop), saves the run's dtype (bf16 by default), and is cached
+under the run directory, keyed by its settings.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class SFTConfig:
     noise: float = 0.5
     seed: int = 0
     device: str = "cpu"
+    dtype: str = "bfloat16"  # of the saved checkpoint (training runs in fp32)
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
@@ -89,7 +90,7 @@ def _examples(tok, pairs, rng: random.Random, noise: float, n: int):
 
 
 def sft(base: Path, out: Path, cfg: SFTConfig, progress: bool = True) -> Path:
-    """Pre-train the stock checkpoint ``base`` on the corpus over all pairs; save it (bf16,
+    """Pre-train the stock checkpoint ``base`` on the corpus over all pairs; save it (``cfg.dtype``,
     with the tokenizer) to ``out`` through a temp dir + rename. Cached: returns ``out`` at once
     if it holds a finished run of the same ``cfg``."""
     from tqdm.auto import tqdm
@@ -126,7 +127,7 @@ def sft(base: Path, out: Path, cfg: SFTConfig, progress: bool = True) -> Path:
     tmp = out.with_name(out.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    model.to(torch.bfloat16).save_pretrained(tmp)
+    model.to(getattr(torch, cfg.dtype)).save_pretrained(tmp)
     tok.save_pretrained(tmp)
     (tmp / "sft.json").write_text(json.dumps({"key": cfg.key(), "config": asdict(cfg), "seconds": time.time() - t0,
                                               "loss_first": losses[0], "loss_last": sum(losses[-20:]) / 20}))
