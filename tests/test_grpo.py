@@ -63,4 +63,4 @@ def test_task_split_and_answers():
     assert arith.split() == (rl, held)  # fixed
     assert arith.correct(" 12", 5, 7) and arith.correct("12 + 1", 5, 7)
     assert not arith.correct(" 1", 5, 7) and not arith.correct(" 123", 5, 7) and not arith.correct("", 5, 7)
-    assert arith.answer_of(" twelve") is None
+    assert arith.answer_of(" twelve") is None and arith.answer_of(" ²") is None  # a digit int() refuses

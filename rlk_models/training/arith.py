@@ -58,7 +58,7 @@ def prompt(a: int, b: int) -> str:
 def answer_of(text: str) -> int | None:
     """The completion's answer: its first whitespace-separated word as an integer, else None."""
     words = text.split()
-    return int(words[0]) if words and words[0].isdigit() else None
+    return int(words[0]) if words and words[0].isascii() and words[0].isdigit() else None  # "²".isdigit()
 
 
 def correct(text: str, a: int, b: int) -> bool:
