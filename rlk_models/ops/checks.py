@@ -10,7 +10,29 @@ everywhere else.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
+
 import torch
+
+_READ: dict[str, tuple[weakref.ref, int, object]] = {}
+
+
+def read_once(t: torch.Tensor, what: str, fn: Callable[[torch.Tensor], object]) -> object:
+    """``fn(t)``, a host read of ``t``'s values (a sync on a GPU), remembered per ``what`` for the
+    last tensor read: the layers of one forward share their positions and ``cu_seqlens`` tensors, so
+    they read them from the device once per forward instead of once or twice per layer. Keyed by
+    the tensor's identity (a weak reference: a freed tensor never matches) and its in-place
+    version counter, so a new or modified tensor is read again. Inference-mode tensors (vLLM's) have
+    no version counter: they are read every time."""
+    if t.is_inference():
+        return fn(t)
+    hit = _READ.get(what)
+    if hit is not None and hit[0]() is t and hit[1] == t._version:
+        return hit[2]
+    value = fn(t)
+    _READ[what] = (weakref.ref(t), t._version, value)
+    return value
 
 
 def _values_readable(t: torch.Tensor) -> bool:
@@ -42,9 +64,11 @@ def check_rope(x: torch.Tensor, positions: torch.Tensor, table: torch.Tensor) ->
     if x.dim() != 3 or x.shape[-1] != table.shape[-1] or positions.shape != x.shape[:1]:
         raise ValueError(f"rope: x {tuple(x.shape)}, positions {tuple(positions.shape)}, "
                          f"table {tuple(table.shape)} do not match ([T, H, D], [T], [P, D])")
-    if positions.numel() and _values_readable(positions) and int(positions.max()) >= table.shape[0]:
-        raise IndexError(f"rope: position {int(positions.max())} is past the table "
-                         f"({table.shape[0]} positions = max_position_embeddings)")
+    if positions.numel() and _values_readable(positions):
+        last = read_once(positions, "rope positions", lambda t: int(t.max()))
+        if last >= table.shape[0]:
+            raise IndexError(f"rope: position {last} is past the table "
+                             f"({table.shape[0]} positions = max_position_embeddings)")
 
 
 def check_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor) -> None:

@@ -1,0 +1,39 @@
+"""``ops.checks.read_once``: a value check reads a tensor shared by the layers of one forward once,
+and reads again for a new tensor, an in-place change, or an inference-mode tensor -- a stale
+answer would let a bad position through."""
+
+import pytest
+import torch
+
+from rlk_models.ops import get_backend
+from rlk_models.ops.checks import read_once
+
+
+def test_read_once_rereads_new_modified_and_inference_tensors():
+    calls = []
+
+    def fn(t):
+        calls.append(1)
+        return int(t.max())
+
+    t = torch.tensor([1, 5, 2])
+    assert read_once(t, "x", fn) == 5 and read_once(t, "x", fn) == 5 and len(calls) == 1
+    t[0] = 9  # in place: the version counter moves
+    assert read_once(t, "x", fn) == 9 and len(calls) == 2
+    u = t.clone()  # same values, another tensor
+    assert read_once(u, "x", fn) == 9 and len(calls) == 3
+    assert read_once(u, "y", fn) == 9 and len(calls) == 4  # each purpose has its own slot
+    with torch.inference_mode():
+        w = torch.tensor([3])
+        assert read_once(w, "x", fn) == 3 and read_once(w, "x", fn) == 3 and len(calls) == 6
+
+
+def test_rope_still_refuses_a_position_past_the_table_after_a_good_call():
+    ops = get_backend("reference")
+    table = torch.zeros(8, 4)
+    x = torch.zeros(3, 2, 4)
+    pos = torch.tensor([0, 1, 2])
+    ops.rope(x, pos, table)
+    pos[2] = 8  # the same tensor, modified in place
+    with pytest.raises(IndexError, match="position 8 is past the table"):
+        ops.rope(x, pos, table)
