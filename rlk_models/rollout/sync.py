@@ -33,6 +33,19 @@ from ..ops.fingerprint import dtype_name
 log = logging.getLogger(__name__)
 
 
+class _RopeCacheNotice(logging.Filter):
+    """vLLM's in-place reload logs "RotaryEmbedding: Failed to load weights" for *stock* models at
+    every push: their RoPE cos/sin cache is not a checkpoint tensor, so vLLM keeps the one it has,
+    which is right (RoPE does not train; the GRPO stock runs learn as the rlk runs do after 200
+    pushes). Drop that one record so a training loop's output stays readable; every other passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == "%s: Failed to load weights" and record.args == ("RotaryEmbedding",))
+
+
+logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_RopeCacheNotice())
+
+
 class WeightSyncError(ValueError):
     """A push refused before it touched the engine; the message names every bad tensor."""
 
