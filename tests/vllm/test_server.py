@@ -2,6 +2,7 @@
 lengths, every returned log-prob (sampled and prompt) bitwise equal to the training class;
 malformed requests get a 4xx and the server keeps serving."""
 
+import contextlib
 import json
 import os
 import socket
@@ -37,15 +38,14 @@ def _post(url, body, timeout=180):
         return e.code, json.loads(e.read() or b"{}")
 
 
-@pytest.fixture(scope="module")
-def server(checkpoints, tmp_path_factory):
-    ckpt = str(checkpoints["qwen3"][1])
+@contextlib.contextmanager
+def running_server(ckpt: str, log_path, extra: list[str]):
+    """``rlk-serve ckpt`` on a free local port until the block ends; yields its base URL."""
     port = _free_port()
-    log = open(tmp_path_factory.mktemp("server") / "server.log", "w")
+    log = open(log_path, "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "rlk_models.cli.serve", ckpt, "--host", "127.0.0.1", "--port", str(port),
-         "--max-model-len", "512", "--max-num-batched-tokens", "512", "--enforce-eager", "--dtype", "bfloat16",
-         "--seed", "0"],
+         "--max-model-len", "512", "--max-num-batched-tokens", "512", "--dtype", "bfloat16", "--seed", "0", *extra],
         stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1"))
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 300
@@ -61,7 +61,7 @@ def server(checkpoints, tmp_path_factory):
                 log.flush()
                 raise RuntimeError(f"server did not start:\n{open(log.name).read()[-4000:]}")
             time.sleep(1)
-        yield base, ckpt
+        yield base
     finally:
         proc.terminate()
         try:
@@ -71,6 +71,13 @@ def server(checkpoints, tmp_path_factory):
         log.close()
 
 
+@pytest.fixture(scope="module")
+def server(checkpoints, tmp_path_factory):
+    ckpt = str(checkpoints["qwen3"][1])
+    with running_server(ckpt, tmp_path_factory.mktemp("server") / "server.log", ["--enforce-eager"]) as base:
+        yield base, ckpt
+
+
 def _complete(base, ckpt, prompt, i, seed=None):
     return _post(base + "/v1/completions", {
         "model": ckpt, "prompt": prompt, "max_tokens": 6 + i % 5, "temperature": 1.0, "logprobs": 0,
@@ -78,10 +85,10 @@ def _complete(base, ckpt, prompt, i, seed=None):
         **({"seed": seed + i} if seed is not None else {})})
 
 
-def _concurrent_parity(base, ckpt, seed=None) -> Report:
+def concurrent_parity(base, ckpt, seed=None, device="cpu") -> Report:
     """32 concurrent completions of mixed-length prompts (longer together than the 512-token step
-    budget) against the training class's log-probs of the same tokens."""
-    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).eval()
+    budget) against the training class's log-probs of the same tokens (on ``device``)."""
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).to(device).eval()
     prompts = (mixed_prompts(model.config.vocab_size, n=16) + mixed_prompts(model.config.vocab_size, n=16, seed=1))
     assert len(prompts) == 32
     with ThreadPoolExecutor(max_workers=32) as pool:
@@ -102,14 +109,14 @@ def _concurrent_parity(base, ckpt, seed=None) -> Report:
         got_all.append(got)
     ids, mask = right_pad(seqs)
     with torch.no_grad():
-        want = model.token_logprobs(ids, mask)
+        want = model.token_logprobs(ids.to(device), mask.to(device)).cpu()
     for i, got in enumerate(got_all):
         report.add(list(got.values()), [want[i, t].item() for t in got])
     return report
 
 
 def test_concurrent_requests_bitwise_equal_training(server):
-    report = _concurrent_parity(*server)
+    report = concurrent_parity(*server)
     assert report.tokens > 500
     assert report.mismatch_count == 0 and report.max_abs_diff == 0.0, report
 
@@ -119,7 +126,7 @@ def test_concurrent_seeded_requests_keep_the_server_up(server):
     chunked (it rewinds a CPU generator's offset); rlk-serve turns chunked prefill off on CPU, so
     the same burst is served, bit for bit, and the server stays up."""
     base, ckpt = server
-    report = _concurrent_parity(base, ckpt, seed=1000)
+    report = concurrent_parity(base, ckpt, seed=1000)
     assert report.tokens > 500 and report.mismatch_count == 0, report
     with urllib.request.urlopen(base + "/health", timeout=5) as r:
         assert r.status == 200
