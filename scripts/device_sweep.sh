@@ -92,6 +92,7 @@ trl)
     python3 -m pip install -q --no-deps --no-index --target /tmp/site .wheels/*.whl 2>&1 | tail -1
     for kind in rlk stock; do
         timeout "${TRL_LIMIT:-300}" python3 benchmarks/trl_grpo.py $kind --device cuda --shape 0.6b --out "$OUT" \
+            --work /tmp/grpo-gpu \
             --steps "${TRL_STEPS:-30}" > "$OUT/trl_$kind.log" 2>&1; echo "trl $kind exit $?"
         grep RESULT "$OUT/trl_$kind.log" || tail -20 "$OUT/trl_$kind.log"
     done
