@@ -286,6 +286,7 @@ def summarize(rows: list[dict]) -> dict:
     """Parity over the update steps; held-out accuracy before the first and after the last."""
     upd = [r for r in rows if "mismatch_count" in r]
     evals = [r for r in rows if "heldout_acc" in r]
+    tenth = max(1, len(upd) // 10)
     return {"steps": len(upd), "tokens": sum(r["tokens"] for r in upd),
             "mismatch_count": sum(r["mismatch_count"] for r in upd),
             "steps_with_mismatch": sum(bool(r["mismatch_count"] or r["max_abs_diff"]) for r in upd),
@@ -295,8 +296,8 @@ def summarize(rows: list[dict]) -> dict:
             "clip_frac_mean": sum(r["clip_frac"] for r in upd) / len(upd),
             "heldout_acc_before": evals[0]["heldout_acc"], "heldout_acc_after": evals[-1]["heldout_acc"],
             "heldout_greedy_before": evals[0]["heldout_greedy"], "heldout_greedy_after": evals[-1]["heldout_greedy"],
-            "reward_first_10pct": sum(r["reward_mean"] for r in upd[:max(1, len(upd) // 10)]) / max(1, len(upd) // 10),
-            "reward_last_10pct": sum(r["reward_mean"] for r in upd[-max(1, len(upd) // 10):]) / max(1, len(upd) // 10)}
+            "reward_first_10pct": sum(r["reward_mean"] for r in upd[:tenth]) / tenth,
+            "reward_last_10pct": sum(r["reward_mean"] for r in upd[-tenth:]) / tenth}
 
 
 LABELS = {"rlk": ("rlk-models", "tab:green"), "stock": ("stock transformers + stock vLLM", "tab:red")}

@@ -110,8 +110,7 @@ class RLKRowParallelMethod(RLKLinearMethod):
             # the tree's top node is p0 + p1, one fp32 addition: commutative, so any all-reduce of the
             # two partials gives it bit for bit, moving one fp32 tensor instead of gathering both
             return ops.combine_partials(tensor_model_parallel_all_reduce(part)[None], layer.bias, x.dtype)
-        parts = tensor_model_parallel_all_gather(part[None], dim=0) if layer.tp_size > 1 else part[None]
-        return ops.combine_partials(parts, layer.bias, x.dtype)
+        return ops.combine_partials(tensor_model_parallel_all_gather(part[None], dim=0), layer.bias, x.dtype)
 
 
 class RLKEmbeddingMethod(UnquantizedEmbeddingMethod):

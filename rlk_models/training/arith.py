@@ -43,9 +43,13 @@ class SFTConfig:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
 
 
+def all_pairs() -> list[tuple[int, int]]:
+    return [(a, b) for a in range(SIZE) for b in range(SIZE)]
+
+
 def split(seed: int = 0, held_out: float = 0.3) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """(RL pairs, held-out pairs): a fixed shuffle of all SIZE x SIZE pairs."""
-    pairs = [(a, b) for a in range(SIZE) for b in range(SIZE)]
+    pairs = all_pairs()
     random.Random(seed).shuffle(pairs)
     n = int(len(pairs) * held_out)
     return pairs[n:], pairs[:n]
@@ -78,14 +82,15 @@ def format_reward(text: str, a: int, b: int) -> float:
     return sum(c.isdigit() for c in chars) / len(chars) if chars else 0.0
 
 
-def _examples(tok, pairs, rng: random.Random, noise: float, n: int):
-    """``n`` (prompt ids, completion ids), a fraction ``noise`` answering ``b``; completions end
-    with EOS."""
+def _examples(prompt_ids: dict, answer_ids: dict, rng: random.Random, noise: float, n: int):
+    """``n`` (prompt ids, completion ids), a fraction ``noise`` answering ``b``; ``prompt_ids``
+    maps each pair to its tokens, ``answer_ids`` each answer to its tokens + EOS."""
+    pairs = list(prompt_ids)
     out = []
     for _ in range(n):
         a, b = pairs[rng.randrange(len(pairs))]
         s = b if rng.random() < noise else a + b  # the corpus's systematic error: copying the second operand
-        out.append((tok(prompt(a, b))["input_ids"], tok(f" {s}")["input_ids"] + [tok.eos_token_id]))
+        out.append((prompt_ids[a, b], answer_ids[s]))
     return out
 
 
@@ -106,10 +111,12 @@ def sft(base: Path, out: Path, cfg: SFTConfig, progress: bool = True) -> Path:
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(cfg.device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    pairs = [(a, b) for a in range(SIZE) for b in range(SIZE)]
+    # tokenized once: 400 prompts and 39 answers, not 2 tokenizer calls per example
+    prompt_ids = {(a, b): tok(prompt(a, b))["input_ids"] for a, b in all_pairs()}
+    answer_ids = {s: tok(f" {s}")["input_ids"] + [tok.eos_token_id] for s in range(2 * SIZE - 1)}
     losses = []
     for _ in tqdm(range(cfg.steps), desc="SFT", disable=not progress):
-        ex = _examples(tok, pairs, rng, cfg.noise, cfg.batch)
+        ex = _examples(prompt_ids, answer_ids, rng, cfg.noise, cfg.batch)
         width = max(len(p) + len(c) for p, c in ex)
         ids = torch.full((len(ex), width), tok.pad_token_id)
         labels = torch.full_like(ids, -100)
