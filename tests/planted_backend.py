@@ -7,10 +7,7 @@ import torch.nn.functional as F
 from rlk_models.ops import register_backend
 from rlk_models.ops.reference import *  # noqa: F401,F403  (every other op: the reference's)
 from rlk_models.ops.reference import FINGERPRINT as _REFERENCE
-from rlk_models.ops.reference import (
-    PAIRWISE_RANK_TREE,  # noqa: F401
-    is_available,  # noqa: F401
-)
+from rlk_models.ops.reference import is_available  # noqa: F401
 
 NAME = "planted"
 FINGERPRINT = {**_REFERENCE, "backend": NAME}

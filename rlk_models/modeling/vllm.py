@@ -89,10 +89,10 @@ class RLKLinearMethod(UnquantizedLinearMethod):
 
 
 class RLKRowParallelMethod(RLKLinearMethod):
-    """Row-parallel GEMM with the canonical K tree: each rank reduces its 8/k K-groups to an fp32
-    partial, the partials are all-gathered and combined in rank order, then the (unsharded) bias is
-    added and the result rounded -- the same bits at every TP degree. At TP=2, a backend whose ranks
-    combine by the pairwise tree (``PAIRWISE_RANK_TREE``) all-reduces its one fp32 partial instead."""
+    """Row-parallel GEMM with the canonical K tree: each rank reduces its 8/k K-groups to fp32
+    partials; at TP=2 the two ranks' partials are all-reduced (the canonical sum there is the one
+    addition p0 + p1), at TP=4/8 all-gathered and combined in rank order; then the (unsharded) bias
+    is added and the result rounded -- the same bits at every TP degree."""
 
     def __init__(self, backend: str):
         super().__init__(backend)
@@ -106,8 +106,8 @@ class RLKRowParallelMethod(RLKLinearMethod):
             out = tensor_model_parallel_all_reduce(ops.linear(x, layer.weight, None))
             return out if layer.bias is None else out + layer.bias
         part = ops.shard_partial(x, layer.weight, layer.tp_size)
-        if layer.tp_size == 2 and ops.PAIRWISE_RANK_TREE:
-            # the tree's top node is p0 + p1, one fp32 addition: commutative, so any all-reduce of the
+        if layer.tp_size == 2:
+            # the canonical sum is p0 + p1, one fp32 addition: commutative, so any all-reduce of the
             # two partials gives it bit for bit, moving one fp32 tensor instead of gathering both
             return ops.combine_partials(tensor_model_parallel_all_reduce(part)[None], layer.bias, x.dtype)
         return ops.combine_partials(tensor_model_parallel_all_gather(part[None], dim=0), layer.bias, x.dtype)

@@ -27,13 +27,17 @@ _BACKENDS = {"reference": "rlk_models.ops.reference", "triton": "rlk_models.ops.
 
 class Backend(Protocol):
     """What a backend module provides: its ops (below), ``NAME``, ``FINGERPRINT`` (a dict of
-    everything that decides its bits: contract version and tile/group constants),
-    ``PAIRWISE_RANK_TREE`` (True when a rank's ``shard_partial`` is one tensor and
-    ``combine_partials`` is the adjacent pairwise tree over ranks: then TP=2 may all-reduce the
-    fp32 partials, since p0 + p1 is one commutative addition) and ``is_available() -> (ok, why)``."""
+    everything that decides its bits: contract version and tile/group constants) and
+    ``is_available() -> (ok, why)``.
+
+    Tensor parallelism (row-parallel linears): ``shard_partial`` gives a rank's fp32 partials
+    [P, ..., N] of its K-slice, ``combine_partials`` finishes the sum from all ranks' partials
+    stacked in rank order [k, P, ..., N]. At TP=2 every backend must make a rank's partial one
+    tensor (P = 1) whose sum with the other rank's, p0 + p1, is the canonical result: one fp32
+    addition, which any all-reduce of two values computes bit for bit (IEEE addition is
+    commutative), so vLLM all-reduces it instead of gathering."""
 
     NAME: str
-    PAIRWISE_RANK_TREE: bool
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                out_dtype: torch.dtype | None = None, row_parallel: bool = False) -> torch.Tensor: ...
@@ -68,8 +72,7 @@ class BackendUnavailable(RuntimeError):
     pass
 
 
-_REQUIRED = [n for n in Backend.__dict__ if not n.startswith("_")] + ["NAME", "FINGERPRINT", "PAIRWISE_RANK_TREE",
-                                                                   "is_available"]
+_REQUIRED = [n for n in Backend.__dict__ if not n.startswith("_")] + ["NAME", "FINGERPRINT", "is_available"]
 
 
 def register_backend(name: str, module: str) -> None:

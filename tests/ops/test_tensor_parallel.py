@@ -45,6 +45,10 @@ def test_row_parallel_linear_equals_tp1(m, k8, n, bias, dtype, seed):
     want = ops.linear(x, w, b, row_parallel=True)
     for k in TP:
         assert torch.equal(row_parallel(x, w, b, k, dtype), want), k
+    kk = 4 * k8  # TP=2 as vLLM runs it: one fp32 partial per rank, all-reduced (either order)
+    p0, p1 = (ops.shard_partial(x[:, r * kk:(r + 1) * kk], w[:, r * kk:(r + 1) * kk], 2) for r in range(2))
+    assert torch.equal(ops.combine_partials((p0 + p1)[None], b, dtype), want)
+    assert torch.equal(ops.combine_partials((p1 + p0)[None], b, dtype), want)
 
 
 @settings(max_examples=10, deadline=None)

@@ -22,9 +22,6 @@ FINGERPRINT = {"backend": NAME, "contract_version": 2, "linear_k_groups": LINEAR
                "vocab_groups": VOCAB_GROUPS, "transcendentals": "cephes-fp32", "rope_table": "float64-block64"}
 
 token_sum = sum_op(tree_sum)
-# a rank's row-parallel partial is one fp32 tensor and ranks combine by the adjacent pairwise tree,
-# so at TP=2 the combine is one addition p0 + p1, which an fp32 all-reduce computes bit for bit
-PAIRWISE_RANK_TREE = True
 
 
 def is_available() -> tuple[bool, str]:

@@ -30,10 +30,8 @@ from .utils import BLOCK_K
 
 NAME = "triton"
 DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"  # where its tensors live
-# row-parallel partials are [8/k, ..., N] group stacks folded in group order (the fused kernel's
-# sequential sum): they cannot be pre-added per rank, so TP gathers them (docs/benchmarks.md)
-PAIRWISE_RANK_TREE = False
-FINGERPRINT = {"backend": NAME, "contract_version": 2, "block_k": BLOCK_K, "linear_k_groups": LINEAR_K_GROUPS,
+# contract version 3: row-parallel K-groups fold in two halves (matmul.py), so TP=2 all-reduces
+FINGERPRINT = {"backend": NAME, "contract_version": 3, "block_k": BLOCK_K, "linear_k_groups": LINEAR_K_GROUPS,
                "vocab_tile": VOCAB_TILE, "vocab_groups": VOCAB_GROUPS, "attention_block_n": ATTN_BLOCK_N,
                "transcendentals": "triton-libdevice", "rope_table": "float64-block64"}
 

@@ -12,20 +12,26 @@ Contract
     (qkv, gate_up, and every backward GEMM): one group. A *row-parallel* linear (o_proj,
     down_proj: the layers whose K tensor parallelism splits; ``row_parallel=True``) cuts K into
     ``k_groups(K)`` contiguous groups -- 8 when K is a multiple of 8 * BLOCK_K, else 1, a
-    function of K only -- reduces each from zero in that order, and adds the group partials in
-    group order, ``((0 + p0) + p1) + ... + p7``, then the bias. Nothing about either order
-    depends on M, N, the tile shape or the SM count. For grouped K, two launch forms compute it:
-    *fused* (one program per output tile walks the groups, adding each partial to its running
-    sum) and *split-K* (one program per (tile, group) writes its partial to an fp32 buffer; a
-    second kernel adds them in group order) -- the latter fills the GPU at decode sizes. (A
+    function of K only -- and reduces each from zero in that order. The 8 group partials form
+    two *halves* (groups 0-3, 4-7); each half is folded in group order from zero, and the halves
+    are added: ``h0 = (((0 + p0) + p1) + p2) + p3``, ``h1`` likewise, ``y = (0 + h0) + h1``, then
+    the bias (contract version 3; version 2 folded all 8 in order). The halves make TP=2 cheap:
+    a rank owns one half, and the one addition h0 + h1 is what any fp32 all-reduce of two
+    values computes (IEEE addition is commutative), so ranks all-reduce one fp32 partial
+    instead of gathering four. Nothing about the order depends on M, N, the tile shape or the
+    SM count. For grouped K, two launch forms compute it: *fused* (one program per output tile
+    walks the groups, keeping the running half and the first half's sum in registers) and
+    *split-K* (one program per (tile, group) writes its partial to an fp32 buffer; a second
+    kernel folds them by the same halves) -- the latter fills the GPU at decode sizes. (A
     third, one flattened loop over (tile, group) units so that the software pipeline would not
     drain at group boundaries, gave the same bits but measured 1.02-1.14x slower than the fused
     loops on the H200: dropped.) Which form, tile config and grid
     run is chosen by M and N (``launch_for``); every choice gives the same bits, which the tests
     (interpreter: tests/ops/triton; H200: tests/gpu/test_triton_contract_8b.py) check. The
     groups are also the tensor-parallel unit: a rank owning a contiguous 1/k of K (k | 8) owns
-    whole groups and returns their partials (``shard_partial``); combined in rank order
-    (``combine_partials``) they give TP=1's bits.
+    whole groups (``shard_partial``): at TP=2 it returns its half's sum (one fp32 tensor, which
+    vLLM all-reduces); at TP=4/8 its group partials, which are gathered and folded in rank order
+    by the halves (``combine_partials``) -- TP=k gives TP=1's bits.
 
 Backward
     dx = dy @ w and dw = dy^T @ x by the same kernels on transposed operand layouts (TMA loads
@@ -47,8 +53,17 @@ from ..checks import check_linear
 from .utils import BLOCK_K, dot_k_range, fit_stages, num_sms
 
 
+HALF = K_GROUPS // 2  # groups per half: the run folded in order before the halves are added
+
+
 def k_groups(k: int) -> int:
     return K_GROUPS if k % (K_GROUPS * BLOCK_K) == 0 else 1
+
+
+def run_of(groups: int) -> int:
+    """How many consecutive group partials are folded in order before the runs are added: the
+    halves for 8 groups; one run (a plain fold) for a rank's 4, 2 or 1."""
+    return min(groups, HALF)
 
 
 @triton.jit
@@ -61,7 +76,8 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 @triton.jit
 def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, scm, scn,
-               HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
+               HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr, RUN: tl.constexpr, SPLIT: tl.constexpr,
+               BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr):
     """Pointer loads (any strides; runs in the interpreter); the TMA kernel's two forms."""
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
@@ -80,11 +96,21 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, s
             tl.store(c_ptr + g.to(tl.int64) * M * N + c_off, part, mask=c_mask)
         else:
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for g in range(GROUPS):
-                part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                part = dot_k_range(a_ptr, b_ptr, rm, rn, rk, M, N, K, g * KG, g * KG + KG, sam, sak, sbn, sbk,
-                                   part, BLOCK_K)
-                acc = acc + part
+            if GROUPS == RUN:  # one run: fold the group partials straight into acc
+                for g in range(GROUPS):
+                    part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                    part = dot_k_range(a_ptr, b_ptr, rm, rn, rk, M, N, K, g * KG, g * KG + KG, sam, sak, sbn, sbk,
+                                       part, BLOCK_K)
+                    acc = acc + part
+            else:  # the halves: each run folded from zero, the runs' sums added in order
+                for r in tl.static_range(GROUPS // RUN):
+                    run = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                    for g in range(r * RUN, r * RUN + RUN):
+                        part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                        part = dot_k_range(a_ptr, b_ptr, rm, rn, rk, M, N, K, g * KG, g * KG + KG, sam, sak, sbn,
+                                           sbk, part, BLOCK_K)
+                        run = run + part
+                    acc = acc + run
             if HAS_BIAS:
                 acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
             tl.store(c_ptr + c_off, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
@@ -115,7 +141,7 @@ def _group_tma(a_desc, b_desc, pid_m, pid_n, k_lo, k_hi, part, A_KM: tl.constexp
 
 @triton.jit
 def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr,
-                   SPLIT: tl.constexpr, A_KM: tl.constexpr, B_KN: tl.constexpr, BLOCK_M: tl.constexpr,
+                   RUN: tl.constexpr, SPLIT: tl.constexpr, A_KM: tl.constexpr, B_KN: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr):
     """TMA tensor descriptors (Hopper). SPLIT: program axis 1 is the group and c_desc is the
     [GROUPS, M, N] fp32 partial buffer."""
@@ -130,11 +156,21 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
             c_desc.store([g, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(part, (1, BLOCK_M, BLOCK_N)))
         else:
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for g in range(GROUPS):  # GROUPS == 1: the plain K loop, pipelined across tiles
-                part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M,
-                                  BLOCK_N, BLOCK_K)
-                acc = acc + part
+            if GROUPS == RUN:  # one run (GROUPS == 1: the plain K loop, pipelined across tiles)
+                for g in range(GROUPS):
+                    part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                    part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M,
+                                      BLOCK_N, BLOCK_K)
+                    acc = acc + part
+            else:  # the halves: each run folded from zero, the runs' sums added in order
+                for r in tl.static_range(GROUPS // RUN):
+                    run = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                    for g in range(r * RUN, r * RUN + RUN):
+                        part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                        part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN,
+                                          BLOCK_M, BLOCK_N, BLOCK_K)
+                        run = run + part
+                    acc = acc + run
             if HAS_BIAS:
                 rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
                 acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
@@ -142,13 +178,18 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
 
 
 @triton.jit
-def _fold_kernel(p_ptr, c_ptr, bias_ptr, M, N, HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr, BLOCK: tl.constexpr):
-    """c = ((0 + p0) + p1) + ... (+ bias), rounded once: the fused kernel's group order."""
+def _fold_kernel(p_ptr, c_ptr, bias_ptr, M, N, HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr, RUN: tl.constexpr,
+                 BLOCK: tl.constexpr):
+    """c = the fused kernel's sum of GROUPS partials (runs of RUN folded in order from zero, the
+    runs' sums added in order) (+ bias), rounded once."""
     idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = idx < M * N
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for g in range(GROUPS):
-        acc = acc + tl.load(p_ptr + g * M * N + idx, mask=ok, other=0.0)
+    for r in tl.static_range(GROUPS // RUN):
+        run = tl.zeros((BLOCK,), dtype=tl.float32)
+        for g in tl.static_range(r * RUN, r * RUN + RUN):
+            run = run + tl.load(p_ptr + g * M * N + idx, mask=ok, other=0.0)
+        acc = acc + run
     if HAS_BIAS:
         acc += tl.load(bias_ptr + idx % N, mask=ok, other=0.0).to(tl.float32)
     tl.store(c_ptr + idx, acc.to(c_ptr.dtype.element_ty), mask=ok)
@@ -238,16 +279,18 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         a_d = TensorDescriptor.from_tensor(a, [BLOCK_K, bm] if a_km else [bm, BLOCK_K])
         b_d = TensorDescriptor.from_tensor(b, [BLOCK_K, bn] if b_kn else [bn, BLOCK_K])
         c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if split else [bm, bn])
-        _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, split, a_km, b_kn,
+        _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, run_of(groups), split,
+                             a_km, b_kn,
                              bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages)
     else:
         sam, sak = (a.stride(1), a.stride(0)) if a_km else (a.stride(0), a.stride(1))
         sbn, sbk = (b.stride(1), b.stride(0)) if b_kn else (b.stride(0), b.stride(1))
-        _mm_kernel[grid](a, b, c, bias_arg, m, n, k, kg, sam, sak, sbn, sbk, n, 1, bias is not None, groups, split,
-                         bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages)
+        _mm_kernel[grid](a, b, c, bias_arg, m, n, k, kg, sam, sak, sbn, sbk, n, 1, bias is not None, groups,
+                         run_of(groups), split, bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages)
     if split:
         block = 1024
-        _fold_kernel[(triton.cdiv(m * n, block),)](c, out, bias_arg, m, n, bias is not None, groups, block)
+        _fold_kernel[(triton.cdiv(m * n, block),)](c, out, bias_arg, m, n, bias is not None, groups, run_of(groups),
+                                                   block)
     return out
 
 
@@ -290,27 +333,36 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def shard_partial(x: torch.Tensor, w_shard: torch.Tensor, tp_size: int) -> torch.Tensor:
-    """fp32 group partials of a row-parallel rank: [8/k, ..., N] for its K-slice."""
+    """fp32 partials of a row-parallel rank for its K-slice, [P, ..., N]: at TP=2 (P = 1) its
+    half's sum, h0 or h1 (one fused call over its 4 groups); at TP=4/8 its 8/k group partials."""
     k_full = x.shape[-1] * tp_size
     if K_GROUPS % tp_size or k_groups(k_full) != K_GROUPS:
         raise ValueError(f"triton row-parallel linear: TP={tp_size} needs TP | {K_GROUPS} and K={k_full} a multiple "
                          f"of {K_GROUPS * BLOCK_K}")
     x2 = x.reshape(-1, x.shape[-1]).contiguous()
     mine = K_GROUPS // tp_size
-    kg = x2.shape[1] // mine
-    parts = torch.stack([mm(x2[:, g * kg:(g + 1) * kg], w_shard[:, g * kg:(g + 1) * kg], out_dtype=torch.float32)
-                         for g in range(mine)])  # strided slices: TMA reads them in place, no weight copy
-    return parts.reshape(mine, *x.shape[:-1], w_shard.shape[0])
+    if mine == HALF:
+        parts = mm(x2, w_shard, out_dtype=torch.float32, groups=mine)[None]
+    else:
+        kg = x2.shape[1] // mine
+        parts = torch.stack([mm(x2[:, g * kg:(g + 1) * kg], w_shard[:, g * kg:(g + 1) * kg], out_dtype=torch.float32)
+                             for g in range(mine)])  # strided slices: TMA reads them in place, no weight copy
+    return parts.reshape(parts.shape[0], *x.shape[:-1], w_shard.shape[0])
 
 
 def combine_partials(parts: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
-    """Ranks' partials stacked in rank order [k, 8/k, ..., N]: added in group order, + bias,
-    one rounding -- the fused kernel's sum."""
+    """Ranks' partials stacked in rank order [k, P, ..., N] (8, 2 or 1 in all: group partials,
+    the two halves, or the halves' all-reduced sum), folded as the fused kernel does, + bias, one
+    rounding."""
     flat = parts.reshape(-1, *parts.shape[2:])
+    count = flat.shape[0]
+    if count not in (1, 2, K_GROUPS):
+        raise ValueError(f"triton combine_partials: {count} partials; expected {K_GROUPS} group partials, the 2 "
+                         "halves or their all-reduced sum")
     n = flat.shape[-1]
     m = flat[0].numel() // n
     out = torch.empty(*flat.shape[1:], dtype=out_dtype, device=parts.device)
     bias_arg = bias if bias is not None else out
-    _fold_kernel[(triton.cdiv(m * n, 1024),)](flat.contiguous(), out, bias_arg, m, n, bias is not None,
-                                              flat.shape[0], 1024)
+    _fold_kernel[(triton.cdiv(m * n, 1024),)](flat.contiguous(), out, bias_arg, m, n, bias is not None, count,
+                                              run_of(count), 1024)
     return out

@@ -108,6 +108,21 @@ def test_matmul_k_order_is_the_layers():
     assert mm.matmul(x, w, row_parallel=True, tma=False).item() == 2.0 ** 24 + 2
 
 
+@pytest.mark.parametrize("split", [False, True])
+def test_matmul_row_parallel_adds_two_halves(split):
+    """Contract version 3: groups 0-3 and 4-7 are folded separately and the halves added. With
+    2^24 in group 0 and a 1 in each of groups 4 and 5, a fold of all 8 in order drops both ones
+    ((2^24 + 1) rounds to 2^24 twice); the halves give 2^24 + (1 + 1) -- in both launch forms."""
+    mm = _mod("matmul")
+    k = 1024  # groups of 128
+    x = torch.zeros(1, k, device=DEV)
+    w = torch.zeros(1, k, device=DEV)
+    x[0, 0], x[0, 4 * 128], x[0, 5 * 128 + 64] = 2.0 ** 24, 1.0, 1.0
+    w[0, [0, 4 * 128, 5 * 128 + 64]] = 1.0
+    lc = mm.Launch((16, 32, 4, 2), split=split)
+    assert mm.matmul(x, w, row_parallel=True, launch=lc, tma=False).item() == 2.0 ** 24 + 2
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("k", [64, 72, 200, 1024])
 def test_matmul_close_to_float64(dtype, k):
@@ -133,6 +148,12 @@ def test_matmul_tensor_parallel_shards_equal_tp1(dtype):
         sl = [slice(i * k // tp, (i + 1) * k // tp) for i in range(tp)]
         parts = torch.stack([tri.shard_partial(x[:, s], w[:, s], tp) for s in sl])
         assert torch.equal(tri.combine_partials(parts, b, dt), full), f"TP={tp}"
+        if tp == 2:  # what vLLM does at TP=2: all-reduce the one partial per rank, in either order
+            assert parts.shape[1] == 1
+            for summed in (parts[0] + parts[1], parts[1] + parts[0]):
+                assert torch.equal(tri.combine_partials(summed[None], b, dt), full), "TP=2 all-reduced"
+    with pytest.raises(ValueError, match="4 partials"):
+        tri.combine_partials(parts[:4], b, dt)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
