@@ -81,7 +81,7 @@ grpo)
     # its own process (an in-process engine's GPU memory is freed with its process; the second run's summary
     # and plot include the first); checkpoints stay in /tmp, metrics and plot come back
     for run in rlk stock; do
-        timeout "${GRPO_LIMIT:-420}" python3 -m rlk_models.cli.grpo --device cuda --shape 0.6b --runs $run \
+        CUDA_VISIBLE_DEVICES=0 timeout "${GRPO_LIMIT:-420}" python3 -m rlk_models.cli.grpo --device cuda --shape 0.6b --runs $run \
             --out /tmp/grpo-gpu ${GRPO_ARGS:-} > "$OUT/grpo_gpu_$run.log" 2>&1; echo "grpo $run exit $?"
         grep -E "^(rlk-models|stock transformers):" "$OUT/grpo_gpu_$run.log" || tail -20 "$OUT/grpo_gpu_$run.log"
     done
@@ -90,8 +90,10 @@ grpo)
     ;;
 trl)
     python3 -m pip install -q --no-deps --no-index --target /tmp/site .wheels/*.whl 2>&1 | tail -1
+    # one visible GPU: transformers' Trainer wraps a model in nn.DataParallel when it sees several, which
+    # GRPOTrainer refuses (the first x2 run died there)
     for kind in rlk stock; do
-        timeout "${TRL_LIMIT:-300}" python3 benchmarks/trl_grpo.py $kind --device cuda --shape 0.6b --out "$OUT" \
+        CUDA_VISIBLE_DEVICES=0 timeout "${TRL_LIMIT:-300}" python3 benchmarks/trl_grpo.py $kind --device cuda --shape 0.6b --out "$OUT" \
             --work /tmp/grpo-gpu \
             --steps "${TRL_STEPS:-30}" > "$OUT/trl_$kind.log" 2>&1; echo "trl $kind exit $?"
         grep RESULT "$OUT/trl_$kind.log" || tail -20 "$OUT/trl_$kind.log"

@@ -126,7 +126,9 @@ def sft(base: Path, out: Path, cfg: SFTConfig, progress: bool = True) -> Path:
             labels[i, len(p):len(p) + len(c)] = torch.tensor(c)
             mask[i, :len(p) + len(c)] = 1
         ids, mask, labels = (t.to(cfg.device) for t in (ids, mask, labels))
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        # on a GPU, bf16 autocast over the fp32 masters (fp32 matmuls made the 0.6B SFT 165 s on an H200)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=str(cfg.device).startswith("cuda")):
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -339,7 +339,9 @@ def test_head_rows_invariant_and_close_to_float64(dtype, vocab):
     h, w = rand(g, 37, 64, dtype=dt), rand(g, vocab + 5, 64, dtype=dt, scale=0.3)
     lp = head.logprob_head_forward(h, w, tgt, vocab)
     want = (h.double() @ w[:vocab].double().T).log_softmax(-1).gather(1, tgt[:, None])[:, 0]
-    atol = {"float32": 1e-2 if NATIVE else 1e-4, "float16": 1e-4, "bfloat16": 1e-3}[dtype]  # TF32 natively
+    # natively an fp32 tl.dot is TF32 (10-bit mantissas): each logit (std ~2.4) errs by ~1e-3, and the
+    # worst of 37 rows' log-probs reached 0.0118 on the H200 (session 6)
+    atol = {"float32": 3e-2 if NATIVE else 1e-4, "float16": 1e-4, "bfloat16": 1e-3}[dtype]
     assert float((lp.double() - want).abs().max()) < atol, vocab
     if dt != torch.bfloat16:
         ref, _ = get_backend("reference").logprob_head(h.cpu(), w.cpu(), tgt.cpu(), vocab)
