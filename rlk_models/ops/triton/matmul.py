@@ -52,7 +52,6 @@ from ..canonical import LINEAR_K_GROUPS as K_GROUPS
 from ..checks import check_linear
 from .utils import BLOCK_K, dot_k_range, fit_stages, num_sms
 
-
 HALF = K_GROUPS // 2  # groups per half: the run folded in order before the halves are added
 
 
@@ -141,7 +140,8 @@ def _group_tma(a_desc, b_desc, pid_m, pid_n, k_lo, k_hi, part, A_KM: tl.constexp
 
 @triton.jit
 def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr,
-                   RUN: tl.constexpr, SPLIT: tl.constexpr, A_KM: tl.constexpr, B_KN: tl.constexpr, BLOCK_M: tl.constexpr,
+                   RUN: tl.constexpr, SPLIT: tl.constexpr, A_KM: tl.constexpr, B_KN: tl.constexpr,
+                   BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr):
     """TMA tensor descriptors (Hopper). SPLIT: program axis 1 is the group and c_desc is the
     [GROUPS, M, N] fp32 partial buffer."""
