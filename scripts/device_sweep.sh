@@ -14,6 +14,10 @@
 #       the image lacks trl, datasets, dill, multiprocess: carry them as wheels, made here with
 #       pip download --no-deps --only-binary=:all: --python-version 3.12 -d .wheels \
 #           trl==1.16.0 datasets==5.2.0 multiprocess==0.70.19 dill==0.4.1      (carry=[".vllm-cuda", ".wheels"])
+#   PART=train  bash scripts/device_sweep.sh   # one training step, rlk vs stock SDPA vs Liger-Kernel, eager and
+#       torch.compile (benchmarks/train_step.py; TRAIN_SHAPES="1.7b 8b", TRAIN_8B_LAYERS=4, TRAIN_ARGS); carry the
+#       liger-kernel wheel in .wheels:
+#           pip download --no-deps --only-binary=:all: -d .wheels liger-kernel==0.8.5
 #   PART=fsdp,tests,vllm ...                   # several parts in one call, in order (one install)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 RLK_CACHE_DIR="$OUT/cache" VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 \
@@ -97,6 +101,14 @@ trl)
             --work /tmp/grpo-gpu \
             --steps "${TRL_STEPS:-30}" > "$OUT/trl_$kind.log" 2>&1; echo "trl $kind exit $?"
         grep RESULT "$OUT/trl_$kind.log" || tail -20 "$OUT/trl_$kind.log"
+    done
+    ;;
+train)
+    python3 -m pip install -q --no-deps --no-index --target /tmp/site .wheels/liger_kernel-*.whl 2>&1 | tail -1
+    for shape in ${TRAIN_SHAPES:-1.7b 8b}; do
+        layers=$([ "$shape" = 8b ] && echo "${TRAIN_8B_LAYERS:-4}" || echo 0)
+        CUDA_VISIBLE_DEVICES=0 python3 benchmarks/train_step.py --shape "$shape" --layers "$layers" \
+            --out "$OUT" ${TRAIN_ARGS:-} 2>&1 | tee "$OUT/train_step_$shape.log" | tail -45
     done
     ;;
 *) echo "unknown part $part"; exit 2 ;;

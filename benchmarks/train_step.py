@@ -1,0 +1,196 @@
+"""One RL training step on the GPU -- token log-probs of a batch, their sum, backward -- with the rlk
+training class against the stacks an RL user would otherwise train with, on the same random-init
+Qwen3-shaped checkpoint (bf16 weights, no optimizer: the step every PPO/GRPO update repeats).
+
+Stacks (each in its own process, so that peak memory and Liger's monkey-patching stay separate):
+  ``rlk``            the training class, triton backend: ``token_logprobs`` (fused log-prob head,
+                     no [T, V] logits), sum, backward;
+  ``stock``          transformers' Qwen3 with SDPA attention: logits, fp32 cross-entropy (sum),
+                     backward -- what ``model(ids).logits`` + ``log_softmax`` costs;
+  ``liger``          the same model patched by Liger-Kernel (``apply_liger_kernel_to_qwen3``: RoPE,
+                     RMSNorm, SwiGLU kernels) with its fused linear cross-entropy on the hidden
+                     states (no logits);
+  ``*_compile``      ``stock`` / ``liger`` with the whole step under ``torch.compile``.
+Per stack: tokens/s of forward+backward and of a forward-only log-prob pass (median of
+``--steps`` timed steps after warm-up), peak GPU memory of the step; ratios against the fastest
+non-rlk stack of the same run. Results: ``$OUT/train_step_<shape>.json``.
+
+    python benchmarks/train_step.py --shape 1.7b
+    python benchmarks/train_step.py --shape 8b --layers 4        # 4 of the 36 layers: memory
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vllm_cuda import COMMON, SHAPES  # noqa: E402  (the random-init Qwen3 shapes, one definition)
+
+STACKS = ["rlk", "stock", "stock_compile", "liger", "liger_compile"]
+
+
+def stage_ckpt(a) -> dict:
+    import torch
+
+    from rlk_models.conversion import convert
+    from rlk_models.testing.tiny import make_sized_hf_checkpoint
+
+    shape = {**SHAPES[a.shape], **COMMON}
+    if a.layers:
+        shape["num_hidden_layers"] = a.layers
+    tag = f"{a.shape}-{shape['num_hidden_layers']}l"
+    with torch.device(a.device):
+        hf = make_sized_hf_checkpoint(Path(a.work) / f"{tag}-hf", "qwen3", shape)
+    backend = "triton" if a.device == "cuda" else "reference"
+    rlk = convert(hf, Path(a.work) / f"{tag}-rlk", rlk_backend=backend, force=True, progress=False)
+    return {"hf": str(hf), "rlk": str(rlk), "layers": shape["num_hidden_layers"]}
+
+
+def _loss_fn(stack: str, model):
+    """ids [B, S] -> the step's scalar: minus the sum of the B * (S - 1) next-token log-probs."""
+    import torch.nn.functional as F
+
+    if stack == "rlk":
+        return lambda ids: -model.token_logprobs(ids).sum()
+    if stack.startswith("stock"):
+        def stock(ids):
+            logits = model(input_ids=ids).logits[:, :-1]
+            return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
+                                   reduction="sum")
+        return stock
+    from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+    flce = LigerFusedLinearCrossEntropyLoss(reduction="sum")
+
+    def liger(ids):
+        h = model.model(input_ids=ids).last_hidden_state[:, :-1]
+        return flce(model.lm_head.weight, h.reshape(-1, h.shape[-1]), ids[:, 1:].reshape(-1))
+    return liger
+
+
+def stage_stack(a) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import rlk_models  # noqa: F401
+
+    if a.stack.startswith("liger"):
+        from liger_kernel.transformers import apply_liger_kernel_to_qwen3
+
+        apply_liger_kernel_to_qwen3(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                    fused_linear_cross_entropy=False)  # FLCE applied explicitly in _loss_fn
+    kw = {} if a.stack == "rlk" else {"attn_implementation": "sdpa"}
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, **kw).to(a.device).train()
+    loss_fn = _loss_fn(a.stack, model)
+    if a.stack.endswith("_compile"):
+        loss_fn = torch.compile(loss_fn)
+    g = torch.Generator(device=a.device).manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (a.batch, a.seq), device=a.device, generator=g)
+    tokens = a.batch * (a.seq - 1)
+    cuda = a.device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def timed(fn, steps: int) -> list[float]:
+        out = []
+        for _ in range(steps):
+            sync()
+            t = time.perf_counter()
+            fn()
+            sync()
+            out.append(time.perf_counter() - t)
+        return out
+
+    def train_step():
+        model.zero_grad(set_to_none=True)
+        loss_fn(ids).backward()
+
+    def forward_only():
+        with torch.no_grad():
+            loss_fn(ids)
+
+    t0 = time.time()
+    timed(train_step, a.warmup)  # includes torch.compile's first compilation
+    warm_s = time.time() - t0
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    step_s = sorted(timed(train_step, a.steps))[a.steps // 2]
+    peak = torch.cuda.max_memory_allocated() if cuda else 0
+    model.zero_grad(set_to_none=True)
+    timed(forward_only, 2)
+    fwd_s = sorted(timed(forward_only, a.steps))[a.steps // 2]
+    return {"train_tok_per_s": round(tokens / step_s), "train_step_ms": round(step_s * 1e3, 2),
+            "forward_tok_per_s": round(tokens / fwd_s), "peak_gib": round(peak / 2 ** 30, 2),
+            "warmup_s": round(warm_s, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("stage", nargs="?", default="all", choices=["all", "ckpt", "stack"])
+    ap.add_argument("--shape", default="1.7b", choices=sorted(SHAPES))
+    ap.add_argument("--layers", type=int, default=0, help="override the shape's layer count (0: keep)")
+    ap.add_argument("--stacks", default=",".join(STACKS))
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--device", default="cuda", help="cuda; cpu only smoke-tests the script (reference backend)")
+    ap.add_argument("--work", default="/tmp/train_step")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--limit", type=float, default=400, help="seconds per stack process")
+    ap.add_argument("--stack")
+    ap.add_argument("--model")
+    a = ap.parse_args()
+    if a.stage != "all":
+        print("RESULT " + json.dumps({"ckpt": stage_ckpt, "stack": stage_stack}[a.stage](a)), flush=True)
+        return
+    unknown = [s for s in a.stacks.split(",") if s not in STACKS]
+    if unknown:
+        ap.error(f"unknown stack(s) {unknown}; choose from {STACKS}")
+    os.makedirs(a.work, exist_ok=True)
+    os.makedirs(a.out, exist_ok=True)
+    out_path = Path(a.out) / f"train_step_{a.shape}.json"
+    summary: dict = {"shape": a.shape, "batch": a.batch, "seq": a.seq, "steps": a.steps}
+    common = ["--shape", a.shape, "--layers", str(a.layers), "--batch", str(a.batch), "--seq", str(a.seq),
+              "--steps", str(a.steps), "--warmup", str(a.warmup), "--work", a.work, "--device", a.device]
+
+    def run(tag: str, extra: list[str]) -> dict:
+        t = time.time()
+        try:
+            p = subprocess.run([sys.executable, __file__, *extra, *common], capture_output=True, text=True,
+                               timeout=a.limit)
+            lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+            res = json.loads(lines[-1][7:]) if lines else {"error": f"exit {p.returncode}",
+                                                            "stderr_tail": p.stderr[-2500:]}
+        except subprocess.TimeoutExpired:
+            res = {"error": f"timed out after {a.limit} s"}
+        res["wall_s"] = round(time.time() - t, 1)
+        summary[tag] = res
+        out_path.write_text(json.dumps(summary, indent=1))
+        print(f"== {tag}: {json.dumps(res)[:900]}", flush=True)
+        return res
+
+    ck = run("ckpt", ["ckpt"])
+    if "error" in ck:
+        return
+    for stack in a.stacks.split(","):
+        run(stack, ["stack", "--stack", stack, "--model", ck["rlk"] if stack == "rlk" else ck["hf"]])
+    rivals = [summary[s] for s in STACKS[1:] if "train_tok_per_s" in summary.get(s, {})]
+    rlk = summary.get("rlk", {})
+    if rivals and "train_tok_per_s" in rlk:
+        best = max(rivals, key=lambda r: r["train_tok_per_s"])
+        summary["rlk_vs_fastest_rival"] = {
+            "train": round(rlk["train_tok_per_s"] / best["train_tok_per_s"], 3),
+            "forward": round(rlk["forward_tok_per_s"] / max(r["forward_tok_per_s"] for r in rivals), 3),
+            "peak_memory": round(rlk["peak_gib"] / best["peak_gib"], 3) if best["peak_gib"] else None}
+    out_path.write_text(json.dumps(summary, indent=1))
+    print(json.dumps({k: v for k, v in summary.items() if k != "ckpt"}, indent=1), flush=True)
+
+
+if __name__ == "__main__":
+    main()
