@@ -4,7 +4,8 @@ class on the GPU.
 
 Each engine runs in its own process (a finished engine's GPU memory is only freed with its
 process). Per engine: start time, output tokens/s of ``--n`` prompts x ``--max-tokens`` at
-temperature 1 with ``logprobs=0`` (after a warm-up), and batch-1 inter-token latency. Engines:
+temperature 1 with ``logprobs=0`` (after a warm-up), batch-1 inter-token latency and the decode-step
+latency at batch 1, 64 and 256 (128 steps each). Engines:
 ``stock`` (vLLM's defaults: torch.compile, FULL_AND_PIECEWISE graphs, FA3), ``stock_bi`` (the
 same with ``VLLM_BATCH_INVARIANT=1``, vLLM's own batch-invariant mode), ``rlk`` (CUDA graphs of
 uniform decode steps, ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``), ``rlk_eager`` and
@@ -85,6 +86,14 @@ def stage_engine(a) -> dict:
     t = time.time()
     o1 = llm.generate(prompts[:1], one, use_tqdm=False)
     res["batch1_itl_ms"] = round((time.time() - t) / len(o1[0].outputs[0].token_ids) * 1e3, 3)
+    # whole-model decode-step latency at the batch sizes rollouts run (#17's decode goal): 128 steps of
+    # B sequences, the one prefill of B x prompt_len tokens amortized over them
+    res["decode_step_ms"] = {"1": res["batch1_itl_ms"]}
+    for b in (64, 256):
+        if b <= a.n:
+            t = time.time()
+            llm.generate(prompts[:b], one, use_tqdm=False)
+            res["decode_step_ms"][str(b)] = round((time.time() - t) / 128 * 1e3, 3)
     if rlk:
         torch.save({"ids": [list(o.prompt_token_ids) + list(o.outputs[0].token_ids) for o in outs],
                     "prompt_len": [len(o.prompt_token_ids) for o in outs],
@@ -168,11 +177,15 @@ def main() -> None:
         res = run(kind, ["engine", "--kind", kind, "--model", model, "--save", save], env)
         if kind.startswith("rlk") and res and "error" not in res:
             run(f"{kind}_parity", ["parity", "--model", model, "--save", save])
-    base = summary.get("stock", {}).get("throughput", {}).get("tok_per_s")
+    stock = summary.get("stock", {})
+    base = stock.get("throughput", {}).get("tok_per_s")
     for kind in a.engines.split(","):
         r = summary.get(kind, {})
         if base and "throughput" in r:
             r["throughput_vs_stock"] = round(r["throughput"]["tok_per_s"] / base, 3)
+        if "decode_step_ms" in stock and "decode_step_ms" in r:
+            r["decode_step_vs_stock"] = {b: round(ms / stock["decode_step_ms"][b], 3)
+                                         for b, ms in r["decode_step_ms"].items() if b in stock["decode_step_ms"]}
     rlk, plain = summary.get("rlk", {}), summary.get("rlk_allreduce", {})
     if "throughput" in rlk and "throughput" in plain:  # the canonical reduction's cost (time ratio)
         summary["canonical_vs_all_reduce"] = {
