@@ -23,7 +23,7 @@ from rlk_models.ops.triton.rope import rope  # noqa: E402
 from rlk_models.ops.triton.silu_mul import silu_mul  # noqa: E402
 
 
-def check(name, fn, ref64, torch_fn, make, res):
+def check(name, fn, ref64, torch_fn, make, res, params=()):
     x_full = make(8192)
     full = fn(x_full)
     r = {"rel_err_vs_fp64": rel_err(full[:256], ref64(x_full[:256].double())),
@@ -38,6 +38,12 @@ def check(name, fn, ref64, torch_fn, make, res):
     t_fb = bench(lambda: torch.autograd.grad(fn(xt), xt, g), warmup=10, rep=50)
     t_fb_torch = bench(lambda: torch.autograd.grad(torch_fn(xt), xt, g), warmup=10, rep=50)
     r["fwd_bwd_M8192"] = {"ours_us": t_fb * 1e3, "torch_us": t_fb_torch * 1e3, "ratio": t_fb / t_fb_torch}
+    for p in params:  # as in training: the weight's gradient too (torch skips it above, and so do we)
+        p.requires_grad_()
+        t_fb = bench(lambda: torch.autograd.grad(fn(xt), [xt, p], g), warmup=10, rep=50)
+        t_fb_torch = bench(lambda: torch.autograd.grad(torch_fn(xt), [xt, p], g), warmup=10, rep=50)
+        r["fwd_bwd_dw_M8192"] = {"ours_us": t_fb * 1e3, "torch_us": t_fb_torch * 1e3, "ratio": t_fb / t_fb_torch}
+        p.requires_grad_(False)
     res[name] = r
     print(f"{name}: rel err {r['rel_err_vs_fp64']:.2e} (torch "
           f"{r['torch_rel_err_vs_fp64']:.2e}); " + "; ".join(f"{k} {v['ours_us']:.1f}us vs torch {v['torch_us']:.1f}us "
@@ -98,10 +104,10 @@ def main() -> None:
 
     check("rms_norm_hidden_4096", lambda x: rms_norm(x, w, 1e-6), lambda x: ref_rms(x, w),
           lambda x: F.rms_norm(x, (4096,), w, 1e-6),
-          lambda m: torch.randn(m, 4096, device=dev, generator=g).bfloat16(), res)
+          lambda m: torch.randn(m, 4096, device=dev, generator=g).bfloat16(), res, params=[w])
     check("rms_norm_heads_32x128", lambda x: rms_norm(x, wh, 1e-6), lambda x: ref_rms(x, wh),
           lambda x: F.rms_norm(x, (128,), wh, 1e-6),
-          lambda m: torch.randn(m, 32, 128, device=dev, generator=g).bfloat16(), res)
+          lambda m: torch.randn(m, 32, 128, device=dev, generator=g).bfloat16(), res, params=[wh])
     check("silu_mul_12288", silu_mul, lambda gu: F.silu(gu[:, :12288]) * gu[:, 12288:],
           lambda gu: F.silu(gu[:, :12288]) * gu[:, 12288:],
           lambda m: (2 * torch.randn(m, 24576, device=dev, generator=g)).bfloat16(), res)

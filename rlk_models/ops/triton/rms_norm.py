@@ -9,9 +9,12 @@ Contract
     (tolerance-level).
 
 Backward (deterministic, no atomics)
-    dx: one program per row. dw: one program per (128-column block, chunk of 256 rows) sums
-    dy * n over its chunk, 16 rows at a time in row order; the chunk partials are added in chunk
-    order (fp32), rounded once.
+    One fused pass: each program owns a fixed chunk of ``_bwd_chunk(D)`` rows (a function of D
+    only), walks it ``ROWS`` rows at a time in row order, writes each row's dx (its sum over D by
+    ``tl.sum`` of the tile's row) and adds the tile's ``dy * n`` column sums into an fp32 dw
+    partial; the chunk partials are added in chunk order and rounded once. x and dy are read once
+    (the earlier split dx / dw kernels read them twice); dw is skipped when the weight needs no
+    gradient.
 """
 
 from __future__ import annotations
@@ -22,12 +25,17 @@ import triton.language as tl
 
 from ..checks import check_rms_norm
 
-DW_CHUNK = 256  # rows per dw partial
-
 
 def _block(d: int) -> tuple[int, int]:
     b = triton.next_power_of_2(d)
     return b, 4 if b <= 2048 else 8
+
+
+def _bwd_tile(d: int) -> tuple[int, int]:
+    """(rows per step, rows per program) of the backward: functions of D only."""
+    b = triton.next_power_of_2(d)
+    rows = max(1, min(32, 4096 // b))
+    return rows, max(rows, 131072 // b)
 
 
 @triton.jit
@@ -44,37 +52,31 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, D, eps, BLOCK_D: tl.constexpr):
 
 
 @triton.jit
-def _rms_bwd_dx(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, D, BLOCK_D: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
+def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, M, D, CHUNK: tl.constexpr, ROWS: tl.constexpr,
+             BLOCK_D: tl.constexpr, DW: tl.constexpr):
+    """dx of rows [chunk * CHUNK, +CHUNK), ROWS at a time, and (DW) this chunk's fp32 dw partial."""
+    chunk = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
-    mask = cols < D
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    x = tl.load(x_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32)
-    rstd = tl.load(rstd_ptr + row)
-    n = x * rstd
-    g = dy * w
-    dx = rstd * (g - n * (tl.sum(g * n, axis=0) / D))
-    tl.store(dx_ptr + row * D + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _rms_bwd_dw(dy_ptr, x_ptr, rstd_ptr, dwp_ptr, M, D, CHUNK: tl.constexpr, ROWS: tl.constexpr,
-                BLOCK_C: tl.constexpr):
-    """Partial dw over rows [chunk * CHUNK, +CHUNK) for one column block: ROWS rows at a time,
-    summed in a fixed order (the partition depends on M only through the chunk count)."""
-    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    chunk = tl.program_id(1)
-    acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    cmask = cols < D
+    w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
     for r0 in range(chunk * CHUNK, tl.minimum(chunk * CHUNK + CHUNK, M), ROWS):
         rows = r0 + tl.arange(0, ROWS)
-        ok = (rows[:, None] < M) & (cols[None, :] < D)
+        rmask = rows < M
+        ok = rmask[:, None] & cmask[None, :]
         off = rows.to(tl.int64)[:, None] * D + cols[None, :]
         x = tl.load(x_ptr + off, mask=ok, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + off, mask=ok, other=0.0).to(tl.float32)
-        rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
-        acc += tl.sum(dy * (x * rstd[:, None]), axis=0)
-    tl.store(dwp_ptr + chunk * D + cols, acc, mask=cols < D)
+        rstd = tl.load(rstd_ptr + rows, mask=rmask, other=0.0)
+        n = x * rstd[:, None]
+        g = dy * w[None, :]
+        dot = tl.sum(g * n, axis=1) / D
+        dx = rstd[:, None] * (g - n * dot[:, None])
+        tl.store(dx_ptr + off, dx.to(dx_ptr.dtype.element_ty), mask=ok)
+        if DW:
+            acc += tl.sum(dy * n, axis=0)
+    if DW:
+        tl.store(dwp_ptr + chunk.to(tl.int64) * D + cols, acc, mask=cmask)
 
 
 @triton.jit
@@ -105,15 +107,19 @@ class _RMSNorm(torch.autograd.Function):
         x2, w, rstd = ctx.saved_tensors
         m, d = x2.shape
         block, warps = _block(d)
+        rows, chunk = _bwd_tile(d)
+        want_dw = ctx.needs_input_grad[1]
         dx = torch.empty_like(x2)
-        chunks = max(1, triton.cdiv(m, DW_CHUNK))
-        dwp = torch.zeros(chunks, d, dtype=torch.float32, device=x2.device)
-        dw = torch.empty_like(w)
+        chunks = max(1, triton.cdiv(m, chunk))
+        dwp = torch.zeros(chunks if want_dw else 1, d, dtype=torch.float32, device=x2.device)
         if m:
             dy2 = dy.reshape(m, d).contiguous()
-            _rms_bwd_dx[(m,)](dy2, x2, w, rstd, dx, d, BLOCK_D=block, num_warps=warps)
-            _rms_bwd_dw[(triton.cdiv(d, 128), chunks)](dy2, x2, rstd, dwp, m, d, CHUNK=DW_CHUNK, ROWS=16, BLOCK_C=128)
-        _fold_chunks[(triton.cdiv(d, 128),)](dwp, dw, chunks, d, BLOCK_C=128)
+            _rms_bwd[(chunks,)](dy2, x2, w, rstd, dx, dwp, m, d, CHUNK=chunk, ROWS=rows, BLOCK_D=block, DW=want_dw,
+                                num_warps=warps)
+        dw = None
+        if want_dw:
+            dw = torch.empty_like(w)
+            _fold_chunks[(triton.cdiv(d, 128),)](dwp, dw, chunks, d, BLOCK_C=128)
         return dx.view(dy.shape), dw, None
 
 

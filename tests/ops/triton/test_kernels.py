@@ -202,6 +202,25 @@ def test_rowwise_ops_row_invariant_and_close_to_reference(dtype, op, shape):
         assert rel_err(a, b) < 10 * TOL[dtype]
 
 
+@pytest.mark.parametrize("d", [80, 4096])  # one chunk of rows; several chunks (the dw partials' fold)
+def test_rms_norm_backward_chunks_close_to_float64(d):
+    """The fused backward: dx and dw against float64 autograd with several row chunks, and dx alone
+    (weight without gradient: no dw pass) bitwise the same dx."""
+    rn = _mod("rms_norm")
+    g = torch.Generator().manual_seed(d)
+    m = 2 * rn._bwd_tile(d)[1] + 5
+    x, w, gy = rand(g, m, d, scale=2.0), rand(g, d), rand(g, m, d)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    dx, dw = torch.autograd.grad(rn.rms_norm(xr, wr, 1e-6), [xr, wr], gy)
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    y64 = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6) * w64
+    dx64, dw64 = torch.autograd.grad(y64, [x64, w64], gy.double())
+    assert rel_err(dx, dx64) < 1e-5 and rel_err(dw, dw64) < 1e-5
+    xo = x.clone().requires_grad_()
+    (dx_only,) = torch.autograd.grad(rn.rms_norm(xo, w, 1e-6), [xo], gy)
+    assert torch.equal(dx_only, dx)
+
+
 def test_rope_and_embedding_match_reference():
     ref, tri = get_backend("reference"), get_backend("triton")
     from rlk_models.ops import rope_table
