@@ -8,7 +8,8 @@ temperature 1 with ``logprobs=0`` (after a warm-up), batch-1 inter-token latency
 latency at batch 1, 64 and 256 (128 steps each). Engines:
 ``stock`` (vLLM's defaults: torch.compile, FULL_AND_PIECEWISE graphs, FA3), ``stock_bi`` (the
 same with ``VLLM_BATCH_INVARIANT=1``, vLLM's own batch-invariant mode), ``rlk`` (CUDA graphs of
-uniform decode steps, ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``), ``rlk_eager`` and
+uniform decode steps, ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``), ``rlk_compile`` (the decoder
+compiled by vLLM, ``rlk_compile``, with FULL_AND_PIECEWISE graphs), ``rlk_eager`` and
 ``rlk_allreduce`` (``--tp`` > 1: row-parallel layers all-reduce rounded partials like stock vLLM
 instead of the canonical all-gather + combine -- the cost of the contract's reduction; not
 bitwise, its parity figures show by how much). ``--tp N`` runs every engine at
@@ -67,6 +68,8 @@ def stage_engine(a) -> dict:
               gpu_memory_utilization=0.85, max_num_seqs=a.n, tensor_parallel_size=a.tp)
     if rlk:
         kw.update(logprobs_mode="raw_logits", **engine_graph_options(True, a.kind != "rlk_eager"))
+        if a.kind == "rlk_compile":  # vLLM's compilation path, piecewise graphs for prefill/mixed steps
+            kw.update(hf_overrides={"rlk_compile": True}, compilation_config={"cudagraph_mode": "FULL_AND_PIECEWISE"})
     t0 = time.time()
     llm = LLM(**kw)
     res = {"init_s": round(time.time() - t0, 1)}

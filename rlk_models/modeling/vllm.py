@@ -12,10 +12,16 @@ reports are exactly ``compute_logits``' values (the default ``raw_logprobs`` re-
 with torch's log_softmax, changing the last bits). vLLM builds its sampler before it builds the
 model, so a model cannot switch the mode itself: the class fails closed at load with the flag
 to pass. Sampling is unaffected (softmax of log-probs = softmax of logits).
+
+Compilation (opt-in, ``rlk_compile``): the decoder is a ``support_torch_compile`` class whose
+layers call the op backend as ``opaque:NAME`` -- every contract op one ``rlk::*`` torch custom op
+(``ops.library``) -- so vLLM's torch.compile sees each op as an opaque call and compiles only the
+glue between them; attention is vLLM's own opaque op. Off, the class runs eagerly as before.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import os
@@ -23,6 +29,7 @@ from collections.abc import Iterable
 
 import torch
 from torch import nn
+from vllm.compilation.decorators import support_torch_compile
 from vllm.distributed import (
     get_pp_group,
     get_tensor_model_parallel_rank,
@@ -45,7 +52,7 @@ from vllm.model_executor.layers.vocab_parallel_embedding import (
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
 from ..conversion.maps import FUSION_HINT, IGNORED_SUFFIXES
-from ..ops import get_backend
+from ..ops import OPAQUE, get_backend
 from ..ops.canonical import padded_vocab, vocab_shard
 from ..ops.fingerprint import check_fingerprint
 from ..ops.selftest import maybe_require
@@ -129,11 +136,13 @@ class _PagedAttention(Attention):
 
 
 class VllmBuilder:
-    """Makes the decoder's layers from vLLM's tensor-parallel layers (see module docstring)."""
+    """Makes the decoder's layers from vLLM's tensor-parallel layers (see module docstring).
+    ``backend`` is what the linears call (``opaque:NAME`` when compiled); attention runs inside
+    vLLM's own opaque attention op and calls ``attention_backend``."""
 
-    def __init__(self, vllm_config, backend: str):
+    def __init__(self, vllm_config, backend: str, attention_backend: str):
         self.cache_config = vllm_config.cache_config
-        self.backend = backend
+        self.backend, self.attention_backend = backend, attention_backend
         self.tp_size = get_tensor_model_parallel_world_size()
         self.vocab_padding = padded_vocab(1)  # the canonical padding multiple
 
@@ -164,7 +173,28 @@ class VllmBuilder:
 
     def attention(self, layer_idx, n_heads, n_kv_heads, head_dim, scale, prefix):
         return _PagedAttention(n_heads, head_dim, scale, num_kv_heads=n_kv_heads, cache_config=self.cache_config,
-                               prefix=prefix, attn_backend=RLKAttentionBackend, rlk_backend=self.backend)
+                               prefix=prefix, attn_backend=RLKAttentionBackend, rlk_backend=self.attention_backend)
+
+
+def compiles(vllm_config) -> bool:
+    """Whether vLLM's compilation path (torch.compile, piecewise CUDA graphs) runs the decoder:
+    opt-in with the config field ``rlk_compile: true`` (e.g. ``hf_overrides={"rlk_compile": True}``)
+    while the default is measured on the GPU; vLLM's own switches (``enforce_eager``,
+    ``compilation_config``) still turn it off."""
+    return bool(getattr(vllm_config.model_config.hf_config, "rlk_compile", False))
+
+
+@support_torch_compile(dynamic_arg_dims={"input_ids": 0, "positions": 0, "inputs_embeds": 0}, enable_if=compiles)
+class VllmDecoder(Decoder):
+    """The shared decoder with vLLM's forward signature, compiled by vLLM when ``compiles``. Its
+    layers then call the op backend through ``rlk::*`` custom ops (``ops.library``), so the graph
+    holds exactly the eager kernels and Inductor compiles only the glue between them."""
+
+    def __init__(self, *, vllm_config, prefix: str = "model", config=None, build=None):
+        super().__init__(config, build, prefix)
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        return super().forward(input_ids, positions, VllmContextMeta(), inputs_embeds)
 
 
 class RLKVllmForCausalLM(nn.Module):
@@ -185,8 +215,12 @@ class RLKVllmForCausalLM(nn.Module):
         check_fingerprint(config, vllm_config.model_config.dtype, "the vLLM class", required=True)
         maybe_require(config)
         self.config = config
-        build = VllmBuilder(vllm_config, config.rlk_backend)
-        self.model = Decoder(config, build, prefix="model")
+        backend = config.rlk_backend
+        if compiles(vllm_config):  # the decoder's layers call the ops as opaque custom ops
+            config = copy.copy(config)
+            config.rlk_backend = OPAQUE + backend
+        build = VllmBuilder(vllm_config, config.rlk_backend, backend)
+        self.model = VllmDecoder(vllm_config=vllm_config, prefix="model", config=config, build=build)
         self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, padding_size=build.vocab_padding,
                                       prefix="lm_head")
         self.lm_head.quant_method = RLKEmbeddingMethod()
@@ -197,7 +231,7 @@ class RLKVllmForCausalLM(nn.Module):
         return self.model.embed_tokens(input_ids)
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
-        return self.model(input_ids, positions, VllmContextMeta(), inputs_embeds)
+        return self.model(input_ids, positions, intermediate_tensors, inputs_embeds)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """fp32 log-probs [n, vocab] from the log-prob head (reported as-is under raw_logits).
@@ -234,6 +268,9 @@ class RLKVllmForCausalLM(nn.Module):
             loaded.add(name)
         if self.config.tie_word_embeddings:
             loaded.add("lm_head.weight")
+        # built here, on the weights' device, before vLLM's first (possibly compiled) forward: a table
+        # built while Dynamo traces would become graph code that Inductor could compute differently
+        self.model.rope_table(self.lm_head.weight.device)
         missing = sorted(set(params) - loaded)
         if missing:
             raise ValueError(f"{type(self).__name__}: the checkpoint lacks {len(missing)} tensor(s): "

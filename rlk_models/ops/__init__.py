@@ -7,12 +7,12 @@ process-wide switch. A backend that is requested but cannot run here raises.
 Layers: ``canonical`` (what every backend agrees on: K-groups, the canonical padded vocab and its
 shards, stats records), ``checks`` (argument checks for every op), ``autograd`` (shared autograd
 glue); the backends ``reference`` and ``triton`` build on those three and never on each other.
-``fingerprint`` and ``selftest`` check a backend's contract per checkpoint and per machine.
+``fingerprint`` and ``selftest`` check a backend's contract per checkpoint and per machine;
+``library`` exposes a backend's ops as torch custom ops for torch.compile (``opaque:NAME``).
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 from types import ModuleType
 from typing import Protocol
@@ -57,6 +57,7 @@ class Backend(Protocol):
                      ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
     def full_logprobs(self, hidden: torch.Tensor, weight: torch.Tensor, vocab_size: int) -> torch.Tensor: ...
     # tensor parallelism: canonical K segments of row-parallel GEMMs and vocab groups of the head
+    def partials_per_rank(self, tp_size: int) -> int: ...
     def shard_partial(self, x: torch.Tensor, w_shard: torch.Tensor, tp_size: int) -> torch.Tensor: ...
     def combine_partials(self, parts: torch.Tensor, bias: torch.Tensor | None,
                          out_dtype: torch.dtype) -> torch.Tensor: ...
@@ -75,20 +76,38 @@ class BackendUnavailable(RuntimeError):
 _REQUIRED = [n for n in Backend.__dict__ if not n.startswith("_")] + ["NAME", "FINGERPRINT", "is_available"]
 
 
+# name -> loaded backend. A plain dict rather than functools.cache: torch.compile (Dynamo) traces
+# get_backend inside a compiled model, and a dict lookup is all it sees once a backend is loaded
+_LOADED: dict[str, Backend | ModuleType] = {}
+OPAQUE = "opaque:"  # get_backend("opaque:NAME"): NAME's ops as torch custom ops (ops/library.py)
+
+
 def register_backend(name: str, module: str) -> None:
     """Make the backend module ``module`` (import path) selectable as ``rlk_backend=name``.
     Third-party and test backends use this; the model config still names the backend."""
     _BACKENDS[name] = module
-    get_backend.cache_clear()
+    _LOADED.pop(name, None)
+    _LOADED.pop(OPAQUE + name, None)
 
 
 def available_backends() -> list[str]:
     return sorted(_BACKENDS)
 
 
-@functools.cache
 def get_backend(name: str) -> Backend | ModuleType:
-    """The op backend called ``name``; raises if unknown or unavailable on this machine."""
+    """The op backend called ``name``; raises if unknown or unavailable on this machine.
+    ``opaque:NAME``: the same ops, each one torch custom op that torch.compile cannot look into."""
+    mod = _LOADED.get(name)
+    if mod is None:
+        mod = _LOADED[name] = _load(name)
+    return mod
+
+
+def _load(name: str) -> Backend | ModuleType:
+    if name.startswith(OPAQUE):
+        from .library import OpaqueBackend
+
+        return OpaqueBackend(get_backend(name[len(OPAQUE):]))
     if name not in _BACKENDS:
         raise BackendUnavailable(f"unknown op backend {name!r}; known: {available_backends()}")
     mod = importlib.import_module(_BACKENDS[name])

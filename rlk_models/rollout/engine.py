@@ -41,8 +41,9 @@ RLK_CUDA_GRAPHS = {"cudagraph_mode": "FULL_DECODE_ONLY"}
 def engine_graph_options(rlk: bool, cuda_graphs: bool | None = None) -> dict:
     """How an engine runs its steps. CPU: eagerly. CUDA: with CUDA graphs (``cuda_graphs=False``:
     eagerly) -- for an rlk checkpoint, full graphs of uniform decode steps (``RLK_CUDA_GRAPHS``:
-    the rlk model is not compiled by torch.compile, and vLLM's default piecewise graphs need
-    that, so the default would fall back to eager); for a stock checkpoint, vLLM's defaults."""
+    vLLM's default piecewise graphs need the compiled model, which is opt-in for rlk checkpoints
+    -- ``hf_overrides={"rlk_compile": True}``, then ``cudagraph_mode="FULL_AND_PIECEWISE"`` --
+    until its speed is measured on the GPU); for a stock checkpoint, vLLM's defaults."""
     graphs = torch.cuda.is_available() if cuda_graphs is None else cuda_graphs
     if not graphs:
         return {"enforce_eager": True}

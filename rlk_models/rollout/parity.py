@@ -26,11 +26,17 @@ CONFIGS: dict[str, tuple[dict, str, list[int]]] = {
     "max_num_seqs_1": ({"max_num_seqs": 1}, "temp1", [16]),
     "prefix_cache_block16": ({"enable_prefix_caching": True, "block_size": 16}, "temp1", [16, 16]),
     "prefix_cache_default_block": ({"enable_prefix_caching": True}, "greedy", [16, 16]),
+    # vLLM's compilation path (torch.compile of the decoder, ops as rlk::* custom ops; opt-in)
+    "compiled": ({"enforce_eager": False, "hf_overrides": {"rlk_compile": True}}, "temp1", [16, 3]),
 }
 # added on a CUDA machine (where engines run CUDA graphs by default and batches are cheap)
 CUDA_CONFIGS: dict[str, tuple[dict, str, list[int]]] = {
     "batches_64_256_temp1": ({"max_num_seqs": 256, "max_num_batched_tokens": 2048}, "temp1", [64, 256]),
     "cuda_graphs_off": ({"enforce_eager": True}, "temp1", [16, 3]),
+    # compiled, with piecewise CUDA graphs for prefill and mixed steps and full graphs for decode
+    "compiled_piecewise_graphs": ({"hf_overrides": {"rlk_compile": True},
+                                   "compilation_config": {"cudagraph_mode": "FULL_AND_PIECEWISE"},
+                                   "max_num_seqs": 256, "max_num_batched_tokens": 2048}, "temp1", [64, 256]),
 }
 
 

@@ -2,7 +2,8 @@
 ``token_logprobs`` bit for bit, through the real vLLM engine on CPU, in every engine
 configuration of ``rlk_models.cli.verify.CONFIGS``: batches of 1-16 mixed-length prompts, several
 generate calls per engine, chunked prefill (16-token budget), one vs many sequences per step,
-prefix-cache hits at block size 16 and vLLM's default, greedy and temperature-1 sampling."""
+prefix-cache hits at block size 16 and vLLM's default, greedy and temperature-1 sampling, and the
+decoder compiled by vLLM (``rlk_compile``: torch.compile with the ops as ``rlk::*`` custom ops)."""
 
 import pytest
 
@@ -15,7 +16,7 @@ from .conftest import run_json
     ("qwen3", list(CONFIGS)),
     ("llama3", list(CONFIGS)),
     ("qwen3_tied", ["batches_16_3_temp1", "chunked_prefill_16"]),
-    ("llama_bias", ["batches_16_3_temp1", "prefix_cache_block16"]),
+    ("llama_bias", ["batches_16_3_temp1", "prefix_cache_block16", "compiled"]),
 ])
 def test_vllm_logprobs_equal_training_class(checkpoints, variant, configs):
     reports = run_json(["-m", "rlk_models.cli.verify", str(checkpoints[variant][1]), "--json",

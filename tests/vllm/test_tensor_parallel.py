@@ -7,7 +7,7 @@ from .conftest import run_json
 
 # mixed batches at temperature 1 with prompt log-probs, chunked prefill, prefix-cache hits: the CPU
 # share of the sweep (tests/gpu/test_vllm_cuda.py runs every configuration at TP=2 on two GPUs)
-CONFIGS = {"qwen3": "batches_16_3_temp1,chunked_prefill_16,prefix_cache_block16",
+CONFIGS = {"qwen3": "batches_16_3_temp1,chunked_prefill_16,prefix_cache_block16,compiled",
            "llama_bias": "batches_16_3_temp1"}  # llama_bias: row-parallel biases, one KV head replicated
 
 

@@ -9,7 +9,7 @@ from ..canonical import LINEAR_K_GROUPS, VOCAB_GROUPS, VOCAB_TILE
 from ..paged import write_kv
 from .attention import attend, paged_attention, varlen_attention
 from .embedding import embedding
-from .linear import combine_partials, linear, shard_partial
+from .linear import combine_partials, linear, partials_per_rank, shard_partial
 from .logprob_head import combine_shards, full_logprobs, logprob_head, shard_stats
 from .primitives import tree_sum
 from .rms_norm import rms_norm
@@ -29,5 +29,6 @@ def is_available() -> tuple[bool, str]:
 
 
 __all__ = ["attend", "combine_partials", "combine_shards", "embedding", "full_logprobs", "linear", "logprob_head",
-           "paged_attention", "rms_norm", "rope", "shard_partial", "shard_stats", "silu_mul", "token_sum",
+           "paged_attention", "partials_per_rank", "rms_norm", "rope", "shard_partial", "shard_stats", "silu_mul",
+           "token_sum",
            "varlen_attention", "write_kv"]

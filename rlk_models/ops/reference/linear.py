@@ -37,20 +37,26 @@ def linear_fwd(x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, groups
     return y
 
 
+def partials_per_rank(tp_size: int) -> int:
+    """P of ``shard_partial``'s [P, ..., N]: one subtree per rank."""
+    return 1
+
+
 def shard_partial(x: torch.Tensor, w_shard: torch.Tensor, tp_size: int) -> torch.Tensor:
-    """fp32 partial of a row-parallel rank: its K-slice of x [..., K/k] against w_shard [N, K/k]."""
+    """fp32 partial [1, ..., N] of a row-parallel rank: its K-slice of x [..., K/k] against w_shard
+    [N, K/k], reduced as the canonical tree's subtree."""
     if LINEAR_K_GROUPS % tp_size:
         raise ValueError(f"tensor-parallel size {tp_size} must divide {LINEAR_K_GROUPS}")
     if (x.shape[-1] * tp_size) % LINEAR_K_GROUPS:
         raise ValueError(f"row-parallel K={x.shape[-1] * tp_size} must be a multiple of {LINEAR_K_GROUPS}")
     y = matmul_nt(x.reshape(-1, x.shape[-1]), w_shard, LINEAR_K_GROUPS // tp_size)
-    return y.reshape(*x.shape[:-1], w_shard.shape[0])
+    return y.reshape(1, *x.shape[:-1], w_shard.shape[0])
 
 
 def combine_partials(parts: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
-    """Finish the canonical tree over ranks' partials stacked in rank order [k, ..., N]; add the
-    bias in fp32 and round once."""
-    y = pairwise_combine(parts.movedim(0, -1))
+    """Finish the canonical tree over ranks' partials stacked in rank order [k, 1, ..., N]; add
+    the bias in fp32 and round once."""
+    y = pairwise_combine(parts.reshape(-1, *parts.shape[2:]).movedim(0, -1))
     if bias is not None:
         y = y + bias.to(torch.float32)
     return y.to(out_dtype)

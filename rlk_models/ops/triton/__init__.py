@@ -21,7 +21,7 @@ from .attention import paged_attention, varlen_attention
 from .embedding import embedding
 from .kv_cache import write_kv
 from .logprob_head import combine_shards, full_logprobs, logprob_head, shard_stats
-from .matmul import combine_partials, linear, shard_partial
+from .matmul import combine_partials, linear, partials_per_rank, shard_partial
 from .reduce import token_sum
 from .rms_norm import rms_norm
 from .rope import rope
@@ -45,5 +45,6 @@ def is_available() -> tuple[bool, str]:
 
 
 __all__ = ["combine_partials", "combine_shards", "embedding", "full_logprobs", "linear", "logprob_head",
-           "paged_attention", "rms_norm", "rope", "shard_partial", "shard_stats", "silu_mul", "token_sum",
+           "paged_attention", "partials_per_rank", "rms_norm", "rope", "shard_partial", "shard_stats", "silu_mul",
+           "token_sum",
            "varlen_attention", "write_kv"]

@@ -332,6 +332,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return _Linear.apply(x, weight, bias, out_dtype or x.dtype, row_parallel)
 
 
+def partials_per_rank(tp_size: int) -> int:
+    """P of ``shard_partial``'s [P, ..., N]: the half's sum at TP=2, else the rank's groups."""
+    mine = K_GROUPS // tp_size
+    return 1 if mine == HALF else mine
+
+
 def shard_partial(x: torch.Tensor, w_shard: torch.Tensor, tp_size: int) -> torch.Tensor:
     """fp32 partials of a row-parallel rank for its K-slice, [P, ..., N]: at TP=2 (P = 1) its
     half's sum, h0 or h1 (one fused call over its 4 groups); at TP=4/8 its 8/k group partials."""
