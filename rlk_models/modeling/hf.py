@@ -15,6 +15,13 @@ same ops (``modeling.generation``); while it does, ``logits`` are the log-prob h
 so a generated token's raw logit is its ``token_logprobs`` value, bit for bit. Rollouts at scale
 belong in vLLM (the vLLM class); ``generate()`` is for evaluation and small runs.
 
+torch.compile: ``forward``, ``token_logprobs``, ``packed_token_logprobs`` and
+``packed_hidden_states`` run eagerly inside a compiled caller (``torch.compiler.disable``; e.g.
+``torch.compile(model)`` or a trainer's ``torch_compile=True``): Inductor would otherwise fuse and
+reorder the ops' reductions -- on the tiny Qwen3 the loss, a gradient and the token log-probs all
+changed bits -- and the trainer would drift from the rollout. (The vLLM class compiles through
+``rlk::*`` custom ops instead, ``ops.library``.)
+
 Differences from transformers' Qwen3/Llama: ``logits`` are float32 (the head's precision);
 ``q/k/v`` and ``gate/up`` are fused (``qkv_proj``, ``gate_up_proj``: see
 ``rlk_models.conversion``); no beam search or assisted decoding.
@@ -180,6 +187,7 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
 
     # --- packed core -----------------------------------------------------------------------
 
+    @torch.compiler.disable  # eager bits inside compiled callers (module docstring)
     def packed_hidden_states(self, input_ids: torch.Tensor | None, cu_seqlens: torch.Tensor,
                              positions: torch.Tensor | None = None,
                              inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
@@ -192,6 +200,7 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
     def _head(self, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
         return self.ops.logprob_head(hidden, self.lm_head.weight, targets, self.config.vocab_size, with_entropy)
 
+    @torch.compiler.disable  # eager bits inside compiled callers (module docstring)
     def packed_token_logprobs(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor,
                               return_entropy: bool = False):
         """float32 [T]: entry i is log p(input_ids[i+1] | its sequence up to i) for packed
@@ -210,6 +219,7 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
             return logp, ent
         return logp
 
+    @torch.compiler.disable  # eager bits inside compiled callers (module docstring)
     def token_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                        return_entropy: bool = False):
         """float32 [B, S-1]: entry [b, t] = log p(input_ids[b, t+1] | input_ids[b, :t+1]) for
@@ -230,6 +240,7 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
 
     # --- HF API ------------------------------------------------------------------------------
 
+    @torch.compiler.disable  # eager bits inside compiled callers (module docstring)
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, past_key_values=None,
                 inputs_embeds: torch.Tensor | None = None, labels: torch.Tensor | None = None,
