@@ -28,6 +28,7 @@ from harness import bench, bench_graph, info, log, rel_err, save  # noqa: E402
 
 from rlk_models.ops.triton.matmul import (  # noqa: E402
     CANDIDATE_CONFIGS,
+    HALF,
     Launch,
     k_groups,
     launch_for,
@@ -43,9 +44,11 @@ M_SEARCH = [1, 4, 16, 64, 256, 1024, 4096]
 
 
 def candidates(m: int, grouped: bool) -> list[Launch]:
-    forms = ([dict(split=True), dict()] if grouped else [dict(persistent=False), dict()])
+    # grouped: split-K per group (decode sizes), per half (2 programs per tile, up to M=1024), fused
+    forms = ([dict(split=1), dict(split=HALF), dict()] if grouped else [dict(persistent=False), dict()])
     cfgs = [c for c in CANDIDATE_CONFIGS if c[0] <= 2 * max(16, m) and not (m >= 1024 and c[0] < 64)]
-    return [Launch(c, **f) for c in cfgs for f in forms if not (f.get("split") and m > 256)]
+    return [Launch(c, **f) for c in cfgs for f in forms
+            if not (f.get("split") == 1 and m > 256) and not (f.get("split") == HALF and m > 1024)]
 
 
 def main() -> None:

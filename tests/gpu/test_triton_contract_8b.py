@@ -3,7 +3,7 @@ H200 sweeps made before they became measurement-only (benchmarks/triton/*_sweep.
 
 - matmul, every shape with its layer's K order (o, down: row-parallel K-groups): row 0 equal at
   every M (each M with its own launch), the M=8192 product equal to batches of 7, run to run,
-  every candidate config in every form (grouped: fused or split-K; plain: persistent or
+  every candidate config in every form (grouped: fused, split-K per group or per half; plain: persistent or
   not) equal to the default at M=1 and M=1024, pointer kernel equal to TMA; backward run to run;
 - log-prob head (V=151,936): the same row checks, ``full_logprobs`` at the target equals the head,
   backward run to run;
@@ -57,14 +57,14 @@ def assert_rows(fn, x: torch.Tensor, *extra):
 def test_matmul_rows_and_launch_choices(name):
     import triton
 
-    from rlk_models.ops.triton.matmul import CANDIDATE_CONFIGS, Launch, k_groups, linear, matmul
+    from rlk_models.ops.triton.matmul import CANDIDATE_CONFIGS, HALF, Launch, k_groups, linear, matmul
 
     k, n = SHAPES[name]
     rp = name in ROW_PARALLEL
     g = gen()
     x, w = randn(8192, k, g=g), randn(n, k, g=g, scale=0.02)
     assert_rows(lambda a: matmul(a, w, row_parallel=rp), x)
-    forms = ([dict(split=True), dict()] if rp and k_groups(k) > 1
+    forms = ([dict(split=1), dict(split=HALF), dict()] if rp and k_groups(k) > 1
              else [dict(persistent=False), dict()])
     for m in (1, 1024):
         ref = matmul(x[:m], w, row_parallel=rp)

@@ -19,10 +19,11 @@ Contract
     a rank owns one half, and the one addition h0 + h1 is what any fp32 all-reduce of two
     values computes (IEEE addition is commutative), so ranks all-reduce one fp32 partial
     instead of gathering four. Nothing about the order depends on M, N, the tile shape or the
-    SM count. For grouped K, two launch forms compute it: *fused* (one program per output tile
+    SM count. For grouped K, these launch forms compute it: *fused* (one program per output tile
     walks the groups, keeping the running half and the first half's sum in registers) and
-    *split-K* (one program per (tile, group) writes its partial to an fp32 buffer; a second
-    kernel folds them by the same halves) -- the latter fills the GPU at decode sizes. (A
+    *split-K* (one program per (tile, group) -- ``split=1`` -- or per (tile, half) -- ``split=4``,
+    the rank's computation at TP=2 -- writes its fp32 partial to a buffer; a second kernel folds
+    them by the same halves) -- split-K fills the GPU at decode sizes. (A
     third, one flattened loop over (tile, group) units so that the software pipeline would not
     drain at group boundaries, gave the same bits but measured 1.02-1.14x slower than the fused
     loops on the H200: dropped.) Which form, tile config and grid
@@ -87,12 +88,15 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, s
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         c_off = rm[:, None].to(tl.int64) * scm + rn[None, :] * scn
         c_mask = (rm[:, None] < M) & (rn[None, :] < N)
-        if SPLIT:
-            g = tl.program_id(1)
-            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            part = dot_k_range(a_ptr, b_ptr, rm, rn, rk, M, N, K, g * KG, g * KG + KG, sam, sak, sbn, sbk, part,
-                               BLOCK_K)
-            tl.store(c_ptr + g.to(tl.int64) * M * N + c_off, part, mask=c_mask)
+        if SPLIT:  # program axis 1: a run of SPLIT consecutive groups, folded in order from zero
+            r = tl.program_id(1)
+            run = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for g in range(r * SPLIT, r * SPLIT + SPLIT):
+                part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                part = dot_k_range(a_ptr, b_ptr, rm, rn, rk, M, N, K, g * KG, g * KG + KG, sam, sak, sbn, sbk, part,
+                                   BLOCK_K)
+                run = run + part
+            tl.store(c_ptr + r.to(tl.int64) * M * N + c_off, run, mask=c_mask)
         else:
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             if GROUPS == RUN:  # one run: fold the group partials straight into acc
@@ -143,17 +147,20 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
                    RUN: tl.constexpr, SPLIT: tl.constexpr, A_KM: tl.constexpr, B_KN: tl.constexpr,
                    BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr):
-    """TMA tensor descriptors (Hopper). SPLIT: program axis 1 is the group and c_desc is the
-    [GROUPS, M, N] fp32 partial buffer."""
+    """TMA tensor descriptors (Hopper). SPLIT (> 0): program axis 1 is a run of SPLIT groups and
+    c_desc is the [GROUPS / SPLIT, M, N] fp32 partial buffer."""
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGS, flatten=True):
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-        if SPLIT:
-            g = tl.program_id(1)
-            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M,
-                              BLOCK_N, BLOCK_K)
-            c_desc.store([g, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(part, (1, BLOCK_M, BLOCK_N)))
+        if SPLIT:  # program axis 1: a run of SPLIT consecutive groups, folded in order from zero
+            r = tl.program_id(1)
+            run = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for g in range(r * SPLIT, r * SPLIT + SPLIT):
+                part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M,
+                                  BLOCK_N, BLOCK_K)
+                run = run + part
+            c_desc.store([r, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(run, (1, BLOCK_M, BLOCK_N)))
         else:
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             if GROUPS == RUN:  # one run (GROUPS == 1: the plain K loop, pipelined across tiles)
@@ -199,7 +206,8 @@ class Launch(NamedTuple):
     """How one product runs; no field changes the bits (the contract tests prove it per field)."""
 
     config: tuple[int, int, int, int]  # (BLOCK_M, BLOCK_N, num_warps, num_stages); BLOCK_K is fixed
-    split: bool = False  # grouped K only: split-K partials + fold kernel
+    split: int = 0  # grouped K only: 0 fused; n > 0 split-K, one program per n groups (1: per group,
+    #                 HALF: per half) writing fp32 partials, then the fold kernel
     persistent: bool = True  # grid = min(SMs, tiles); else one program per tile
 
 
@@ -216,8 +224,8 @@ LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
                         (64, Launch((64, 128, 4, 4), persistent=False)),
                         (256, Launch((128, 128, 8, 4))),
                         (1 << 62, Launch((128, 256, 8, 3)))],
-    ("groups", "narrow"): [(16, Launch((16, 128, 4, 4), split=True)),
-                           (64, Launch((64, 256, 4, 3), split=True)),
+    ("groups", "narrow"): [(16, Launch((16, 128, 4, 4), split=1)),
+                           (64, Launch((64, 256, 4, 3), split=1)),
                            (256, Launch((64, 128, 4, 4))),
                            (1 << 62, Launch((128, 256, 8, 3)))],
 }
@@ -260,7 +268,9 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     launch = launch or launch_for(m, n, groups)
     (bm, bn, warps, stages), sms = launch.config, num_sms(a.device)
     grouped = groups > 1
-    split = launch.split and grouped and groups * m * n < 2 ** 31  # int32 offsets in the partial buffer
+    # a split program folds one group or one whole half: the fused order's pieces (a run of 2 would
+    # give (p0 + p1) + (p2 + p3) where the fold computes ((p0 + p1) + p2) + p3); int32 buffer offsets
+    split = int(launch.split) if grouped and launch.split in (1, HALF) and groups * m * n < 2 ** 31 else 0
     out_bytes = bm * bn * (4 if split else out.element_size())
     if out_bytes > 64 * 1024 and not explicit:  # a big fp32 epilogue tile would starve the pipeline
         bm, bn, warps, stages = 128, 128, 8, 4
@@ -269,9 +279,10 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     progs = min(sms, tiles) if launch.persistent and not split else tiles
     kg = k // groups if grouped else k
-    c = torch.empty(groups, m, n, dtype=torch.float32, device=a.device) if split else out
+    parts = groups // split if split else 0
+    c = torch.empty(parts, m, n, dtype=torch.float32, device=a.device) if split else out
     bias_arg = bias if bias is not None else out
-    grid = (progs, groups) if split else (progs,)
+    grid = (progs, parts) if split else (progs,)
     use_tma = _tma_ok(a, b, out) if tma is None else tma
     if use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
@@ -287,10 +298,10 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         sbn, sbk = (b.stride(1), b.stride(0)) if b_kn else (b.stride(0), b.stride(1))
         _mm_kernel[grid](a, b, c, bias_arg, m, n, k, kg, sam, sak, sbn, sbk, n, 1, bias is not None, groups,
                          run_of(groups), split, bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages)
-    if split:
+    if split:  # the runs' partials, folded as the fused kernel folds the groups
         block = 1024
-        _fold_kernel[(triton.cdiv(m * n, block),)](c, out, bias_arg, m, n, bias is not None, groups, run_of(groups),
-                                                   block)
+        _fold_kernel[(triton.cdiv(m * n, block),)](c, out, bias_arg, m, n, bias is not None, parts,
+                                                   run_of(groups) // split, block)
     return out
 
 

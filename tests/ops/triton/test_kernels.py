@@ -69,7 +69,7 @@ def launch_choices(mm, grouped: bool) -> list:
     kind = "groups" if grouped else "plain"
     out = {lc for (k, _), table in mm.LAUNCHES.items() if k == kind for _, lc in table}
     if grouped:
-        out |= {mm.Launch(c, split=sp) for c in mm.CANDIDATE_CONFIGS[::3] for sp in (False, True)}
+        out |= {mm.Launch(c, split=sp) for c in mm.CANDIDATE_CONFIGS[::3] for sp in (0, 1, mm.HALF)}
     else:
         out |= {mm.Launch(c, persistent=pe) for c in mm.CANDIDATE_CONFIGS[::3] for pe in (False, True)}
     return sorted(out)
@@ -108,7 +108,7 @@ def test_matmul_k_order_is_the_layers():
     assert mm.matmul(x, w, row_parallel=True, tma=False).item() == 2.0 ** 24 + 2
 
 
-@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("split", [0, 1, 4])  # fused; split-K per group; per half
 def test_matmul_row_parallel_adds_two_halves(split):
     """Contract version 3: groups 0-3 and 4-7 are folded separately and the halves added. With
     2^24 in group 0 and a 1 in each of groups 4 and 5, a fold of all 8 in order drops both ones
