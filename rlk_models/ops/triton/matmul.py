@@ -88,7 +88,13 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, s
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         c_off = rm[:, None].to(tl.int64) * scm + rn[None, :] * scn
         c_mask = (rm[:, None] < M) & (rn[None, :] < N)
-        if SPLIT:  # program axis 1: a run of SPLIT consecutive groups, folded in order from zero
+        if SPLIT == 1:  # program axis 1: the group
+            g = tl.program_id(1)
+            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            part = dot_k_range(a_ptr, b_ptr, rm, rn, rk, M, N, K, g * KG, g * KG + KG, sam, sak, sbn, sbk, part,
+                               BLOCK_K)
+            tl.store(c_ptr + g.to(tl.int64) * M * N + c_off, part, mask=c_mask)
+        elif SPLIT:  # program axis 1: a run of SPLIT consecutive groups, folded in order from zero
             r = tl.program_id(1)
             run = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for g in range(r * SPLIT, r * SPLIT + SPLIT):
@@ -152,7 +158,13 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGS, flatten=True):
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-        if SPLIT:  # program axis 1: a run of SPLIT consecutive groups, folded in order from zero
+        if SPLIT == 1:  # program axis 1: the group
+            g = tl.program_id(1)
+            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M,
+                              BLOCK_N, BLOCK_K)
+            c_desc.store([g, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(part, (1, BLOCK_M, BLOCK_N)))
+        elif SPLIT:  # program axis 1: a run of SPLIT consecutive groups, folded in order from zero
             r = tl.program_id(1)
             run = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for g in range(r * SPLIT, r * SPLIT + SPLIT):
