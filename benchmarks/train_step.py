@@ -24,12 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from stages import Stages, emit  # noqa: E402
 from vllm_cuda import COMMON, SHAPES  # noqa: E402  (the random-init Qwen3 shapes, one definition)
 
 STACKS = ["rlk", "stock", "stock_compile", "liger", "liger_compile"]
@@ -147,7 +147,7 @@ def main() -> None:
     ap.add_argument("--model")
     a = ap.parse_args()
     if a.stage != "all":
-        print("RESULT " + json.dumps({"ckpt": stage_ckpt, "stack": stage_stack}[a.stage](a)), flush=True)
+        emit({"ckpt": stage_ckpt, "stack": stage_stack}[a.stage](a))
         return
     unknown = [s for s in a.stacks.split(",") if s not in STACKS]
     if unknown:
@@ -159,22 +159,8 @@ def main() -> None:
     common = ["--shape", a.shape, "--layers", str(a.layers), "--batch", str(a.batch), "--seq", str(a.seq),
               "--steps", str(a.steps), "--warmup", str(a.warmup), "--work", a.work, "--device", a.device]
 
-    def run(tag: str, extra: list[str]) -> dict:
-        t = time.time()
-        try:
-            p = subprocess.run([sys.executable, __file__, *extra, *common], capture_output=True, text=True,
-                               timeout=a.limit)
-            lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
-            res = json.loads(lines[-1][7:]) if lines else {"error": f"exit {p.returncode}",
-                                                            "stderr_tail": p.stderr[-2500:]}
-        except subprocess.TimeoutExpired:
-            res = {"error": f"timed out after {a.limit} s"}
-        res["wall_s"] = round(time.time() - t, 1)
-        summary[tag] = res
-        out_path.write_text(json.dumps(summary, indent=1))
-        print(f"== {tag}: {json.dumps(res)[:900]}", flush=True)
-        return res
-
+    stages = Stages(__file__, out_path, summary, common, a.limit)
+    run = stages.run
     ck = run("ckpt", ["ckpt"])
     if "error" in ck:
         return
@@ -188,7 +174,7 @@ def main() -> None:
             "train": round(rlk["train_tok_per_s"] / best["train_tok_per_s"], 3),
             "forward": round(rlk["forward_tok_per_s"] / max(r["forward_tok_per_s"] for r in rivals), 3),
             "peak_memory": round(rlk["peak_gib"] / best["peak_gib"], 3) if best["peak_gib"] else None}
-    out_path.write_text(json.dumps(summary, indent=1))
+    stages.save()
     print(json.dumps({k: v for k, v in summary.items() if k != "ckpt"}, indent=1), flush=True)
 
 

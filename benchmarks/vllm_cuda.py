@@ -26,10 +26,12 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from stages import Stages, emit  # noqa: E402
 
 VOCAB = 151936
 SHAPES = {  # random-init Qwen3 shapes (the published configs' sizes)
@@ -145,32 +147,18 @@ def main() -> None:
     ap.add_argument("--save")
     a = ap.parse_args()
     if a.stage != "all":
-        print("RESULT " + json.dumps({"ckpt": stage_ckpt, "engine": stage_engine, "parity": stage_parity}[a.stage](a)),
-              flush=True)
+        emit({"ckpt": stage_ckpt, "engine": stage_engine, "parity": stage_parity}[a.stage](a))
         return
     os.makedirs(a.work, exist_ok=True)
     out_path = Path(a.out) / f"vllm_cuda_{a.shape}{f'_tp{a.tp}' if a.tp > 1 else ''}.json"
     summary: dict = {"shape": a.shape, "tp": a.tp, "n": a.n, "prompt_len": a.prompt_len, "max_tokens": a.max_tokens}
 
-    def run(tag: str, extra: list[str], env: dict | None = None) -> dict | None:
-        cmd = [sys.executable, __file__, *extra, "--shape", a.shape, "--work", a.work, "--n", str(a.n),
-               "--prompt-len", str(a.prompt_len), "--max-tokens", str(a.max_tokens), "--tp", str(a.tp)]
-        t = time.time()
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.limit, env={**os.environ, **(env or {})})
-            lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
-            res = json.loads(lines[-1][7:]) if lines else {"error": f"exit {p.returncode}",
-                                                            "stderr_tail": p.stderr[-2500:]}
-        except subprocess.TimeoutExpired:
-            res = {"error": f"timed out after {a.limit} s"}
-        res["wall_s"] = round(time.time() - t, 1)
-        summary[tag] = res
-        out_path.write_text(json.dumps(summary, indent=1))
-        print(f"== {tag}: {json.dumps(res)[:900]}", flush=True)
-        return res
-
+    common = ["--shape", a.shape, "--work", a.work, "--n", str(a.n), "--prompt-len", str(a.prompt_len),
+              "--max-tokens", str(a.max_tokens), "--tp", str(a.tp)]
+    stages = Stages(__file__, out_path, summary, common, a.limit)
+    run = stages.run
     ck = run("ckpt", ["ckpt"])
-    if not ck or "error" in ck:
+    if "error" in ck:
         return
     for kind in a.engines.split(","):
         model = ck["rlk"] if kind.startswith("rlk") else ck["hf"]
@@ -194,7 +182,7 @@ def main() -> None:
         summary["canonical_vs_all_reduce"] = {
             "time": round(plain["throughput"]["tok_per_s"] / rlk["throughput"]["tok_per_s"], 3),
             "batch1_itl": round(rlk["batch1_itl_ms"] / plain["batch1_itl_ms"], 3)}
-    out_path.write_text(json.dumps(summary, indent=1))
+    stages.save()
     print(json.dumps({k: v for k, v in summary.items() if k != "ckpt"}, indent=1), flush=True)
 
 
