@@ -9,9 +9,9 @@ pre-trained model therefore splits its mass between the sum and the copy, and GR
 correctness reward on the RL prompts has something real to learn: drop the copy habit. Accuracy
 on the held-out pairs says whether what it learned carries beyond the prompts it trained on.
 
-Pre-training runs with stock transformers in fp32 (it only makes the starting checkpoint; the
-numerical contract starts at the RL loop), saves the run's dtype (bf16 by default), and is cached
-under the run directory, keyed by its settings.
+Pre-training runs with stock transformers over fp32 weights (on a GPU under bf16 autocast; it only
+makes the starting checkpoint, the numerical contract starts at the RL loop), saves the run's dtype
+(bf16 by default), and is cached under the run directory, keyed by its settings.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class SFTConfig:
     noise: float = 0.5
     seed: int = 0
     device: str = "cpu"
-    dtype: str = "bfloat16"  # of the saved checkpoint (training runs in fp32)
+    dtype: str = "bfloat16"  # of the saved checkpoint (training keeps fp32 weights)
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
