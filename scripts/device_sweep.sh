@@ -18,6 +18,9 @@
 #       torch.compile (benchmarks/train_step.py; TRAIN_SHAPES="1.7b 8b", TRAIN_8B_LAYERS=4, TRAIN_ARGS); carry the
 #       liger-kernel wheel in .wheels:
 #           pip download --no-deps --only-binary=:all: -d .wheels liger-kernel==0.8.5
+#   PART=verify bash scripts/device_sweep.sh   # rlk-verify at TP (default 2) on the tiny row-parallel-K variants
+#       (VARIANTS="qwen3 llama_bias", CONFIGS=a,b,...; each line is printed as its engine finishes, so a call cut
+#       at its limit still says which configurations held)
 #   PART=fsdp,tests,vllm ...                   # several parts in one call, in order (one install)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 RLK_CACHE_DIR="$OUT/cache" VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 \
@@ -109,6 +112,26 @@ train)
         layers=$([ "$shape" = 8b ] && echo "${TRAIN_8B_LAYERS:-4}" || echo 0)
         CUDA_VISIBLE_DEVICES=0 python3 benchmarks/train_step.py --shape "$shape" --layers "$layers" \
             --out "$OUT" ${TRAIN_ARGS:-} 2>&1 | tee "$OUT/train_step_$shape.log" | tail -45
+    done
+    ;;
+verify)
+    # the checkpoints of tests/gpu/test_vllm_cuda.py::tp_checkpoints (K/TP holds whole 64-wide groups)
+    python3 - <<'PY' 2>&1 | tail -1
+from pathlib import Path
+from rlk_models.conversion import convert
+from rlk_models.testing.tiny import make_tiny_hf_checkpoint
+for name, family, extra in [("qwen3", "qwen3", {}), ("llama_bias", "llama", {
+        "attention_bias": True, "mlp_bias": True, "num_key_value_heads": 2})]:
+    hf = make_tiny_hf_checkpoint(Path(f"/tmp/tp-{name}-hf"), family, seed=1, head_dim=128, intermediate_size=512,
+                                 **extra)
+    convert(hf, Path(f"/tmp/tp-{name}-rlk"), rlk_backend="triton", force=True, progress=False)
+print("tp checkpoints ready")
+PY
+    for v in ${VARIANTS:-qwen3}; do
+        timeout "${VERIFY_TIMEOUT:-540}" python3 -m rlk_models.cli.verify "/tmp/tp-$v-rlk" --tp "${TP:-2}" \
+            ${CONFIGS:+--configs "$CONFIGS"} > "$OUT/verify_${v}_tp${TP:-2}.log" 2>&1
+        echo "rlk-verify $v tp${TP:-2} exit $?"; grep -E "^[a-z_0-9]+ +[0-9]+ |^configuration|OK:|FAILED|Error" \
+            "$OUT/verify_${v}_tp${TP:-2}.log"
     done
     ;;
 *) echo "unknown part $part"; exit 2 ;;

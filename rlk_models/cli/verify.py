@@ -16,7 +16,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from ..rollout.parity import configs, sweep
+from ..rollout.parity import configs, iter_sweep
 from .common import add_imports, add_verbose, checkpoint_dir, import_modules, one_line_errors
 
 
@@ -38,14 +38,18 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown configuration(s) {unknown}; choose from {list(configs())}")
     checkpoint_dir(args.checkpoint, rlk=True)
-    reports = sweep(args.checkpoint, names, args.dtype, tp=args.tensor_parallel_size)
-    if args.json:
-        for r in reports:
-            print(json.dumps(asdict(r)))
-    else:
-        print(f"{'configuration':28} {'mismatch_count':>14} {'max_abs_diff':>12} {'tokens':>7} {'cached':>7}")
-        for r in reports:
-            print(f"{r.config:28} {r.mismatch_count:>14} {r.max_abs_diff:>12.3g} {r.tokens:>7} {r.cached_tokens:>7}")
+    if not args.json:
+        print(f"{'configuration':28} {'mismatch_count':>14} {'max_abs_diff':>12} {'tokens':>7} {'cached':>7} "
+              f"{'seconds':>7}", flush=True)
+    reports = []
+    # one line per configuration as soon as it has run (an engine each: a long sweep shows progress)
+    for r in iter_sweep(args.checkpoint, names, args.dtype, tp=args.tensor_parallel_size):
+        reports.append(r)
+        if args.json:
+            print(json.dumps(asdict(r)), flush=True)
+        else:
+            print(f"{r.config:28} {r.mismatch_count:>14} {r.max_abs_diff:>12.3g} {r.tokens:>7} {r.cached_tokens:>7} "
+                  f"{r.seconds:>7.1f}", flush=True)
     bad = sum(r.mismatch_count for r in reports)
     print("OK: bitwise equal in every configuration" if bad == 0 else f"FAILED: {bad} mismatching log-probs",
           file=sys.stderr)

@@ -11,6 +11,8 @@ configuration (mismatch_count, max_abs_diff, tokens compared, prefix-cache hits)
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -52,6 +54,7 @@ class Report:
     max_abs_diff: float = 0.0
     tokens: int = 0
     cached_tokens: int = 0
+    seconds: float = 0.0  # the engine's start, every generate call and the comparisons
 
     def add(self, got: list[float], want: list[float]) -> None:
         for a, b in zip(got, want, strict=True):
@@ -124,6 +127,7 @@ def run_config(ckpt: str, name: str, model, dtype: str = "bfloat16", max_tokens:
     from vllm.inputs import TokensPrompt
 
     overrides, kind, sizes = configs()[name]
+    start = time.perf_counter()
     # token ids in and out: no tokenizer
     llm = make_llm(ckpt, dtype, skip_tokenizer_init=True, **tensor_parallel_env(tp), **overrides)
     try:
@@ -136,14 +140,17 @@ def run_config(ckpt: str, name: str, model, dtype: str = "bfloat16", max_tokens:
             batch = (prompts if call % 2 == 0 else prompts[::-1])[:size]
             outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in batch], sp, use_tqdm=False)
             compare(model, batch, outs, report)
+        report.seconds = round(time.perf_counter() - start, 1)
         return report
     finally:
         close_llm(llm)
 
 
-def sweep(ckpt: str, names: list[str] | None = None, dtype: str = "bfloat16", tp: int = 1) -> list[Report]:
+def iter_sweep(ckpt: str, names: list[str] | None = None, dtype: str = "bfloat16", tp: int = 1) -> Iterator[Report]:
     """The configurations ``names`` (default: all) with the engine at ``tensor_parallel_size=tp``,
-    against the TP=1 training class (on the first GPU when there is one)."""
+    against the TP=1 training class (on the first GPU when there is one): each ``Report`` as soon
+    as its configuration has run (an engine per configuration; at TP=2 on a GPU about a minute
+    each), so a caller can show it before the next engine starts."""
     from transformers import AutoModelForCausalLM
 
     import rlk_models  # noqa: F401
@@ -152,6 +159,12 @@ def sweep(ckpt: str, names: list[str] | None = None, dtype: str = "bfloat16", tp
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=getattr(torch, dtype)).eval()
     if torch.cuda.is_available():
         model = model.cuda()
-    return [run_config(ckpt, name, model, dtype, tp=tp) for name in (names or list(configs()))]
+    for name in names or list(configs()):
+        yield run_config(ckpt, name, model, dtype, tp=tp)
+
+
+def sweep(ckpt: str, names: list[str] | None = None, dtype: str = "bfloat16", tp: int = 1) -> list[Report]:
+    """Every ``Report`` of ``iter_sweep``."""
+    return list(iter_sweep(ckpt, names, dtype, tp))
 
 

@@ -38,16 +38,22 @@ def triton_checkpoints(tmp_path_factory):
     return out
 
 
+def check_verify(ckpt, config: str, *extra: str) -> None:
+    """``rlk-verify --configs CONFIG``: one configuration per test (an engine each, about a
+    minute at TP=2), so a hung or slow engine costs one test and the log names every one that
+    held."""
+    (r,) = run_json(["-m", "rlk_models.cli.verify", str(ckpt), "--configs", config, *extra, "--json"])
+    assert r["config"] == config
+    assert r["tokens"] > 100, r
+    assert r["mismatch_count"] == 0 and r["max_abs_diff"] == 0.0, r
+    if config.startswith("prefix_cache"):
+        assert r["cached_tokens"] > 0, r
+
+
+@pytest.mark.parametrize("config", list(configs()))
 @pytest.mark.parametrize("variant", ["qwen3", "llama_bias"])
-def test_rlk_verify_on_cuda_every_configuration(triton_checkpoints, variant):
-    names = list(configs())
-    reports = run_json(["-m", "rlk_models.cli.verify", str(triton_checkpoints[variant]), "--json"])
-    assert [r["config"] for r in reports] == names
-    for r in reports:
-        assert r["tokens"] > 100, r
-        assert r["mismatch_count"] == 0 and r["max_abs_diff"] == 0.0, r
-        if r["config"].startswith("prefix_cache"):
-            assert r["cached_tokens"] > 0, r
+def test_rlk_verify_on_cuda_every_configuration(triton_checkpoints, variant, config):
+    check_verify(triton_checkpoints[variant], config)
 
 
 def test_weight_sync_on_cuda(triton_checkpoints):
@@ -75,17 +81,10 @@ def tp_checkpoints(tmp_path_factory):
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs (nvidia-h200-x2)")
+@pytest.mark.parametrize("config", list(configs()))
 @pytest.mark.parametrize("variant", ["qwen3", "llama_bias"])
-def test_rlk_verify_at_tp2_on_two_gpus_every_configuration(tp_checkpoints, variant):
+def test_rlk_verify_at_tp2_on_two_gpus_every_configuration(tp_checkpoints, variant, config):
     """``rlk-verify --tensor-parallel-size 2``: every configuration of the sweep with vLLM at
     tensor_parallel_size=2 over NCCL (fp32 all-reduce of the row-parallel halves, vocab-group
     head) against the TP=1 training class on one GPU, bit for bit."""
-    names = list(configs())
-    reports = run_json(["-m", "rlk_models.cli.verify", str(tp_checkpoints[variant]), "--tensor-parallel-size", "2",
-                        "--json"])
-    assert [r["config"] for r in reports] == names
-    for r in reports:
-        assert r["tokens"] > 100, r
-        assert r["mismatch_count"] == 0 and r["max_abs_diff"] == 0.0, (variant, r)
-        if r["config"].startswith("prefix_cache"):
-            assert r["cached_tokens"] > 0, r
+    check_verify(tp_checkpoints[variant], config, "--tensor-parallel-size", "2")
