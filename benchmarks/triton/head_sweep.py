@@ -70,7 +70,8 @@ def main() -> None:
         extra = torch.cuda.max_memory_allocated() - base
         fb = {}
         if m == 1024:  # where the backward's time goes: its three matmul shapes per vocab chunk
-            c = head.BWD_CHUNK
+            c = head.bwd_chunk(m, V)
+            fb["bwd_chunk"] = c
             dl16 = torch.randn(m, c, device=dev, generator=g).bfloat16()
             fb["bwd_parts_us"] = {
                 "logits_chunk": do_bench_ms(lambda: head.mm(hm, w[:c], out_dtype=torch.float32), rep=20) * 1e3,

@@ -18,11 +18,17 @@ Contract
     the same kernel's logits and subtracts the same ``lse``, so its entry at the target equals
     ``logp`` bitwise. Row-invariant: no number depends on other rows.
 
-Backward (deterministic; vocab in chunks of ``BWD_CHUNK`` entries, in order)
+Backward (deterministic; vocab in chunks, in order)
     One kernel recomputes a chunk's logits (the forward's K order) and writes
     ``dl = g (onehot - p) - g_ent p (l - e/s)``, ``p = exp(l - lse)``, in h's dtype; then
-    dh += dl @ W_chunk (fp32, chunks in order) and dW_chunk = dl^T @ h by ``mm`` (plain K order). Peak extra memory is a
-    few [T, BWD_CHUNK] buffers (about 1/20 of fp32 [T, V] logits at V = 152k).
+    dh += dl @ W_chunk (fp32, chunks in order) and dW_chunk = dl^T @ h by ``mm`` (plain K order).
+    A chunk is ``bwd_chunk(T)`` vocab entries: ``BWD_CHUNK`` (2048) at T >= 2048, wider for fewer
+    rows, so the [T, chunk] buffer stays under ``BWD_ELEMS`` entries (8 MiB). Peak extra memory is
+    a few buffers (about 1/20 of fp32 [T, V] logits at V = 152k and T >= 1024); at small T the
+    backward is a handful of launches (T = 128: 5 chunks) instead of 3 per 2048 entries (75
+    chunks at V = 152k), which made it host-bound. The chunking sets dh's summation order, so dh depends on T (the
+    contract does not ask a backward to be batch-invariant, only deterministic); dW does not
+    (each chunk's rows reduce over T in the plain order).
 
 Memory (forward): stats are 3 x T x ceil(V/256) fp32: 1/85 of fp32 [T, V] logits.
 """
@@ -38,7 +44,17 @@ from ..canonical import VOCAB_GROUPS, VOCAB_TILE, ShardStats, padded_vocab
 from .matmul import mm
 from .utils import BLOCK_K, dot_k_range, fit_stages, num_sms
 
-BWD_CHUNK = 2048
+BWD_CHUNK = 2048        # the narrowest backward vocab chunk (entries), and the unit of wider ones
+BWD_ELEMS = 1 << 22     # [T, chunk] entries of one chunk's dlogits at most (8 MiB bf16): 2048 from T = 2048
+
+
+def bwd_chunk(t: int, vocab_size: int) -> int:
+    """The backward's vocab chunk for T rows: the largest multiple of ``BWD_CHUNK`` with
+    T x chunk <= ``BWD_ELEMS`` (at least ``BWD_CHUNK``, at most the vocab rounded up to one)."""
+    most = -(-vocab_size // BWD_CHUNK) * BWD_CHUNK
+    return min(most, max(BWD_CHUNK, BWD_ELEMS // max(t, 1) // BWD_CHUNK * BWD_CHUNK))
+
+
 # (BLOCK_M, num_warps) of the stats kernel by T. The tile's tl.sum tree follows the MMA layout;
 # the H200 sweep found (64, 4) and (128, 8) (16 rows per warp) give the same bits at every T, and
 # every config gives those bits for T <= 16, while (64, 8), (32, *), (16, *) differ at T >= 128.
@@ -201,16 +217,18 @@ def _backward(h, w, targets, lse, mean_l, vocab_size, g_logp, g_ent, need_dw):
     dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
     dw = torch.zeros_like(w) if need_dw else None
     # without entropy the kernel never reads g_ent; g_logp stands in as its pointer
+    g_logp = g_logp.contiguous()
     g_ent = g_ent.to(torch.float32).contiguous() if g_ent is not None else g_logp
     t, k = h.shape
-    dl = torch.empty(t, BWD_CHUNK, dtype=h.dtype, device=h.device)
-    for a in range(0, vocab_size, BWD_CHUNK):
-        b = min(a + BWD_CHUNK, vocab_size)
+    chunk = bwd_chunk(t, vocab_size)
+    dl = torch.empty(t, chunk, dtype=h.dtype, device=h.device)
+    for a in range(0, vocab_size, chunk):
+        b = min(a + chunk, vocab_size)
         c = b - a
-        dlc = dl[:, :c] if c == BWD_CHUNK else torch.empty(t, c, dtype=h.dtype, device=h.device)
+        dlc = dl[:, :c] if c == chunk else torch.empty(t, c, dtype=h.dtype, device=h.device)
         if t:
             _dlogits_kernel[(triton.cdiv(t, 64), triton.cdiv(c, 128))](
-                h, w, targets, lse, mean_l, g_logp.contiguous(), g_ent, dlc, t, c, k, a, WITH_E=with_e,
+                h, w, targets, lse, mean_l, g_logp, g_ent, dlc, t, c, k, a, WITH_E=with_e,
                 BLOCK_M=64, BLOCK_V=128, BLOCK_K=BLOCK_K, num_warps=4,
                 num_stages=fit_stages(64 + 128, h.element_size(), 3))
         dh += mm(dlc, w[a:b], b_kn=True, out_dtype=torch.float32, groups=1)
@@ -229,4 +247,5 @@ def logprob_head_forward(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     return st.target - st.lse
 
 
-__all__ = ["combine_shards", "full_logprobs", "head_stats", "logprob_head", "logprob_head_forward", "shard_stats"]
+__all__ = ["bwd_chunk", "combine_shards", "full_logprobs", "head_stats", "logprob_head", "logprob_head_forward",
+           "shard_stats"]

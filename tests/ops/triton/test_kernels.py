@@ -367,6 +367,50 @@ def test_head_rows_invariant_and_close_to_float64(dtype, vocab):
         assert float((lp.cpu() - ref).abs().max()) < atol, vocab
 
 
+def test_head_backward_chunk_rule():
+    head = _mod("logprob_head")
+    assert head.bwd_chunk(2048, 151936) == head.BWD_CHUNK == 2048  # the long-standing chunk at large T
+    assert head.bwd_chunk(1 << 20, 151936) == 2048                  # never narrower
+    assert head.bwd_chunk(1024, 151936) == 4096 and head.bwd_chunk(128, 151936) == 32768
+    assert head.bwd_chunk(1, 151936) == head.bwd_chunk(0, 151936) == 151936 // 2048 * 2048 + 2048  # one chunk
+    for t in (1, 7, 100, 1000, 5000, 9000):
+        c = head.bwd_chunk(t, 151936)
+        assert c % 2048 == 0 and (t * c <= head.BWD_ELEMS or c == 2048), t
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"] + (["bfloat16"] if NATIVE else []))
+@pytest.mark.parametrize("elems", [None, 40 * 2048])  # the T-sized chunk (one here); 2048-entry chunks (3)
+def test_head_backward_close_to_float64_and_deterministic(dtype, elems, monkeypatch):
+    """dh and dW of log p (and the entropy) against float64, in one chunk or in several with a
+    ragged last one, and identical run to run."""
+    head, dt = _mod("logprob_head"), getattr(torch, dtype)
+    if elems:
+        monkeypatch.setattr(head, "BWD_ELEMS", elems)
+    g = torch.Generator().manual_seed(4)
+    t, vocab = 40, 4500
+    h, w = rand(g, t, 64, dtype=dt), rand(g, vocab + 5, 64, dtype=dt, scale=0.3)  # + padding rows
+    tgt = torch.randint(0, vocab, (t,), generator=g).to(DEV)
+    gl, ge = rand(g, t), rand(g, t)
+
+    def grads(h, w, fn):
+        h, w = h.clone().requires_grad_(), w.clone().requires_grad_()
+        lp, ent = fn(h, w)
+        return torch.autograd.grad((lp * gl.to(lp.dtype)).sum() + (ent * ge.to(ent.dtype)).sum(), [h, w])
+
+    ours = lambda h, w: head.logprob_head(h, w, tgt, vocab, True)  # noqa: E731
+
+    def f64(h, w):
+        lsm = (h @ w[:vocab].T).log_softmax(-1)
+        return lsm.gather(1, tgt[:, None])[:, 0], -(lsm.exp() * lsm).sum(-1)
+
+    dh, dw = grads(h, w, ours)
+    assert all(torch.equal(a, b) for a, b in zip((dh, dw), grads(h, w, ours))), "backward run to run"
+    dh64, dw64 = grads(h.double(), w.double(), f64)
+    tol = {"float32": 2e-3 if NATIVE else 1e-5, "float16": 4e-3, "bfloat16": 1.6e-2}[dtype]
+    assert rel_err(dh, dh64) < tol and rel_err(dw, dw64) < tol, (rel_err(dh, dh64), rel_err(dw, dw64))
+    assert not dw[vocab:].any(), "padding rows of W get no gradient"
+
+
 # --- whole model ---------------------------------------------------------------------------------
 
 def test_tiny_qwen3_training_equals_paged_runner():
