@@ -76,7 +76,10 @@ class _Recorder:
 
     def _hook(self, name: str, part: int | None):
         def hook(mod, args, out):
+            stream = None  # an rlk norm with a residual: (norm of the sum, the sum) -- the sum is its input
             if isinstance(out, tuple):
+                if name.endswith("norm") and len(out) == 2 and len(args) == 2:
+                    stream = out[1]
                 out = out[0]
             if part is not None:  # stock: one slice of a fused rlk projection
                 self._keep(f"{name}:out#{part}", out)
@@ -84,6 +87,8 @@ class _Recorder:
             if name.endswith(".attn"):
                 for tag, t in zip(("in.q (after rope)", "in.k (after rope)", "in.v"), args[:3]):
                     self._keep(f"{name}:{tag}", t)
+            elif stream is not None:
+                self._keep(f"{name}:in", stream)
             elif args and isinstance(args[0], torch.Tensor) and args[0].is_floating_point():
                 self._keep(f"{name}:in", args[0])
             self._keep(f"{name}:out", out)

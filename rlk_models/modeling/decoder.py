@@ -7,8 +7,8 @@ inner attention are made (``TrainingBuilder``: plain parameters, and an inner at
 varlen over packed sequences or reads a paged KV cache -- the training class's ``generate()`` and
 ``testing.paged_runner`` -- through the same backend ops vLLM's attention backend calls;
 ``modeling.vllm.VllmBuilder``: vLLM's tensor-parallel layers and paged attention). The arithmetic around them
--- norms, RoPE, SiLU-mul, residual adds in the model dtype -- is written once, here, with the
-op backend.
+-- norms, RoPE, SiLU-mul, residual adds in the model dtype (each inside the next norm's op,
+``add_rms_norm``) -- is written once, here, with the op backend.
 
 Qwen3 = Llama + per-head q/k RMSNorm before RoPE (``config.rlk_qk_norm``) + explicit head_dim.
 """
@@ -56,8 +56,11 @@ class RMSNorm(nn.Module):
         self.backend, self.eps = backend, eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return get_backend(self.backend).rms_norm(x, self.weight, self.eps)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """RMSNorm(x); with ``residual``: (RMSNorm(x + residual), x + residual) in one op."""
+        if residual is None:
+            return get_backend(self.backend).rms_norm(x, self.weight, self.eps)
+        return get_backend(self.backend).add_rms_norm(x, residual, self.weight, self.eps)
 
 
 @dataclass(frozen=True)
@@ -191,9 +194,18 @@ class DecoderLayer(GradientCheckpointingLayer):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps, b)
         self.mlp = MLP(config, build, f"{prefix}.mlp")
 
-    def forward(self, h_TD, positions_T, rope_PD, meta: AttentionMeta):
-        h_TD = h_TD + self.self_attn(self.input_layernorm(h_TD), positions_T, rope_PD, meta)
-        return h_TD + self.mlp(self.post_attention_layernorm(h_TD))
+    def forward(self, out_TD, residual_TD, positions_T, rope_PD, meta: AttentionMeta):
+        """The residual stream is carried as (the last block's output, the stream before it) and each
+        residual add runs inside the next norm's op (``add_rms_norm``): h + attn(norm(h)), then + mlp(...)
+        with the adds' and the norms' bits, in half the launches. The first layer gets (embedding, None);
+        returns (this layer's MLP output, the stream before it)."""
+        if residual_TD is None:
+            x_TD, residual_TD = self.input_layernorm(out_TD), out_TD
+        else:
+            x_TD, residual_TD = self.input_layernorm(out_TD, residual_TD)
+        x_TD, residual_TD = self.post_attention_layernorm(self.self_attn(x_TD, positions_T, rope_PD, meta),
+                                                          residual_TD)
+        return self.mlp(x_TD), residual_TD
 
 
 class Decoder(nn.Module):
@@ -220,6 +232,7 @@ class Decoder(nn.Module):
                 inputs_embeds_TD: torch.Tensor | None = None) -> torch.Tensor:
         h_TD = self.embed_tokens(input_ids_T) if inputs_embeds_TD is None else inputs_embeds_TD
         rope_PD = self.rope_table(h_TD.device)
+        residual_TD = None
         for layer in self.layers:
-            h_TD = layer(h_TD, positions_T, rope_PD, meta)
-        return self.norm(h_TD)
+            h_TD, residual_TD = layer(h_TD, residual_TD, positions_T, rope_PD, meta)
+        return self.norm(h_TD) if residual_TD is None else self.norm(h_TD, residual_TD)[0]

@@ -55,6 +55,13 @@ def check_rms_norm(x: torch.Tensor, weight: torch.Tensor) -> None:
         raise ValueError(f"rms_norm: x has last dim {x.shape[-1]}, weight has {weight.shape[0]}")
 
 
+def check_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> None:
+    if x.shape != residual.shape or x.dtype != residual.dtype:
+        raise ValueError(f"add_rms_norm: x {tuple(x.shape)} {x.dtype} and residual {tuple(residual.shape)} "
+                         f"{residual.dtype} must have one shape and dtype")
+    check_rms_norm(x, weight)
+
+
 def check_silu_mul(gate_up: torch.Tensor) -> None:
     if gate_up.shape[-1] % 2:
         raise ValueError(f"silu_mul: last dim must be even (gate|up), got {gate_up.shape[-1]}")

@@ -6,11 +6,11 @@ backend's torch code, would fuse and reorder its reductions -- other bits. Each 
 ``rlk::<op>`` custom op taking the backend's name; its real implementation calls that backend,
 and a fake implementation gives the output's shape and dtype for tracing. The compiled graph
 therefore holds the same kernels in the same order as eager execution, and Inductor only
-compiles the glue around them (residual adds, views), where it rounds exactly as eager does.
+compiles the glue around them (views), where it rounds exactly as eager does.
 
 ``get_backend("opaque:NAME")`` returns an ``OpaqueBackend``: NAME's interface with these ops in
-place of the ones a compiled forward calls (linear, RMSNorm, RoPE, SiLU-mul, the row-parallel
-partials and their combination); every other op (attention, which vLLM runs inside its own
+place of the ones a compiled forward calls (linear, RMSNorm and residual add + RMSNorm, RoPE,
+SiLU-mul, the row-parallel partials and their combination); every other op (attention, which vLLM runs inside its own
 opaque op; the log-prob head, outside the compiled region) is NAME's own. Inference only: the
 custom ops have no autograd (the training class calls its backend directly).
 """
@@ -43,6 +43,18 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, backend: str) -
 @_rms_norm.register_fake
 def _(x, weight, eps, backend):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("rlk::add_rms_norm", mutates_args=())
+def _add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                  backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return get_backend(backend).add_rms_norm(x, residual, weight, eps)
+
+
+@_add_rms_norm.register_fake
+def _(x, residual, weight, eps, backend):
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+            torch.empty_like(x, memory_format=torch.contiguous_format))
 
 
 @torch.library.custom_op("rlk::rope", mutates_args=())
@@ -102,6 +114,9 @@ class OpaqueBackend:
 
     def rms_norm(self, x, weight, eps):
         return torch.ops.rlk.rms_norm(x, weight, eps, self.NAME)
+
+    def add_rms_norm(self, x, residual, weight, eps):
+        return torch.ops.rlk.add_rms_norm(x, residual, weight, eps, self.NAME)
 
     def rope(self, x, positions, table):
         return torch.ops.rlk.rope(x, positions, table, self.NAME)

@@ -73,6 +73,13 @@ def _paged_decode_ok(ops, q, kv, full) -> bool:
                                                qsl, d ** -0.5), full[t:t + 1]) for t in range(n))
 
 
+def _add_norm_ok(ops, x, r, w) -> bool:
+    """The fused residual add + norm is exactly the add and then the norm, and row-invariant."""
+    y, s = ops.add_rms_norm(x, r, w, 1e-6)
+    return (torch.equal(s, x + r) and torch.equal(y, ops.rms_norm(x + r, w, 1e-6))
+            and _rows_ok(lambda t: torch.cat(ops.add_rms_norm(*t.chunk(2, -1), w, 1e-6), -1), torch.cat([x, r], -1)))
+
+
 def _checks(ops, dtype) -> dict[str, bool]:
     dev = torch.device(getattr(ops, "DEVICE", "cpu"))
     rand = functools.partial(_rand, device=dev)
@@ -89,6 +96,7 @@ def _checks(ops, dtype) -> dict[str, bool]:
         "linear": _rows_ok(lambda t: ops.linear(t, w, b), x),
         "linear_row_parallel": _rows_ok(lambda t: ops.linear(t, w, b, row_parallel=True), x),
         "rms_norm": _rows_ok(lambda t: ops.rms_norm(t, w[:, 0], 1e-6), rand((m, n), dtype, 7)),
+        "add_rms_norm": _add_norm_ok(ops, rand((m, n), dtype, 10), rand((m, n), dtype, 11), rand((n,), dtype, 12)),
         "silu_mul": _rows_ok(ops.silu_mul, rand((m, 2 * n), dtype, 8) * 4),
         "rope": torch.equal(ops.rope(rand((m, 2, 32), dtype, 9)[:5], pos[:5], table),
                             ops.rope(rand((m, 2, 32), dtype, 9), pos, table)[:5]),

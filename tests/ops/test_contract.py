@@ -164,6 +164,29 @@ def test_attention_prefill_chunked_prefill_and_decode_agree(n, chunk, gqa, dtype
     assert torch.equal(ops.attend(q, torch.cat([k, k]), torch.cat([v, v]), pos, 32 ** -0.5), full)
 
 
+@on_backends
+@SETTINGS
+@given(m=st.integers(0, 9), d=st.sampled_from(WEIRD + [32]), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999),
+       stream_grad=st.booleans())
+def test_add_rms_norm_is_the_add_then_the_norm(backend, m, d, dtype, seed, stream_grad):
+    """The fused residual add + norm returns exactly (rms_norm(x + r), x + r), and its gradients
+    are the two ops' (the stream's gradient and the norm's meet in one addition either way)."""
+    use(backend)
+    w = rand(d, dtype=dtype, seed=seed + 2)
+    x, r = rand(m, d, dtype=dtype, seed=seed), rand(m, d, dtype=dtype, seed=seed + 1, scale=4)
+    gy, gs = rand(m, d, seed=seed + 3), rand(m, d, seed=seed + 4)
+
+    def run(fused):
+        xl, rl, wl = (t.detach().clone().requires_grad_() for t in (x, r, w))
+        y, s = ops.add_rms_norm(xl, rl, wl, 1e-6) if fused else (ops.rms_norm(xl + rl, wl, 1e-6), xl + rl)
+        loss = (y.float() * gy).sum() + ((s.float() * gs).sum() if stream_grad else 0)
+        loss.backward()
+        return y, s, xl.grad, rl.grad, wl.grad
+
+    for a, b in zip(run(True), run(False), strict=True):
+        assert torch.equal(a, b)
+
+
 def _grads(fn, *inputs):
     leaves = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs]
     out = fn(*leaves)
@@ -180,6 +203,8 @@ CASES = {
                                         rand(17, dtype=dt, seed=2))),
     "embedding": (lambda w: ops.embedding(torch.tensor([3, 1, 3, 0, 3, 1], device=DEV), w),
                   lambda dt: (rand(5, 8, dtype=dt),)),
+    "add_rms_norm": (lambda x, r, w: ops.add_rms_norm(x, r, w, 1e-6)[0] + ops.add_rms_norm(x, r, w, 1e-6)[1],
+                     lambda dt: (rand(13, 40, dtype=dt), rand(13, 40, dtype=dt, seed=1), rand(40, dtype=dt, seed=2))),
     "rms_norm": (lambda x, w: ops.rms_norm(x, w, 1e-6),
                  lambda dt: (rand(33, 40, dtype=dt), rand(40, dtype=dt, seed=1))),
     "silu_mul": (ops.silu_mul, lambda dt: (rand(33, 34, dtype=dt, scale=3),)),

@@ -18,7 +18,7 @@ def _args(g, dtype):
         return (torch.randn(*shape, generator=g) * scale).to(dtype).to(DEV)
     x, w, b = r(7, 512), r(24, 512, scale=0.1), r(24)
     table = rope_table(32, 64, {"rope_type": "default", "rope_theta": 1e4}).to(DEV)
-    return dict(x=x, w=w, b=b, norm_w=r(512), heads=r(7, 3, 32), pos=torch.arange(7, device=DEV) * 3,
+    return dict(x=x, x2=r(7, 512), w=w, b=b, norm_w=r(512), heads=r(7, 3, 32), pos=torch.arange(7, device=DEV) * 3,
                 table=table, gate_up=r(7, 48))
 
 
@@ -34,6 +34,9 @@ def test_custom_ops_pass_opcheck_and_equal_the_backend(name):
                    opaque.linear(a["x"], a["w"], a["b"], row_parallel=True)),
         "rms_norm": ((a["x"], a["norm_w"], 1e-6, name), real.rms_norm(a["x"], a["norm_w"], 1e-6),
                      opaque.rms_norm(a["x"], a["norm_w"], 1e-6)),
+        "add_rms_norm": ((a["x"], a["x2"], a["norm_w"], 1e-6, name),
+                         real.add_rms_norm(a["x"], a["x2"], a["norm_w"], 1e-6),
+                         opaque.add_rms_norm(a["x"], a["x2"], a["norm_w"], 1e-6)),
         "rope": ((a["heads"], a["pos"], a["table"], name), real.rope(a["heads"], a["pos"], a["table"]),
                  opaque.rope(a["heads"], a["pos"], a["table"])),
         "silu_mul": ((a["gate_up"], name), real.silu_mul(a["gate_up"]), opaque.silu_mul(a["gate_up"])),
@@ -45,13 +48,13 @@ def test_custom_ops_pass_opcheck_and_equal_the_backend(name):
     for op, (args, want, got) in cases.items():
         torch.library.opcheck(getattr(torch.ops.rlk, op).default, args,
                               test_utils=("test_schema", "test_faketensor"))
-        assert torch.equal(got, want), op
+        assert all(map(torch.equal, got, want)) if isinstance(want, tuple) else torch.equal(got, want), op
     assert opaque.FINGERPRINT == real.FINGERPRINT and opaque.NAME == name
     assert opaque.full_logprobs is real.full_logprobs  # ops a compiled forward never calls: the backend's own
 
 
 def test_compiled_function_over_the_ops_equals_eager():
-    """A decoder-like block (norm, linear, residual add, SiLU-mul, row-parallel linear) through the
+    """A decoder-like block (norm, linear, SiLU-mul, row-parallel linear, residual add + norm) through the
     opaque reference backend: torch.compile (Inductor) gives eager's bits."""
     ops = get_backend("opaque:reference")
     g = torch.Generator().manual_seed(1)
@@ -60,7 +63,8 @@ def test_compiled_function_over_the_ops_equals_eager():
 
     def block(h):
         y = ops.linear(ops.rms_norm(h, nw, 1e-6), w1)
-        return h + ops.linear(ops.silu_mul(y), w2, row_parallel=True)
+        out, stream = ops.add_rms_norm(ops.linear(ops.silu_mul(y), w2, row_parallel=True), h, nw, 1e-6)
+        return out + stream
 
     assert torch.equal(torch.compile(block, fullgraph=True)(h), block(h))
 

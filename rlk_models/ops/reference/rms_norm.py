@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import check_rms_norm
+from ..checks import check_add_rms_norm, check_rms_norm
 from .primitives import tree_sum
 
 
@@ -46,3 +46,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm of ``x [..., D]`` with ``weight [D]`` -> x's shape and dtype."""
     check_rms_norm(x, weight)
     return _RMSNorm.apply(x, weight, eps)
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rms_norm(s), s)`` for ``s = x + residual`` (torch's add: one rounding to x's dtype)."""
+    check_add_rms_norm(x, residual, weight)
+    s = x + residual
+    return _RMSNorm.apply(s, weight, eps), s

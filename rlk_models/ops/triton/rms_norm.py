@@ -6,7 +6,9 @@ Contract
     fixed by D and never by the number of rows. fp32 ``x * (1/sqrt(ss/D + eps))`` (IEEE sqrt and
     division) rounds to x's dtype, then multiplies the weight in that dtype -- the reference's
     rounding points. Bits differ from the reference backend only through the sum's tree
-    (tolerance-level).
+    (tolerance-level). ``add_rms_norm(x, r, w)`` is the same kernel with the decoder's residual
+    add in front: s = x + r rounded once to x's dtype (torch's add), stored, then the code above
+    on s -- so it returns exactly ``(rms_norm(x + r, w), x + r)`` with one launch instead of two.
 
 Backward (deterministic, no atomics)
     One fused pass: each program owns a fixed chunk of ``_bwd_chunk(D)`` rows (a function of D
@@ -23,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..checks import check_rms_norm
+from ..checks import check_add_rms_norm, check_rms_norm
 
 
 def _block(d: int) -> tuple[int, int]:
@@ -39,11 +41,18 @@ def _bwd_tile(d: int) -> tuple[int, int]:
 
 
 @triton.jit
-def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, D, eps, BLOCK_D: tl.constexpr):
+def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, D, eps, BLOCK_D: tl.constexpr, RES: tl.constexpr):
+    """y = RMSNorm(x) of one row; RES: of s = x + r, rounded once to x's dtype and stored (the
+    residual stream's next value), and then the same code from the load on."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
     mask = cols < D
-    x = tl.load(x_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + row * D + cols, mask=mask, other=0.0)
+    if RES:
+        x = (x.to(tl.float32) + tl.load(r_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32)).to(
+            s_ptr.dtype.element_ty)
+        tl.store(s_ptr + row * D + cols, x, mask=mask)
+    x = x.to(tl.float32)
     rstd = 1.0 / tl.sqrt_rn(tl.sum(x * x, axis=0) / D + eps)
     n = (x * rstd).to(y_ptr.dtype.element_ty)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0)
@@ -98,31 +107,68 @@ class _RMSNorm(torch.autograd.Function):
         rstd = torch.empty(x2.shape[0], dtype=torch.float32, device=x.device)
         block, warps = _block(d)
         if x2.shape[0]:
-            _rms_fwd[(x2.shape[0],)](x2, w, y, rstd, d, eps, BLOCK_D=block, num_warps=warps)
+            _rms_fwd[(x2.shape[0],)](x2, w, y, rstd, x2, x2, d, eps, BLOCK_D=block, RES=False, num_warps=warps)
         ctx.save_for_backward(x2, w, rstd)
         return y.view(x.shape)
 
     @staticmethod
     def backward(ctx, dy):
         x2, w, rstd = ctx.saved_tensors
-        m, d = x2.shape
-        block, warps = _block(d)
-        rows, chunk = _bwd_tile(d)
-        want_dw = ctx.needs_input_grad[1]
-        dx = torch.empty_like(x2)
-        chunks = max(1, triton.cdiv(m, chunk))
-        dwp = torch.zeros(chunks if want_dw else 1, d, dtype=torch.float32, device=x2.device)
-        if m:
-            dy2 = dy.reshape(m, d).contiguous()
-            _rms_bwd[(chunks,)](dy2, x2, w, rstd, dx, dwp, m, d, CHUNK=chunk, ROWS=rows, BLOCK_D=block, DW=want_dw,
-                                num_warps=warps)
-        dw = None
-        if want_dw:
-            dw = torch.empty_like(w)
-            _fold_chunks[(triton.cdiv(d, 128),)](dwp, dw, chunks, d, BLOCK_C=128)
+        dx, dw = _backward(dy, x2, w, rstd, ctx.needs_input_grad[1])
         return dx.view(dy.shape), dw, None
+
+
+class _AddRMSNorm(torch.autograd.Function):
+    """(RMSNorm(s), s) for s = x + residual in one kernel; the backward is the norm's plus the
+    gradient that reaches s directly (the residual stream), added once: d x = d residual."""
+
+    @staticmethod
+    def forward(ctx, x, residual, w, eps):
+        d = x.shape[-1]
+        x2, r2 = x.reshape(-1, d).contiguous(), residual.reshape(-1, d).contiguous()
+        y, s = torch.empty_like(x2), torch.empty_like(x2)
+        rstd = torch.empty(x2.shape[0], dtype=torch.float32, device=x.device)
+        block, warps = _block(d)
+        if x2.shape[0]:
+            _rms_fwd[(x2.shape[0],)](x2, w, y, rstd, r2, s, d, eps, BLOCK_D=block, RES=True, num_warps=warps)
+        ctx.save_for_backward(s, w, rstd)
+        return y.view(x.shape), s.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy, ds):
+        s2, w, rstd = ctx.saved_tensors
+        dx, dw = _backward(torch.zeros_like(s2) if dy is None else dy, s2, w, rstd, ctx.needs_input_grad[2])
+        if ds is not None:
+            dx = dx + ds.reshape(dx.shape)
+        return dx.view(dy.shape), dx.view(dy.shape), dw, None
+
+
+def _backward(dy, x2, w, rstd, want_dw: bool):
+    """(dx [M, D], dw or None) of y = RMSNorm(x2) given dy."""
+    m, d = x2.shape
+    block, warps = _block(d)
+    rows, chunk = _bwd_tile(d)
+    dx = torch.empty_like(x2)
+    chunks = max(1, triton.cdiv(m, chunk))
+    dwp = torch.zeros(chunks if want_dw else 1, d, dtype=torch.float32, device=x2.device)
+    if m:
+        dy2 = dy.reshape(m, d).contiguous()
+        _rms_bwd[(chunks,)](dy2, x2, w, rstd, dx, dwp, m, d, CHUNK=chunk, ROWS=rows, BLOCK_D=block, DW=want_dw,
+                            num_warps=warps)
+    dw = None
+    if want_dw:
+        dw = torch.empty_like(w)
+        _fold_chunks[(triton.cdiv(d, 128),)](dwp, dw, chunks, d, BLOCK_C=128)
+    return dx, dw
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     check_rms_norm(x, weight)
-    return _RMSNorm.apply(x, weight, eps)
+    return _RMSNorm.apply(x, weight.contiguous(), eps)  # the kernels read the weight as one contiguous row
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rms_norm(s), s)`` for ``s = x + residual``: one kernel, the bits of the add and the norm apart."""
+    check_add_rms_norm(x, residual, weight)
+    return _AddRMSNorm.apply(x, residual, weight.contiguous(), eps)

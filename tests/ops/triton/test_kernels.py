@@ -202,6 +202,25 @@ def test_rowwise_ops_row_invariant_and_close_to_reference(dtype, op, shape):
         assert rel_err(a, b) < 10 * TOL[dtype]
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [80, 2048, 4096])  # BLOCK_D 128 / 2048 (4 warps) / 4096 (8 warps)
+def test_add_rms_norm_is_the_add_then_the_norm(dtype, d):
+    """The decoder's fused residual add + norm: exactly (rms_norm(x + r), x + r) -- the same
+    reduction code on the same tile, natively the check that matters -- and the two ops' gradients."""
+    tri, dt = get_backend("triton"), getattr(torch, dtype)
+    g = torch.Generator().manual_seed(6)
+    x, r, w = rand(g, 37, d, dtype=dt), rand(g, 37, d, dtype=dt, scale=4.0), rand(g, d, dtype=dt)
+    gy, gs = rand(g, 37, d, dtype=dt), rand(g, 37, d, dtype=dt)
+
+    def run(fused):
+        xl, rl, wl = (t.clone().requires_grad_() for t in (x, r, w))
+        y, s = tri.add_rms_norm(xl, rl, wl, 1e-6) if fused else (tri.rms_norm(xl + rl, wl, 1e-6), xl + rl)
+        return (y, s, *torch.autograd.grad((y, s), (xl, rl, wl), (gy, gs)))
+
+    for name, a, b in zip(("y", "s", "dx", "dr", "dw"), run(True), run(False), strict=True):
+        assert torch.equal(a, b), name
+
+
 @pytest.mark.parametrize("d", [80, 4096])  # one chunk of rows; several chunks (the dw partials' fold)
 def test_rms_norm_backward_chunks_close_to_float64(d):
     """The fused backward: dx and dw against float64 autograd with several row chunks, and dx alone
