@@ -41,13 +41,16 @@ def _bwd_tile(d: int) -> tuple[int, int]:
 
 
 @triton.jit
-def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, D, eps, BLOCK_D: tl.constexpr, RES: tl.constexpr):
-    """y = RMSNorm(x) of one row; RES: of s = x + r, rounded once to x's dtype and stored (the
-    residual stream's next value), and then the same code from the load on."""
+def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, D, H, SX, eps, BLOCK_D: tl.constexpr, RES: tl.constexpr):
+    """y = RMSNorm(x) of one row (y, r, s: contiguous rows of D); x's row ``row`` is head
+    ``row % H`` of token ``row // H``, at ``(row // H) * SX + (row % H) * D`` (H = 1, SX = D: plain
+    rows; a [T, H, D] view of q or k inside the qkv projection's rows is read in place, no copy).
+    RES: of s = x + r, rounded once to x's dtype and stored (the residual stream's next value),
+    and then the same code from the load on."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
     mask = cols < D
-    x = tl.load(x_ptr + row * D + cols, mask=mask, other=0.0)
+    x = tl.load(x_ptr + (row // H) * SX + (row % H) * D + cols, mask=mask, other=0.0)
     if RES:
         x = (x.to(tl.float32) + tl.load(r_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32)).to(
             s_ptr.dtype.element_ty)
@@ -102,19 +105,24 @@ class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, eps):
         d = x.shape[-1]
-        x2 = x.reshape(-1, d).contiguous()
-        y = torch.empty_like(x2)
-        rstd = torch.empty(x2.shape[0], dtype=torch.float32, device=x.device)
+        if x.dim() == 3 and x.stride(2) == 1 and x.stride(1) == d and x.shape[0] > 0:
+            x2, heads, sx = x, x.shape[1], x.stride(0)  # per-head norm of a slice of wider rows: in place
+        else:
+            x2 = x.reshape(-1, d).contiguous()
+            heads, sx = 1, d
+        m = x.numel() // d
+        y = torch.empty(m, d, dtype=x.dtype, device=x.device)
+        rstd = torch.empty(m, dtype=torch.float32, device=x.device)
         block, warps = _block(d)
-        if x2.shape[0]:
-            _rms_fwd[(x2.shape[0],)](x2, w, y, rstd, x2, x2, d, eps, BLOCK_D=block, RES=False, num_warps=warps)
+        if m:
+            _rms_fwd[(m,)](x2, w, y, rstd, y, y, d, heads, sx, eps, BLOCK_D=block, RES=False, num_warps=warps)
         ctx.save_for_backward(x2, w, rstd)
         return y.view(x.shape)
 
     @staticmethod
     def backward(ctx, dy):
         x2, w, rstd = ctx.saved_tensors
-        dx, dw = _backward(dy, x2, w, rstd, ctx.needs_input_grad[1])
+        dx, dw = _backward(dy, x2.reshape(-1, x2.shape[-1]).contiguous(), w, rstd, ctx.needs_input_grad[1])
         return dx.view(dy.shape), dw, None
 
 
@@ -130,7 +138,7 @@ class _AddRMSNorm(torch.autograd.Function):
         rstd = torch.empty(x2.shape[0], dtype=torch.float32, device=x.device)
         block, warps = _block(d)
         if x2.shape[0]:
-            _rms_fwd[(x2.shape[0],)](x2, w, y, rstd, r2, s, d, eps, BLOCK_D=block, RES=True, num_warps=warps)
+            _rms_fwd[(x2.shape[0],)](x2, w, y, rstd, r2, s, d, 1, d, eps, BLOCK_D=block, RES=True, num_warps=warps)
         ctx.save_for_backward(s, w, rstd)
         return y.view(x.shape), s.view(x.shape)
 

@@ -203,6 +203,26 @@ def test_rowwise_ops_row_invariant_and_close_to_reference(dtype, op, shape):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_reads_heads_in_place(dtype):
+    """Qwen3's q/k norm: per-head RMSNorm of [T, H, D] views into the qkv projection's rows is read
+    in place (no copy) and gives the bits and gradients of the same heads made contiguous."""
+    tri, dt = get_backend("triton"), getattr(torch, dtype)
+    g = torch.Generator().manual_seed(8)
+    qkv, w = rand(g, 11, (4 + 2 + 2) * 64, dtype=dt), rand(g, 64, dtype=dt)
+    gy = rand(g, 11, 2, 64, dtype=dt)
+    for view in (qkv[:, :256].view(11, 4, 64), qkv[:, 256:384].view(11, 2, 64)):
+        assert view.stride(0) == 512
+        y = tri.rms_norm(view, w, 1e-6)
+        assert torch.equal(y, tri.rms_norm(view.contiguous(), w, 1e-6))
+    base = qkv.clone().requires_grad_()
+    k_view = base[:, 256:384].view(11, 2, 64)
+    dk_view, = torch.autograd.grad(tri.rms_norm(k_view, w, 1e-6), base, gy)
+    k_copy = qkv[:, 256:384].view(11, 2, 64).contiguous().requires_grad_()
+    dk_copy, = torch.autograd.grad(tri.rms_norm(k_copy, w, 1e-6), k_copy, gy)
+    assert torch.equal(dk_view[:, 256:384].view(11, 2, 64), dk_copy) and not dk_view[:, :256].any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("d", [80, 2048, 4096])  # BLOCK_D 128 / 2048 (4 warps) / 4096 (8 warps)
 def test_add_rms_norm_is_the_add_then_the_norm(dtype, d):
     """The decoder's fused residual add + norm: exactly (rms_norm(x + r), x + r) -- the same
