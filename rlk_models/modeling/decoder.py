@@ -196,9 +196,10 @@ class DecoderLayer(GradientCheckpointingLayer):
 
     def forward(self, out_TD, residual_TD, positions_T, rope_PD, meta: AttentionMeta):
         """The residual stream is carried as (the last block's output, the stream before it) and each
-        residual add runs inside the next norm's op (``add_rms_norm``): h + attn(norm(h)), then + mlp(...)
-        with the adds' and the norms' bits, in half the launches. The first layer gets (embedding, None);
-        returns (this layer's MLP output, the stream before it)."""
+        residual add runs inside the next norm's op (``add_rms_norm``): h + attn(norm(h)), then
+        + mlp(...), with the adds' and the norms' bits in one launch per add and norm instead of
+        two. The first layer gets (embedding, None); returns (this layer's MLP output, the stream
+        before it)."""
         if residual_TD is None:
             x_TD, residual_TD = self.input_layernorm(out_TD), out_TD
         else:
