@@ -18,7 +18,7 @@ from harness import bench, info, log, rel_err, save  # noqa: E402
 
 from rlk_models.ops import rope_table  # noqa: E402
 from rlk_models.ops.triton.embedding import embedding  # noqa: E402
-from rlk_models.ops.triton.rms_norm import rms_norm  # noqa: E402
+from rlk_models.ops.triton.rms_norm import add_rms_norm, rms_norm  # noqa: E402
 from rlk_models.ops.triton.rope import rope  # noqa: E402
 from rlk_models.ops.triton.silu_mul import silu_mul  # noqa: E402
 
@@ -75,6 +75,32 @@ def check_rope(res, dev, g):
     print("rope:", r, flush=True)
 
 
+def check_fusions(res, dev, g, w, wh):
+    """The decode path's two launch cuts at the op level, natively: the residual add inside the
+    norm (``add_rms_norm``) against the add and the norm apart (ours, and torch's add +
+    F.rms_norm), and Qwen3's q/k norm read in place in the qkv rows against norming a copy --
+    each with its bits against the unfused form (the contract says equal)."""
+    r = {}
+    for m in (1, 64, 256, 1024):
+        x, s0 = (torch.randn(m, 4096, device=dev, generator=g).bfloat16() for _ in range(2))
+        y, s = add_rms_norm(x, s0, w, 1e-6)
+        same = torch.equal(s, x + s0) and torch.equal(y, rms_norm(x + s0, w, 1e-6))
+        t_fused = bench(lambda: add_rms_norm(x, s0, w, 1e-6), warmup=25, rep=100)
+        t_apart = bench(lambda: rms_norm(x + s0, w, 1e-6), warmup=25, rep=100)
+        t_torch = bench(lambda: F.rms_norm(x + s0, (4096,), w, 1e-6), warmup=25, rep=100)
+        qkv = torch.randn(m, (32 + 8 + 8) * 128, device=dev, generator=g).bfloat16()
+        q = qkv[:, :4096].view(m, 32, 128)
+        same_q = torch.equal(rms_norm(q, wh, 1e-6), rms_norm(q.contiguous(), wh, 1e-6))
+        t_inplace = bench(lambda: rms_norm(q, wh, 1e-6), warmup=25, rep=100)
+        t_copy = bench(lambda: rms_norm(q.contiguous(), wh, 1e-6), warmup=25, rep=100)
+        r[f"M{m}"] = {"add_rms_norm_us": t_fused * 1e3, "add_then_rms_norm_us": t_apart * 1e3,
+                      "torch_add_then_rms_norm_us": t_torch * 1e3, "fused_equals_apart": same,
+                      "q_norm_in_place_us": t_inplace * 1e3, "q_norm_of_copy_us": t_copy * 1e3,
+                      "in_place_equals_copy": same_q}
+    res["fusions"] = r
+    print("fusions:", r, flush=True)
+
+
 def check_embedding(res, dev, g):
     w = torch.randn(151936, 4096, device=dev, generator=g).bfloat16()
     ids = torch.randint(0, 151936, (8192,), device=dev, generator=g)
@@ -112,6 +138,7 @@ def main() -> None:
           lambda gu: F.silu(gu[:, :12288]) * gu[:, 12288:],
           lambda m: (2 * torch.randn(m, 24576, device=dev, generator=g)).bfloat16(), res)
     check_rope(res, dev, g)
+    check_fusions(res, dev, g, w, wh)
     check_embedding(res, dev, g)
     save("ops_sweep", res)
 
