@@ -21,8 +21,8 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 # ATen ops that launch no kernel (views, metadata, allocation)
 FREE = ("view", "reshape", "_reshape_alias", "split", "slice", "select", "as_strided", "empty", "unsqueeze",
         "squeeze", "detach", "alias", "t.", "transpose", "permute", "expand", "_unsafe_view", "lift_fresh",
-        "new_empty", "is_same_size", "sym_", "item", "_local_scalar_dense", "result_type", "arange", "zeros",
-        "ones", "full", "scalar_tensor", "_to_copy", "to.", "lift", "stride", "size", "numel", "dim", "is_")
+        "new_empty", "is_same_size", "sym_", "item", "_local_scalar_dense", "result_type", "lift", "stride",
+        "size", "numel", "dim", "is_")
 
 
 class _Count(TorchDispatchMode):

@@ -10,8 +10,8 @@ compiles the glue around them (views), where it rounds exactly as eager does.
 
 ``get_backend("opaque:NAME")`` returns an ``OpaqueBackend``: NAME's interface with these ops in
 place of the ones a compiled forward calls (linear, RMSNorm and residual add + RMSNorm, RoPE,
-SiLU-mul, the row-parallel partials and their combination); every other op (attention, which vLLM runs inside its own
-opaque op; the log-prob head, outside the compiled region) is NAME's own. Inference only: the
+SiLU-mul, the row-parallel partials and their combination); every other op (attention, which
+vLLM runs inside its own opaque op; the log-prob head, outside the compiled region) is NAME's own. Inference only: the
 custom ops have no autograd (the training class calls its backend directly).
 """
 

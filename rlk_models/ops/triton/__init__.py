@@ -46,5 +46,4 @@ def is_available() -> tuple[bool, str]:
 
 __all__ = ["add_rms_norm", "combine_partials", "combine_shards", "embedding", "full_logprobs", "linear", "logprob_head",
            "paged_attention", "partials_per_rank", "rms_norm", "rope", "shard_partial", "shard_stats", "silu_mul",
-           "token_sum",
-           "varlen_attention", "write_kv"]
+           "token_sum", "varlen_attention", "write_kv"]

@@ -26,9 +26,9 @@ Backward (deterministic; vocab in chunks, in order)
     rows, so the [T, chunk] buffer stays under ``BWD_ELEMS`` entries (8 MiB). Peak extra memory is
     a few buffers (about 1/20 of fp32 [T, V] logits at V = 152k and T >= 1024); at small T the
     backward is a handful of launches (T = 128: 5 chunks) instead of 3 per 2048 entries (75
-    chunks at V = 152k), which made it host-bound. The chunking sets dh's summation order, so dh depends on T (the
-    contract does not ask a backward to be batch-invariant, only deterministic); dW does not
-    (each chunk's rows reduce over T in the plain order).
+    chunks at V = 152k), which made it host-bound. The chunking sets dh's summation order, so dh
+    depends on T (the contract does not ask a backward to be batch-invariant, only
+    deterministic); dW does not (each chunk's rows reduce over T in the plain order).
 
 Memory (forward): stats are 3 x T x ceil(V/256) fp32: 1/85 of fp32 [T, V] logits.
 """

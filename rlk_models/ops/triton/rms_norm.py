@@ -11,7 +11,7 @@ Contract
     on s -- so it returns exactly ``(rms_norm(x + r, w), x + r)`` with one launch instead of two.
 
 Backward (deterministic, no atomics)
-    One fused pass: each program owns a fixed chunk of ``_bwd_chunk(D)`` rows (a function of D
+    One fused pass: each program owns a fixed chunk of ``_bwd_tile(D)`` rows (a function of D
     only), walks it ``ROWS`` rows at a time in row order, writes each row's dx (its sum over D by
     ``tl.sum`` of the tile's row) and adds the tile's ``dy * n`` column sums into an fp32 dw
     partial; the chunk partials are added in chunk order and rounded once. x and dy are read once
@@ -110,12 +110,7 @@ class _RMSNorm(torch.autograd.Function):
         else:
             x2 = x.reshape(-1, d).contiguous()
             heads, sx = 1, d
-        m = x.numel() // d
-        y = torch.empty(m, d, dtype=x.dtype, device=x.device)
-        rstd = torch.empty(m, dtype=torch.float32, device=x.device)
-        block, warps = _block(d)
-        if m:
-            _rms_fwd[(m,)](x2, w, y, rstd, y, y, d, heads, sx, eps, BLOCK_D=block, RES=False, num_warps=warps)
+        y, rstd = _forward(x2, w, eps, x.numel() // d, heads, sx)
         ctx.save_for_backward(x2, w, rstd)
         return y.view(x.shape)
 
@@ -134,11 +129,8 @@ class _AddRMSNorm(torch.autograd.Function):
     def forward(ctx, x, residual, w, eps):
         d = x.shape[-1]
         x2, r2 = x.reshape(-1, d).contiguous(), residual.reshape(-1, d).contiguous()
-        y, s = torch.empty_like(x2), torch.empty_like(x2)
-        rstd = torch.empty(x2.shape[0], dtype=torch.float32, device=x.device)
-        block, warps = _block(d)
-        if x2.shape[0]:
-            _rms_fwd[(x2.shape[0],)](x2, w, y, rstd, r2, s, d, 1, d, eps, BLOCK_D=block, RES=True, num_warps=warps)
+        s = torch.empty_like(x2)
+        y, rstd = _forward(x2, w, eps, x2.shape[0], 1, d, r2, s)
         ctx.save_for_backward(s, w, rstd)
         return y.view(x.shape), s.view(x.shape)
 
@@ -148,7 +140,22 @@ class _AddRMSNorm(torch.autograd.Function):
         dx, dw = _backward(torch.zeros_like(s2) if dy is None else dy, s2, w, rstd, ctx.needs_input_grad[2])
         if ds is not None:
             dx = dx + ds.reshape(dx.shape)
-        return dx.view(dy.shape), dx.view(dy.shape), dw, None
+        shape = (dy if dy is not None else ds).shape
+        return dx.view(shape), dx.view(shape), dw, None
+
+
+def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None):
+    """(y [m, D], rstd [m]) by ``_rms_fwd`` over m rows of x2 (see its row addressing); with r2,
+    of s = x2 + r2, written into s."""
+    d = w.shape[0]
+    y = torch.empty(m, d, dtype=x2.dtype, device=x2.device)
+    rstd = torch.empty(m, dtype=torch.float32, device=x2.device)
+    block, warps = _block(d)
+    if m:
+        res = r2 is not None
+        _rms_fwd[(m,)](x2, w, y, rstd, r2 if res else y, s if res else y, d, heads, sx, eps, BLOCK_D=block, RES=res,
+                       num_warps=warps)
+    return y, rstd
 
 
 def _backward(dy, x2, w, rstd, want_dw: bool):
