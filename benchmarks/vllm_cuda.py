@@ -5,7 +5,10 @@ class on the GPU.
 Each engine runs in its own process (a finished engine's GPU memory is only freed with its
 process). Per engine: start time, output tokens/s of ``--n`` prompts x ``--max-tokens`` at
 temperature 1 with ``logprobs=0`` (after a warm-up), batch-1 inter-token latency and the decode-step
-latency at batch 1, 64 and 256 (128 steps each). Engines:
+latency at batch 1, 64 and 256 (128 steps each, after a warm-up at that batch size); with
+``--profile``, the kernels of a decode step at batch 1 and 64 (engine core in the benchmark's
+process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so its figures are not the default's) and a host + GPU
+timeline of 8 batch-1 decode steps (``$OUT/trace_<engine>_b1.json.gz``, chrome://tracing). Engines:
 ``stock`` (vLLM's defaults: torch.compile, FULL_AND_PIECEWISE graphs, FA3), ``stock_bi`` (the
 same with ``VLLM_BATCH_INVARIANT=1``, vLLM's own batch-invariant mode), ``rlk`` (CUDA graphs of
 uniform decode steps, ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``), ``rlk_compile`` (the decoder
@@ -96,15 +99,47 @@ def stage_engine(a) -> dict:
     res["decode_step_ms"] = {"1": res["batch1_itl_ms"]}
     for b in (64, 256):
         if b <= a.n:
+            llm.generate(prompts[:b], SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)  # warm-up
             t = time.time()
             llm.generate(prompts[:b], one, use_tqdm=False)
             res["decode_step_ms"][str(b)] = round((time.time() - t) / 128 * 1e3, 3)
+    if a.profile:
+        res["profile"] = profile_decode(llm, prompts, SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True))
+        # a timeline of 8 batch-1 decode steps, host and GPU: where a step's time goes between kernels
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
+            llm.generate(prompts[:1], SamplingParams(temperature=1.0, max_tokens=9, ignore_eos=True), use_tqdm=False)
+        prof.export_chrome_trace(str(Path(a.out) / f"trace_{a.kind}_b1.json.gz"))
     if rlk:
         torch.save({"ids": [list(o.prompt_token_ids) + list(o.outputs[0].token_ids) for o in outs],
                     "prompt_len": [len(o.prompt_token_ids) for o in outs],
                     "logprobs": [[lp[t].logprob for lp, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids)]
                                  for o in outs]}, a.save)
     return res
+
+
+def profile_decode(llm, prompts, sp, batches=(1, 64)) -> dict:
+    """The GPU kernels of one decode step at each batch size (torch.profiler over 32 decode steps
+    after one prefill; CUDA-graph replays included): per kernel name, launches and microseconds per
+    step, the top 25 by time, and the step's total kernel time and launch count. Needs the engine in
+    this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by ``--profile``)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    out = {}
+    for b in batches:
+        llm.generate(prompts[:b], sp, use_tqdm=False)  # warm-up of this batch size
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            llm.generate(prompts[:b], sp, use_tqdm=False)
+        steps = sp.max_tokens - 1  # the decode steps; the one prefill is in the totals too
+        rows = [(e.key, e.count, e.device_time_total) for e in prof.key_averages()
+                if e.device_type == DeviceType.CUDA and e.device_time_total > 0]  # kernels, memcpys
+        rows.sort(key=lambda r: -r[2])
+        out[str(b)] = {"step_kernel_us": round(sum(r[2] for r in rows) / steps, 1),
+                       "step_launches": round(sum(r[1] for r in rows) / steps, 1),
+                       "top": [{"kernel": k[:120], "per_step": round(n / steps, 2), "us_per_step": round(t / steps, 1)}
+                               for k, n, t in rows[:25]]}
+    return out
 
 
 def stage_parity(a) -> dict:
@@ -142,6 +177,7 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size of every engine")
     ap.add_argument("--limit", type=float, default=300, help="seconds per engine process")
+    ap.add_argument("--profile", action="store_true", help="per-kernel profile of decode steps at batch 1 and 64")
     ap.add_argument("--kind")
     ap.add_argument("--model")
     ap.add_argument("--save")
@@ -154,7 +190,7 @@ def main() -> None:
     summary: dict = {"shape": a.shape, "tp": a.tp, "n": a.n, "prompt_len": a.prompt_len, "max_tokens": a.max_tokens}
 
     common = ["--shape", a.shape, "--work", a.work, "--n", str(a.n), "--prompt-len", str(a.prompt_len),
-              "--max-tokens", str(a.max_tokens), "--tp", str(a.tp)]
+              "--max-tokens", str(a.max_tokens), "--tp", str(a.tp)] + (["--profile"] if a.profile else [])
     stages = Stages(__file__, out_path, summary, common, a.limit)
     run = stages.run
     ck = run("ckpt", ["ckpt"])
@@ -165,6 +201,8 @@ def main() -> None:
         save = str(Path(a.work) / f"{kind}.pt")
         env = {"stock_bi": {"VLLM_BATCH_INVARIANT": "1"},
                "rlk_allreduce": {"RLK_BENCH_PLAIN_ALL_REDUCE": "1"}}.get(kind, {})
+        if a.profile:  # the profiler sees the kernels of an engine core in its own process
+            env = {**env, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
         res = run(kind, ["engine", "--kind", kind, "--model", model, "--save", save], env)
         if kind.startswith("rlk") and res and "error" not in res:
             run(f"{kind}_parity", ["parity", "--model", model, "--save", save])

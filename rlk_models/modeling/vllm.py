@@ -78,6 +78,58 @@ def _plain_all_reduce() -> bool:
     return on
 
 
+HEAD_GRAPH_ROWS = 64  # decode steps of up to this many sequences run the head as a CUDA graph
+
+
+class HeadGraphs:
+    """CUDA graphs of the TP=1 log-prob head for decode-sized steps (1 to ``rows`` rows, padded
+    up to a power of two). vLLM calls ``compute_logits`` outside its model graphs, and the head is
+    five Python-launched kernels and their buffers: on the H200 that host time (0.3-0.4 ms a
+    step) is what separated the rlk engine's batch-1 decode from stock vLLM's, whose head is one
+    GEMM. A replay runs the same kernels with the same arguments, so its bits are the eager
+    head's; the padding rows hold stale hidden states and change nothing (every row is computed
+    on its own). Weights must change in place (vLLM's own graphs need that too); a different
+    weight tensor drops the graphs. The returned rows are the graph's output buffer, valid until
+    the next step."""
+
+    def __init__(self, rows: int = HEAD_GRAPH_ROWS):
+        self.rows = rows
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.key: tuple | None = None
+        self.h: torch.Tensor | None = None
+        self.pool = None
+
+    def __call__(self, head, h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        t = h.shape[0]
+        if not (h.is_cuda and 0 < t <= self.rows) or torch.cuda.is_current_stream_capturing():
+            return head(h)
+        key = (w.data_ptr(), tuple(w.shape), h.dtype, h.shape[1], h.device)
+        if key != self.key:
+            self.graphs.clear()
+            self.key, self.pool = key, torch.cuda.graph_pool_handle()
+            self.h = torch.zeros(self.rows, h.shape[1], dtype=h.dtype, device=h.device)
+        b = 1 << (t - 1).bit_length()
+        self.h[:t].copy_(h)
+        if b not in self.graphs:
+            head(self.h[:b])  # compiles the kernels for this shape outside the capture
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=self.pool):
+                out = head(self.h[:b])
+            self.graphs[b] = (g, out)
+        g, out = self.graphs[b]
+        g.replay()
+        return out[:t]
+
+
+def head_graphs_for(vllm_config, tp: int) -> HeadGraphs | None:
+    """The engine's head graphs: TP=1 with CUDA graphs on (``enforce_eager`` / ``cudagraph_mode=NONE``: none)."""
+    from vllm.config import CUDAGraphMode
+
+    cc = vllm_config.compilation_config
+    eager = vllm_config.model_config.enforce_eager or cc.cudagraph_mode == CUDAGraphMode.NONE
+    return None if tp != 1 or eager else HeadGraphs()
+
+
 LOGPROBS_FLAG = ('logprobs_mode="raw_logits" (Python: LLM(..., logprobs_mode="raw_logits"); '
                  'server: --logprobs-mode raw_logits)')
 
@@ -226,6 +278,7 @@ class RLKVllmForCausalLM(nn.Module):
         self.lm_head.quant_method = RLKEmbeddingMethod()
         if config.tie_word_embeddings:
             self.lm_head = self.lm_head.tie_weights(self.model.embed_tokens)
+        self.head_graphs = head_graphs_for(vllm_config, tp)
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model.embed_tokens(input_ids)
@@ -240,6 +293,8 @@ class RLKVllmForCausalLM(nn.Module):
         ops, vocab, head = get_backend(self.config.rlk_backend), self.config.vocab_size, self.lm_head
         tp = get_tensor_model_parallel_world_size()  # the head's group (ParallelLMHead's own
         if tp == 1:                                  # rank attribute moved between vLLM versions)
+            if self.head_graphs is not None:
+                return self.head_graphs(lambda h: ops.full_logprobs(h, head.weight, vocab), hidden_states, head.weight)
             return ops.full_logprobs(hidden_states, head.weight, vocab)
         shard = vocab_shard(vocab, get_tensor_model_parallel_rank(), tp)
         st = ops.shard_stats(hidden_states, head.weight, shard, vocab, None, with_entropy=False, keep_logits=True)

@@ -1,0 +1,48 @@
+"""Where a decode step's time goes, from a timeline that ``benchmarks/vllm_cuda.py --profile``
+wrote (``trace_<engine>_b1.json.gz``): the interval between consecutive CUDA-graph replays (one
+decode step), the GPU kernels' busy time in it, and the host functions of one step that take
+longer than ``--min-us`` (inclusive time; under the profiler's stack tracing host code runs
+several times slower than without it, so compare engines, not absolute numbers).
+
+    python benchmarks/trace_steps.py trace_stock_b1.json.gz trace_rlk_b1.json.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+
+SKIP = ("site-packages/torch/", "threading", "queue.py", "<built-in")
+
+
+def summarize(path: str, min_us: float) -> None:
+    with gzip.open(path) if path.endswith(".gz") else open(path) as f:
+        ev = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    launches = sorted((e for e in ev if e.get("cat") == "cuda_runtime" and "GraphLaunch" in e["name"]),
+                      key=lambda e: e["ts"])
+    kernels = [e for e in ev if e.get("cat") == "kernel"]
+    print(f"== {path}: {len(launches)} graph replays")
+    for a, b in zip(launches, launches[1:]):
+        busy = sum(e["dur"] for e in kernels if a["ts"] <= e["ts"] < b["ts"])
+        print(f"   step {b['ts'] - a['ts']:8.0f} us between replays, kernels busy {busy:7.0f} us")
+    if len(launches) < 3:
+        return
+    a, b = launches[-3]["ts"], launches[-2]["ts"]
+    print(f"   host functions of the step ending at the last replay but one (> {min_us:.0f} us):")
+    for e in sorted((e for e in ev if e.get("cat") == "python_function" and a <= e["ts"] < b and e["dur"] > min_us
+                     and not any(s in e["name"] for s in SKIP)), key=lambda e: e["ts"]):
+        print(f"   {e['ts'] - a:9.0f} {e['dur']:7.0f}  {e['name'][:140]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("traces", nargs="+")
+    ap.add_argument("--min-us", type=float, default=150)
+    a = ap.parse_args()
+    for p in a.traces:
+        summarize(p, a.min_us)
+
+
+if __name__ == "__main__":
+    main()
