@@ -2,7 +2,7 @@
 outputs differ, with where (layer, op, token) and by how much.
 
 A run records, in execution order, the inputs and outputs of every op application of the
-shared decoder (embedding, each layer's norms, qkv_proj, q/k norm, attention, o_proj,
+shared decoder (embedding, each layer's norms, qkv_proj, q/k norm (Qwen3: norm and RoPE are one op), attention, o_proj,
 gate_up_proj, down_proj, final norm), per token (rows ordered by position), plus the final
 log-probs. Runs:
 

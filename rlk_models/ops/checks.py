@@ -62,6 +62,11 @@ def check_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     check_rms_norm(x, weight)
 
 
+def check_rms_norm_rope(x: torch.Tensor, weight: torch.Tensor, positions: torch.Tensor, table: torch.Tensor) -> None:
+    check_rms_norm(x, weight)
+    check_rope(x, positions, table)
+
+
 def check_silu_mul(gate_up: torch.Tensor) -> None:
     if gate_up.shape[-1] % 2:
         raise ValueError(f"silu_mul: last dim must be even (gate|up), got {gate_up.shape[-1]}")

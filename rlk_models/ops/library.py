@@ -67,6 +67,17 @@ def _(x, positions, table, backend):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
+@torch.library.custom_op("rlk::rms_norm_rope", mutates_args=())
+def _rms_norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, positions: torch.Tensor, table: torch.Tensor,
+                   backend: str) -> torch.Tensor:
+    return get_backend(backend).rms_norm_rope(x, weight, eps, positions, table)
+
+
+@_rms_norm_rope.register_fake
+def _(x, weight, eps, positions, table, backend):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
 @torch.library.custom_op("rlk::silu_mul", mutates_args=())
 def _silu_mul(gate_up: torch.Tensor, backend: str) -> torch.Tensor:
     return get_backend(backend).silu_mul(gate_up)
@@ -120,6 +131,9 @@ class OpaqueBackend:
 
     def rope(self, x, positions, table):
         return torch.ops.rlk.rope(x, positions, table, self.NAME)
+
+    def rms_norm_rope(self, x, weight, eps, positions, table):
+        return torch.ops.rlk.rms_norm_rope(x, weight, eps, positions, table, self.NAME)
 
     def silu_mul(self, gate_up):
         return torch.ops.rlk.silu_mul(gate_up, self.NAME)

@@ -80,6 +80,13 @@ def _add_norm_ok(ops, x, r, w) -> bool:
             and _rows_ok(lambda t: torch.cat(ops.add_rms_norm(*t.chunk(2, -1), w, 1e-6), -1), torch.cat([x, r], -1)))
 
 
+def _norm_rope_ok(ops, x, w, pos, table) -> bool:
+    """The fused per-head norm + RoPE is exactly the norm and then the rope, and row-invariant."""
+    y = ops.rms_norm_rope(x, w, 1e-6, pos, table)
+    return (torch.equal(y, ops.rope(ops.rms_norm(x, w, 1e-6), pos, table))
+            and torch.equal(ops.rms_norm_rope(x[:5], w, 1e-6, pos[:5], table), y[:5]))
+
+
 def _checks(ops, dtype) -> dict[str, bool]:
     dev = torch.device(getattr(ops, "DEVICE", "cpu"))
     rand = functools.partial(_rand, device=dev)
@@ -100,6 +107,7 @@ def _checks(ops, dtype) -> dict[str, bool]:
         "silu_mul": _rows_ok(ops.silu_mul, rand((m, 2 * n), dtype, 8) * 4),
         "rope": torch.equal(ops.rope(rand((m, 2, 32), dtype, 9)[:5], pos[:5], table),
                             ops.rope(rand((m, 2, 32), dtype, 9), pos, table)[:5]),
+        "rms_norm_rope": _norm_rope_ok(ops, rand((m, 2, 32), dtype, 13), rand((32,), dtype, 14), pos, table),
         "attention_decode": _paged_decode_ok(ops, q, kv, full),
         "logprob_head": _rows_ok(lambda t: ops.full_logprobs(t, wh, 600), x)
         and torch.equal(ops.full_logprobs(x, wh, 600).gather(1, tgt[:, None])[:, 0], lp),

@@ -187,6 +187,31 @@ def test_add_rms_norm_is_the_add_then_the_norm(backend, m, d, dtype, seed, strea
         assert torch.equal(a, b)
 
 
+@on_backends
+@SETTINGS
+@given(t=st.integers(0, 9), h=st.integers(1, 4), d=st.sampled_from([2, 16, 64, 128]), dtype=st.sampled_from(DTYPES),
+       seed=st.integers(0, 999), in_place=st.booleans())
+def test_rms_norm_rope_is_the_norm_then_the_rope(backend, t, h, d, dtype, seed, in_place):
+    """Qwen3's fused per-head q/k norm + RoPE returns exactly rope(rms_norm(x)), for heads read in
+    place inside wider rows (the qkv projection's) or contiguous, and its gradients are the two
+    ops'."""
+    use(backend)
+    rows = rand(t, (h + 2) * d, dtype=dtype, seed=seed, scale=3)
+    x = rows[:, d:(h + 1) * d].view(t, h, d) if in_place else rows[:, :h * d].reshape(t, h, d).contiguous()
+    w = rand(d, dtype=dtype, seed=seed + 1)
+    table = rope_table(d, 64, {"rope_type": "default", "rope_theta": 1e4}).to(DEV)
+    pos = torch.randint(0, 64, (t,), generator=torch.Generator().manual_seed(seed)).to(DEV)
+    gy = rand(t, h, d, seed=seed + 2)
+
+    def run(fused):
+        xl, wl = (v.detach().clone().requires_grad_() for v in (x, w))
+        y = ops.rms_norm_rope(xl, wl, 1e-6, pos, table) if fused else ops.rope(ops.rms_norm(xl, wl, 1e-6), pos, table)
+        return (y, *torch.autograd.grad(y, (xl, wl), gy.to(y.dtype)))
+
+    for name, a, b in zip(("y", "dx", "dw"), run(True), run(False), strict=True):
+        assert torch.equal(a, b), name
+
+
 def _grads(fn, *inputs):
     leaves = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs]
     out = fn(*leaves)
@@ -207,6 +232,10 @@ CASES = {
                      lambda dt: (rand(13, 40, dtype=dt), rand(13, 40, dtype=dt, seed=1), rand(40, dtype=dt, seed=2))),
     "rms_norm": (lambda x, w: ops.rms_norm(x, w, 1e-6),
                  lambda dt: (rand(33, 40, dtype=dt), rand(40, dtype=dt, seed=1))),
+    "rms_norm_rope": (lambda x, w: ops.rms_norm_rope(x, w, 1e-6, torch.arange(9, device=DEV),
+                                                     rope_table(16, 32, {"rope_type": "default",
+                                                                         "rope_theta": 1e4}).to(DEV)),
+                      lambda dt: (rand(9, 2, 16, dtype=dt), rand(16, dtype=dt, seed=1))),
     "silu_mul": (ops.silu_mul, lambda dt: (rand(33, 34, dtype=dt, scale=3),)),
     "rope": (lambda x: ops.rope(x, torch.arange(9, device=DEV),
                                       rope_table(16, 32, {"rope_type": "default", "rope_theta": 1e4}).to(DEV)),

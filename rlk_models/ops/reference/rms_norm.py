@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import check_add_rms_norm, check_rms_norm
+from ..checks import check_add_rms_norm, check_rms_norm, check_rms_norm_rope
 from .primitives import tree_sum
+from .rope import rope
 
 
 def _inv_rms(x32: torch.Tensor, eps: float) -> torch.Tensor:
@@ -54,3 +55,10 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
     check_add_rms_norm(x, residual, weight)
     s = x + residual
     return _RMSNorm.apply(s, weight, eps), s
+
+
+def rms_norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, positions: torch.Tensor,
+                  table: torch.Tensor) -> torch.Tensor:
+    """``rope(rms_norm(x, weight, eps), positions, table)`` of ``x [T, H, D]`` (Qwen3's q/k): the two ops."""
+    check_rms_norm_rope(x, weight, positions, table)
+    return rope(rms_norm(x, weight, eps), positions, table)

@@ -25,7 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..checks import check_add_rms_norm, check_rms_norm
+from ..checks import check_add_rms_norm, check_rms_norm, check_rms_norm_rope
+from .rope import rope_backward
 
 
 def _block(d: int) -> tuple[int, int]:
@@ -41,12 +42,15 @@ def _bwd_tile(d: int) -> tuple[int, int]:
 
 
 @triton.jit
-def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, D, H, SX, eps, BLOCK_D: tl.constexpr, RES: tl.constexpr):
+def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, D, H, SX, eps, HALF,
+             BLOCK_D: tl.constexpr, RES: tl.constexpr, ROPE: tl.constexpr, BLOCK_HALF: tl.constexpr):
     """y = RMSNorm(x) of one row (y, r, s: contiguous rows of D); x's row ``row`` is head
     ``row % H`` of token ``row // H``, at ``(row // H) * SX + (row % H) * D`` (H = 1, SX = D: plain
     rows; a [T, H, D] view of q or k inside the qkv projection's rows is read in place, no copy).
     RES: of s = x + r, rounded once to x's dtype and stored (the residual stream's next value),
-    and then the same code from the load on."""
+    and then the same code from the load on. ROPE: then y's stored row is rotated in place by the
+    code of ``rope._rope_kernel`` (halves read back after a barrier, the table row at the token's
+    position), so y = rope(RMSNorm(x)) with the two ops' rounding points."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
     mask = cols < D
@@ -61,6 +65,18 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, D, H, SX, eps, BLOCK_D
     w = tl.load(w_ptr + cols, mask=mask, other=0.0)
     tl.store(y_ptr + row * D + cols, n * w, mask=mask)
     tl.store(rstd_ptr + row, rstd)
+    if ROPE:
+        tl.debug_barrier()  # the normalised row, stored by every thread, is read back in pairs
+        j = tl.arange(0, BLOCK_HALF)
+        ok = j < HALF
+        pos = tl.load(pos_ptr + row // H).to(tl.int64)
+        c = tl.load(tab_ptr + pos * 2 * HALF + j, mask=ok, other=0.0)
+        sn = tl.load(tab_ptr + pos * 2 * HALF + HALF + j, mask=ok, other=0.0)
+        x1 = tl.load(y_ptr + row * D + j, mask=ok, other=0.0).to(tl.float32)
+        x2 = tl.load(y_ptr + row * D + HALF + j, mask=ok, other=0.0).to(tl.float32)
+        tl.debug_barrier()  # every read before any rotated value overwrites the row
+        tl.store(y_ptr + row * D + j, (x1 * c - x2 * sn).to(y_ptr.dtype.element_ty), mask=ok)
+        tl.store(y_ptr + row * D + HALF + j, (x2 * c + x1 * sn).to(y_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -102,23 +118,30 @@ def _fold_chunks(dwp_ptr, dw_ptr, n_chunks, D, BLOCK_C: tl.constexpr):
 
 
 class _RMSNorm(torch.autograd.Function):
+    """RMSNorm, and with (positions, table) the rope of it in the same kernel (``rms_norm_rope``);
+    the backward is rope's (the transposed rotation) and then the norm's."""
+
     @staticmethod
-    def forward(ctx, x, w, eps):
+    def forward(ctx, x, w, eps, positions=None, table=None):
         d = x.shape[-1]
         if x.dim() == 3 and x.stride(2) == 1 and x.stride(1) == d and x.shape[0] > 0:
             x2, heads, sx = x, x.shape[1], x.stride(0)  # per-head norm of a slice of wider rows: in place
         else:
-            x2 = x.reshape(-1, d).contiguous()
-            heads, sx = 1, d
-        y, rstd = _forward(x2, w, eps, x.numel() // d, heads, sx)
-        ctx.save_for_backward(x2, w, rstd)
+            x2 = x.reshape(-1, d).contiguous()  # rope: rows of a contiguous [T, H, D]
+            heads = x.shape[1] if positions is not None else 1
+            sx = heads * d
+        rope = None if positions is None else (positions, table)
+        y, rstd = _forward(x2, w, eps, x.numel() // d, heads, sx, rope=rope)
+        ctx.save_for_backward(x2, w, rstd, *(rope or ()))
         return y.view(x.shape)
 
     @staticmethod
     def backward(ctx, dy):
-        x2, w, rstd = ctx.saved_tensors
+        x2, w, rstd, *rope = ctx.saved_tensors
+        if rope:
+            dy = rope_backward(dy, *rope)
         dx, dw = _backward(dy, x2.reshape(-1, x2.shape[-1]).contiguous(), w, rstd, ctx.needs_input_grad[1])
-        return dx.view(dy.shape), dw, None
+        return dx.view(dy.shape), dw, None, None, None
 
 
 class _AddRMSNorm(torch.autograd.Function):
@@ -144,16 +167,18 @@ class _AddRMSNorm(torch.autograd.Function):
         return dx.view(shape), dx.view(shape), dw, None
 
 
-def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None):
+def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None):
     """(y [m, D], rstd [m]) by ``_rms_fwd`` over m rows of x2 (see its row addressing); with r2,
-    of s = x2 + r2, written into s."""
+    of s = x2 + r2, written into s; with rope = (positions [m // heads], fp32 table), y rotated."""
     d = w.shape[0]
     y = torch.empty(m, d, dtype=x2.dtype, device=x2.device)
     rstd = torch.empty(m, dtype=torch.float32, device=x2.device)
     block, warps = _block(d)
     if m:
         res = r2 is not None
-        _rms_fwd[(m,)](x2, w, y, rstd, r2 if res else y, s if res else y, d, heads, sx, eps, BLOCK_D=block, RES=res,
+        pos, tab = rope if rope is not None else (y, y)
+        _rms_fwd[(m,)](x2, w, y, rstd, r2 if res else y, s if res else y, pos, tab, d, heads, sx, eps, d // 2,
+                       BLOCK_D=block, RES=res, ROPE=rope is not None, BLOCK_HALF=triton.next_power_of_2(d // 2),
                        num_warps=warps)
     return y, rstd
 
@@ -187,3 +212,11 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
     """``(rms_norm(s), s)`` for ``s = x + residual``: one kernel, the bits of the add and the norm apart."""
     check_add_rms_norm(x, residual, weight)
     return _AddRMSNorm.apply(x, residual, weight.contiguous(), eps)
+
+
+def rms_norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, positions: torch.Tensor,
+                  table: torch.Tensor) -> torch.Tensor:
+    """``rope(rms_norm(x, weight, eps), positions, table)`` of ``x [T, H, D]`` (Qwen3's q/k, read in
+    place inside the qkv rows) in one kernel: the two ops' code and rounding points."""
+    check_rms_norm_rope(x, weight, positions, table)
+    return _RMSNorm.apply(x, weight.contiguous(), eps, positions.contiguous(), table.to(torch.float32).contiguous())

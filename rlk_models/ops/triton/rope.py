@@ -53,7 +53,12 @@ class _Rope(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         positions, table = ctx.saved_tensors
-        return _apply(dy, positions, table, -1.0), None, None
+        return rope_backward(dy, positions, table), None, None
+
+
+def rope_backward(dy: torch.Tensor, positions: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """The gradient through rope: ``dy`` rotated back (sin negated)."""
+    return _apply(dy, positions, table, -1.0)
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, table: torch.Tensor) -> torch.Tensor:

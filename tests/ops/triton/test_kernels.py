@@ -241,6 +241,34 @@ def test_add_rms_norm_is_the_add_then_the_norm(dtype, d):
         assert torch.equal(a, b), name
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [64, 128, 80])  # head dims; 80: BLOCK_D 128 with a masked tail, half 40 of 64
+def test_rms_norm_rope_is_the_norm_then_the_rope(dtype, d):
+    """Qwen3's q/k norm + RoPE in one kernel (heads read in place inside the qkv rows): exactly
+    the norm kernel and then the rope kernel -- the same code on the stored, rounded row, natively
+    the check that matters (FMA contraction is the compiler's) -- and the two ops' gradients."""
+    from rlk_models.ops import rope_table
+
+    tri, dt = get_backend("triton"), getattr(torch, dtype)
+    g = torch.Generator().manual_seed(7)
+    t, h = 37, 4
+    qkv, w, gy = rand(g, t, (h + 2) * d, dtype=dt, scale=3.0), rand(g, d, dtype=dt), rand(g, t, h, d, dtype=dt)
+    table = rope_table(d, 4096, {"rope_type": "default", "rope_theta": 1e6}).to(DEV)
+    pos = torch.randint(0, 4096, (t,), generator=g).to(DEV)
+
+    def run(fused):
+        ql, wl = qkv.clone().requires_grad_(), w.clone().requires_grad_()
+        x = ql[:, :h * d].view(t, h, d)
+        y = tri.rms_norm_rope(x, wl, 1e-6, pos, table) if fused else tri.rope(tri.rms_norm(x, wl, 1e-6), pos, table)
+        return (y, *torch.autograd.grad(y, (ql, wl), gy))
+
+    for name, a, b in zip(("y", "dqkv", "dw"), run(True), run(False), strict=True):
+        assert torch.equal(a, b), name
+    y = run(True)[0]
+    assert all(torch.equal(tri.rms_norm_rope(qkv[i:i + 1, :h * d].view(1, h, d), w, 1e-6, pos[i:i + 1], table)[0],
+                           y[i]) for i in (0, 17, 36)), "a row alone"
+
+
 @pytest.mark.parametrize("d", [80, 4096])  # one chunk of rows; several chunks (the dw partials' fold)
 def test_rms_norm_backward_chunks_close_to_float64(d):
     """The fused backward: dx and dw against float64 autograd with several row chunks, and dx alone
