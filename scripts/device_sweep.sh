@@ -33,6 +33,8 @@ if [ -f .vllm-cuda/install.sh ]; then
     export PYTHONPATH="$PWD:/tmp/site"
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+# the host too: host-bound figures (batch-1 decode) move with the lent machine's CPU
+echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores" | tee -a "$OUT/gpu.txt"
 IFS=, read -ra PARTS <<< "${PART:-tests}"
 for part in "${PARTS[@]}"; do
 echo "=== part $part ($(date -u +%T))"
