@@ -104,17 +104,21 @@ class HeadGraphs:
         if not (h.is_cuda and 0 < t <= self.rows) or torch.cuda.is_current_stream_capturing():
             return head(h)
         key = (w.data_ptr(), tuple(w.shape), h.dtype, h.shape[1], h.device)
+        # buffers and captures are plain tensors, not inference tensors: vLLM steps run under
+        # inference_mode, and an inference tensor could not be written outside it (e.g. in a test)
         if key != self.key:
             self.graphs.clear()
             self.key, self.pool = key, torch.cuda.graph_pool_handle()
-            self.h = torch.zeros(self.rows, h.shape[1], dtype=h.dtype, device=h.device)
+            with torch.inference_mode(False):
+                self.h = torch.zeros(self.rows, h.shape[1], dtype=h.dtype, device=h.device)
         b = 1 << (t - 1).bit_length()
         self.h[:t].copy_(h)
         if b not in self.graphs:
-            head(self.h[:b])  # compiles the kernels for this shape outside the capture
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, pool=self.pool):
-                out = head(self.h[:b])
+            with torch.inference_mode(False):
+                head(self.h[:b])  # compiles the kernels for this shape outside the capture
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=self.pool):
+                    out = head(self.h[:b])
             self.graphs[b] = (g, out)
         g, out = self.graphs[b]
         g.replay()

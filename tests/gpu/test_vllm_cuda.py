@@ -113,6 +113,7 @@ def test_head_graphs_give_the_eager_heads_bits():
             w = torch.randn(1024, k, device="cuda", generator=gen).to(torch.bfloat16)
         for t in (1, 3, 8, 17, 64, HEAD_GRAPH_ROWS + 1):
             h = torch.randn(t, k, device="cuda", generator=gen).to(torch.bfloat16)
-            got, want = graphs(head, h, w), head(h)
-            assert got.shape == want.shape and torch.equal(got, want), (update, t)
+            with torch.inference_mode(t % 2 == 1):  # vLLM's steps run under inference_mode
+                got = graphs(head, h, w).clone()
+            assert torch.equal(got, head(h)), (update, t)
     assert sorted(graphs.graphs) == [1, 4, 8, 32, 64]
