@@ -44,11 +44,15 @@ M_SEARCH = [1, 4, 16, 64, 256, 1024, 4096]
 
 
 def candidates(m: int, grouped: bool) -> list[Launch]:
-    # grouped: split-K per group (decode sizes), per half (2 programs per tile, up to M=1024), fused
+    # grouped: split-K per group (decode sizes), per half (2 programs per tile, up to M=1024), fused;
+    # plain, M <= 256: also swap launches, whose config is (weight rows, tokens, ...)
     forms = ([dict(split=1), dict(split=HALF), dict()] if grouped else [dict(persistent=False), dict()])
     cfgs = [c for c in CANDIDATE_CONFIGS if c[0] <= 2 * max(16, m) and not (m >= 1024 and c[0] < 64)]
-    return [Launch(c, **f) for c in cfgs for f in forms
-            if not (f.get("split") == 1 and m > 256) and not (f.get("split") == HALF and m > 1024)]
+    out = [Launch(c, **f) for c in cfgs for f in forms
+           if not (f.get("split") == 1 and m > 256) and not (f.get("split") == HALF and m > 1024)]
+    if not grouped and m <= 256:
+        out += [Launch(c, swap=True) for c in CANDIDATE_CONFIGS if c[0] >= 64 and c[1] <= 2 * max(16, m)]
+    return out
 
 
 def main() -> None:

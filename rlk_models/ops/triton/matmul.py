@@ -26,7 +26,10 @@ Contract
     them by the same halves) -- split-K fills the GPU at decode sizes. (A
     third, one flattened loop over (tile, group) units so that the software pipeline would not
     drain at group boundaries, gave the same bits but measured 1.02-1.14x slower than the fused
-    loops on the H200: dropped.) Which form, tile config and grid
+    loops on the H200: dropped.) For plain K a *swap* launch computes the same tiles as
+    w @ x^T -- the weight's rows on the tile's M side, the MMA's 64/128-row side, the tokens on
+    its N side, as cuBLAS's small-M kernels do -- and stores each tile transposed: the same
+    products summed over the same K-tiles in the same order. Which form, tile config and grid
     run is chosen by M and N (``launch_for``); every choice gives the same bits, which the tests
     (interpreter: tests/ops/triton; H200: tests/gpu/test_triton_contract_8b.py) check. The
     groups are also the tensor-parallel unit: a rank owning a contiguous 1/k of K (k | 8) owns
@@ -78,8 +81,11 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, scm, scn,
                HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr, RUN: tl.constexpr, SPLIT: tl.constexpr,
                BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr):
-    """Pointer loads (any strides; runs in the interpreter); the TMA kernel's two forms."""
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr,
+               C_T: tl.constexpr = False):
+    """Pointer loads (any strides; runs in the interpreter); the TMA kernel's two forms. C_T (swap
+    launch): A is the weight and B the tokens, c's strides address the [tokens, weight rows]
+    output, and the bias runs along M."""
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     for tile in range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGS):
@@ -121,7 +127,10 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, s
                         run = run + part
                     acc = acc + run
             if HAS_BIAS:
-                acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+                if C_T:
+                    acc += tl.load(bias_ptr + rm, mask=rm < M, other=0.0).to(tl.float32)[:, None]
+                else:
+                    acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
             tl.store(c_ptr + c_off, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
@@ -152,9 +161,12 @@ def _group_tma(a_desc, b_desc, pid_m, pid_n, k_lo, k_hi, part, A_KM: tl.constexp
 def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr,
                    RUN: tl.constexpr, SPLIT: tl.constexpr, A_KM: tl.constexpr, B_KN: tl.constexpr,
                    BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr):
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr,
+                   C_T: tl.constexpr = False):
     """TMA tensor descriptors (Hopper). SPLIT (> 0): program axis 1 is a run of SPLIT groups and
-    c_desc is the [GROUPS / SPLIT, M, N] fp32 partial buffer."""
+    c_desc is the [GROUPS / SPLIT, M, N] fp32 partial buffer. C_T (swap launch, SPLIT = 0): A is
+    the weight, B the tokens; each tile is stored transposed into the [tokens, weight rows]
+    output and the bias runs along M."""
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGS, flatten=True):
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
@@ -191,9 +203,16 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
                         run = run + part
                     acc = acc + run
             if HAS_BIAS:
-                rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-                acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+                if C_T:
+                    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+                    acc += tl.load(bias_ptr + rm, mask=rm < M, other=0.0).to(tl.float32)[:, None]
+                else:
+                    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+                    acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+            if C_T:
+                c_desc.store([pid_n * BLOCK_N, pid_m * BLOCK_M], tl.trans(acc).to(c_desc.dtype))
+            else:
+                c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
 
 
 @triton.jit
@@ -221,6 +240,9 @@ class Launch(NamedTuple):
     split: int = 0  # grouped K only: 0 fused; n > 0 split-K, one program per n groups (1: per group,
     #                 HALF: per half) writing fp32 partials, then the fold kernel
     persistent: bool = True  # grid = min(SMs, tiles); else one program per tile
+    swap: bool = False  # plain K, forward layouts only: the weight's rows take the tile's M side (the
+    #                     MMA's wide side) and the tokens its N side, as cuBLAS's small-M kernels do;
+    #                     config = (weight rows, tokens, warps, stages); tiles stored transposed
 
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
@@ -248,7 +270,10 @@ CANDIDATE_CONFIGS = sorted({lc.config for table in LAUNCHES.values() for _, lc i
     (16, 32, 4, 4), (16, 64, 4, 4), (16, 128, 4, 4), (32, 64, 4, 4), (64, 64, 4, 4), (64, 128, 4, 4),
     (64, 256, 4, 3), (128, 64, 4, 4), (128, 128, 4, 4), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3),
     # deeper pipelines for the weight-streaming small-M plain layers (qkv at M <= 64 is 1.5x): not yet timed
-    (16, 32, 4, 8), (16, 64, 4, 6), (32, 64, 4, 6)})
+    (16, 32, 4, 8), (16, 64, 4, 6), (32, 64, 4, 6),
+    # swap launches (weight rows, tokens): the wgmma's 64/128-row side on the weight, as cuBLAS's 64x8 and
+    # 128x8 small-M tiles; not yet timed
+    (64, 16, 4, 6), (128, 16, 4, 4), (128, 16, 4, 6), (128, 32, 4, 4), (64, 32, 4, 6)})
 
 
 def launch_for(m: int, n: int, groups: int) -> Launch:
@@ -278,6 +303,13 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         return out
     explicit = launch is not None
     launch = launch or launch_for(m, n, groups)
+    if launch.swap and (a_km or b_kn) and not explicit:  # a table's swap default serves forward layouts only
+        launch = launch._replace(swap=False)
+    if launch.swap:
+        if groups > 1 or a_km or b_kn or launch.split:
+            raise ValueError("matmul: a swap launch computes a plain-K forward product (no K-groups, split-K or "
+                             "transposed operands)")
+        return _mm_swapped(a, b, bias, out, launch, tma)
     (bm, bn, warps, stages), sms = launch.config, num_sms(a.device)
     grouped = groups > 1
     # a split program folds one group or one whole half: the fused order's pieces (a run of 2 would
@@ -314,6 +346,32 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         block = 1024
         _fold_kernel[(triton.cdiv(m * n, block),)](c, out, bias_arg, m, n, bias is not None, parts,
                                                    run_of(groups) // split, block)
+    return out
+
+
+def _mm_swapped(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor, launch: Launch,
+                tma: bool | None) -> torch.Tensor:
+    """out [M, N] = x @ w.T as the tiles of w @ x.T (``Launch.swap``): the kernel's M side walks
+    the weight's rows and its N side the tokens, the same products summed over the same K-tiles
+    in the same order, each tile stored transposed."""
+    m, k = x.shape
+    n = w.shape[0]
+    (bm, bn, warps, stages), sms = launch.config, num_sms(x.device)
+    stages = fit_stages(bm + bn, x.element_size(), stages, bm * bn * out.element_size())
+    tiles = triton.cdiv(n, bm) * triton.cdiv(m, bn)
+    progs = min(sms, tiles) if launch.persistent else tiles
+    bias_arg = bias if bias is not None else out
+    if _tma_ok(x, w, out) if tma is None else tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        a_d, b_d = TensorDescriptor.from_tensor(w, [bm, BLOCK_K]), TensorDescriptor.from_tensor(x, [bn, BLOCK_K])
+        c_d = TensorDescriptor.from_tensor(out, [bn, bm])
+        _mm_tma_kernel[(progs,)](a_d, b_d, c_d, bias_arg, n, m, k, k, bias is not None, 1, 1, 0, False, False,
+                                 bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages, C_T=True)
+    else:
+        _mm_kernel[(progs,)](w, x, out, bias_arg, n, m, k, k, w.stride(0), w.stride(1), x.stride(0), x.stride(1),
+                             1, out.stride(0), bias is not None, 1, 1, 0, bm, bn, BLOCK_K, 8, progs,
+                             num_warps=warps, num_stages=stages, C_T=True)
     return out
 
 

@@ -71,7 +71,8 @@ def launch_choices(mm, grouped: bool) -> list:
     if grouped:
         out |= {mm.Launch(c, split=sp) for c in mm.CANDIDATE_CONFIGS[::3] for sp in (0, 1, mm.HALF)}
     else:
-        out |= {mm.Launch(c, persistent=pe) for c in mm.CANDIDATE_CONFIGS[::3] for pe in (False, True)}
+        out |= {mm.Launch(c, persistent=pe, swap=sw) for c in mm.CANDIDATE_CONFIGS[::3] for pe in (False, True)
+                for sw in (False, True)}
     return sorted(out)
 
 
