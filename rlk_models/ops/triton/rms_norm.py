@@ -178,7 +178,7 @@ def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None
         res = r2 is not None
         pos, tab = rope if rope is not None else (y, y)
         _rms_fwd[(m,)](x2, w, y, rstd, r2 if res else y, s if res else y, pos, tab, d, heads, sx, eps, d // 2,
-                       BLOCK_D=block, RES=res, ROPE=rope is not None, BLOCK_HALF=triton.next_power_of_2(d // 2),
+                       BLOCK_D=block, RES=res, ROPE=rope is not None, BLOCK_HALF=triton.next_power_of_2(max(1, d // 2)),
                        num_warps=warps)
     return y, rstd
 
