@@ -88,8 +88,9 @@ class HeadGraphs:
     step) is what separated the rlk engine's batch-1 decode from stock vLLM's, whose head is one
     GEMM. A replay runs the same kernels with the same arguments, so its bits are the eager
     head's; the padding rows hold stale hidden states and change nothing (every row is computed
-    on its own). Weights must change in place (vLLM's own graphs need that too); a different
-    weight tensor drops the graphs. The returned rows are the graph's output buffer, valid until
+    on its own). All sizes are captured on the first decode step. Weights must change in place
+    (vLLM's own graphs need that too); a different weight tensor drops the graphs and captures
+    them again. The returned rows are the graph's output buffer, valid until
     the next step."""
 
     def __init__(self, rows: int = HEAD_GRAPH_ROWS):
@@ -106,21 +107,20 @@ class HeadGraphs:
         key = (w.data_ptr(), tuple(w.shape), h.dtype, h.shape[1], h.device)
         # buffers and captures are plain tensors, not inference tensors: vLLM steps run under
         # inference_mode, and an inference tensor could not be written outside it (e.g. in a test)
-        if key != self.key:
+        if key != self.key:  # every size at once, on the first decode step (then never mid-run)
             self.graphs.clear()
             self.key, self.pool = key, torch.cuda.graph_pool_handle()
             with torch.inference_mode(False):
                 self.h = torch.zeros(self.rows, h.shape[1], dtype=h.dtype, device=h.device)
-        b = 1 << (t - 1).bit_length()
+                for b in (1 << i for i in range((self.rows - 1).bit_length() + 1)):
+                    head(self.h[:b])  # compiles the kernels for this shape outside the capture
+                    g = torch.cuda.CUDAGraph()
+                    # thread_local: vLLM's output thread may wait on events while this thread captures
+                    with torch.cuda.graph(g, pool=self.pool, capture_error_mode="thread_local"):
+                        out = head(self.h[:b])
+                    self.graphs[b] = (g, out)
         self.h[:t].copy_(h)
-        if b not in self.graphs:
-            with torch.inference_mode(False):
-                head(self.h[:b])  # compiles the kernels for this shape outside the capture
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, pool=self.pool):
-                    out = head(self.h[:b])
-            self.graphs[b] = (g, out)
-        g, out = self.graphs[b]
+        g, out = self.graphs[1 << (t - 1).bit_length()]
         g.replay()
         return out[:t]
 
@@ -302,7 +302,8 @@ class RLKVllmForCausalLM(nn.Module):
             return ops.full_logprobs(hidden_states, head.weight, vocab)
         shard = vocab_shard(vocab, get_tensor_model_parallel_rank(), tp)
         st = ops.shard_stats(hidden_states, head.weight, shard, vocab, None, with_entropy=False, keep_logits=True)
-        m, s, e = (tensor_model_parallel_all_gather(t[None], dim=0) for t in (st.m, st.s, st.e))
+        # the three stats in one all-gather ([tp, 3, T]: a copy, so the same values as three)
+        m, s, e = tensor_model_parallel_all_gather(torch.stack((st.m, st.s, st.e))[None], dim=0).unbind(1)
         lse, _, _ = ops.combine_shards(m, s, e, torch.zeros_like(m))
         local = hidden_states.new_full((hidden_states.shape[0], shard[1] - shard[0]), float("-inf"),
                                        dtype=torch.float32)
