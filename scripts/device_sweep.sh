@@ -101,7 +101,7 @@ trl)
     python3 -m pip install -q --no-deps --no-index --target /tmp/site .wheels/*.whl 2>&1 | tail -1
     # one visible GPU: transformers' Trainer wraps a model in nn.DataParallel when it sees several, which
     # GRPOTrainer refuses (the first x2 run died there)
-    for kind in rlk stock; do
+    for kind in ${TRL_KINDS:-rlk stock}; do  # TRL_KINDS=rlk: one side per call when both would pass 10 minutes
         CUDA_VISIBLE_DEVICES=0 timeout "${TRL_LIMIT:-300}" python3 benchmarks/trl_grpo.py $kind --device cuda --shape 0.6b --out "$OUT" \
             --work /tmp/grpo-gpu \
             --steps "${TRL_STEPS:-30}" > "$OUT/trl_$kind.log" 2>&1; echo "trl $kind exit $?"
