@@ -1,7 +1,8 @@
 """H200 benchmark of the fused log-prob head (Triton), bf16, K=4096, V=151,936: accuracy vs
 float64, forward time vs the cuBLAS lm_head matmul alone, forward+backward time vs torch (matmul
 + log_softmax + gather), peak extra memory vs fp32 [T, V] logits, and a profile of small-M
-forwards. Measures only: the head's bitwise contract is tests/gpu. The stats-kernel tile
+forwards, and the host time per call of the eager forward against ``HeadGraphs`` (the vLLM
+class's graphed head) at decode sizes. Measures only: the head's bitwise contract is tests/gpu. The stats-kernel tile
 candidates are timed and their bits recorded against the default (tuning data: which unused
 configs would keep the contract), as ``stats_configs_same_bits``.
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -120,8 +122,37 @@ def main() -> None:
             torch.cuda.synchronize()
         print(f"profile of 5 forwards at M={m}:\n" + prof.key_averages().table(sort_by="cuda_time_total", row_limit=12),
               flush=True)
+    res["host_us"] = host_time(h, w)
     print({k: v for k, v in res.items() if not k.startswith("M")}, flush=True)
     save("head_sweep", res)
+
+
+def host_time(h: torch.Tensor, w: torch.Tensor, calls: int = 50) -> dict:
+    """Host microseconds per ``full_logprobs`` call at decode sizes, eager (five Python-launched
+    kernels and their buffers) against a replay of ``HeadGraphs`` (what the vLLM class runs):
+    the time to enqueue ``calls`` calls, and per call with the GPU's work included."""
+    from rlk_models.modeling.head_graphs import HeadGraphs
+
+    graphs, out = HeadGraphs(), {}
+
+    def full(x):
+        return head.full_logprobs(x, w, V)
+
+    for m in (1, 8, 64):
+        hm = h[:m]
+        for name, fn in (("eager", lambda: full(hm)), ("graph", lambda: graphs(full, hm, w))):
+            fn()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            out[f"{name}_M{m}"] = {"enqueue_us": round((t1 - t0) / calls * 1e6, 1),
+                                   "per_call_us": round((t2 - t0) / calls * 1e6, 1)}
+        print(f"M={m:3}: host per call eager {out[f'eager_M{m}']} | HeadGraphs {out[f'graph_M{m}']}", flush=True)
+    return out
 
 
 if __name__ == "__main__":
