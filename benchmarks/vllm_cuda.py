@@ -4,7 +4,9 @@ class on the GPU.
 
 Each engine runs in its own process (a finished engine's GPU memory is only freed with its
 process). Per engine: start time, output tokens/s of ``--n`` prompts x ``--max-tokens`` at
-temperature 1 with ``logprobs=0`` (after a warm-up), batch-1 inter-token latency (median of 5) and the decode-step
+temperature 1 with ``logprobs=0`` (after a warm-up; ``--varied``: each request its own length, and with
+``--n`` above ``--max-num-seqs`` prefills then mix with decodes as in RL rollouts), batch-1
+inter-token latency (median of 5) and the decode-step
 latency at batch 1, 64 and 256 (128 steps each, after a warm-up at that batch size); with
 ``--profile``, the kernels of a decode step at batch 1 and 64 (engine core in the benchmark's
 process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so its figures are not the default's) and a host + GPU
@@ -70,7 +72,7 @@ def stage_engine(a) -> dict:
 
     rlk = a.kind.startswith("rlk")
     kw = dict(model=a.model, dtype="bfloat16", seed=0, max_model_len=a.prompt_len + a.max_tokens + 16,
-              gpu_memory_utilization=0.85, max_num_seqs=a.n, tensor_parallel_size=a.tp)
+              gpu_memory_utilization=0.85, max_num_seqs=a.max_num_seqs or a.n, tensor_parallel_size=a.tp)
     if rlk:
         kw.update(logprobs_mode="raw_logits", **engine_graph_options(True, a.kind != "rlk_eager"))
         if a.kind == "rlk_compile":  # vLLM's compilation path, piecewise graphs for prefill/mixed steps
@@ -83,6 +85,9 @@ def stage_engine(a) -> dict:
     rng = random.Random(0)
     prompts = [" ".join(f"w{rng.randrange(2, VOCAB)}" for _ in range(a.prompt_len)) for _ in range(a.n)]
     sp = SamplingParams(temperature=1.0, max_tokens=a.max_tokens, ignore_eos=True, logprobs=0, seed=None)
+    if a.varied:  # each request its own length: finished sequences make room for waiting ones (mixed steps)
+        sp = [SamplingParams(temperature=1.0, max_tokens=rng.randint(a.max_tokens // 8, a.max_tokens), ignore_eos=True,
+                             logprobs=0, seed=None) for _ in prompts]
     llm.generate(prompts[:16], SamplingParams(max_tokens=16, ignore_eos=True), use_tqdm=False)  # warm-up
     t = time.time()
     outs = llm.generate(prompts, sp, use_tqdm=False)
@@ -156,11 +161,15 @@ def stage_parity(a) -> dict:
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16).cuda().eval()
     mism = tokens = 0
     max_diff = 0.0
+    by_len: dict[int, list[int]] = {}  # sequences of one length go through the trainer together
+    for i, ids in enumerate(data["ids"]):
+        by_len.setdefault(len(ids), []).append(i)
+    batches = [idx[c:c + 32] for idx in by_len.values() for c in range(0, len(idx), 32)]
     with torch.no_grad():
-        for i in range(0, len(data["ids"]), 32):
-            ids = torch.tensor(data["ids"][i:i + 32], device="cuda")  # same lengths: ignore_eos
-            lp = model.token_logprobs(ids).float().cpu()
-            for j, (p, got) in enumerate(zip(data["prompt_len"][i:i + 32], data["logprobs"][i:i + 32])):
+        for batch in batches:
+            lp = model.token_logprobs(torch.tensor([data["ids"][i] for i in batch], device="cuda")).float().cpu()
+            for j, i in enumerate(batch):
+                p, got = data["prompt_len"][i], data["logprobs"][i]
                 want = lp[j, p - 1:p - 1 + len(got)]
                 got = torch.tensor(got, dtype=torch.float32)
                 mism += int((want != got).sum())
@@ -177,6 +186,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=256)
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=512)
+    ap.add_argument("--max-num-seqs", type=int, default=0, help="the engine's max_num_seqs (default: --n)")
+    ap.add_argument("--varied", action="store_true",
+                    help="per-request output lengths in [max_tokens/8, max_tokens] (with --n > --max-num-seqs: "
+                         "finished requests make room for waiting ones: prefills mix with decodes, as in RL)")
     ap.add_argument("--work", default="/tmp/vllm_cuda")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size of every engine")
@@ -190,11 +203,14 @@ def main() -> None:
         emit({"ckpt": stage_ckpt, "engine": stage_engine, "parity": stage_parity}[a.stage](a))
         return
     os.makedirs(a.work, exist_ok=True)
-    out_path = Path(a.out) / f"vllm_cuda_{a.shape}{f'_tp{a.tp}' if a.tp > 1 else ''}.json"
-    summary: dict = {"shape": a.shape, "tp": a.tp, "n": a.n, "prompt_len": a.prompt_len, "max_tokens": a.max_tokens}
+    tags = (f"_tp{a.tp}" if a.tp > 1 else "") + ("_varied" if a.varied else "")
+    out_path = Path(a.out) / f"vllm_cuda_{a.shape}{tags}.json"
+    summary: dict = {"shape": a.shape, "tp": a.tp, "n": a.n, "prompt_len": a.prompt_len, "max_tokens": a.max_tokens,
+                     "max_num_seqs": a.max_num_seqs or a.n, "varied": a.varied}
 
     common = ["--shape", a.shape, "--work", a.work, "--n", str(a.n), "--prompt-len", str(a.prompt_len),
-              "--max-tokens", str(a.max_tokens), "--tp", str(a.tp)] + (["--profile"] if a.profile else [])
+              "--max-tokens", str(a.max_tokens), "--tp", str(a.tp), "--max-num-seqs", str(a.max_num_seqs)]
+    common += ["--profile"] * a.profile + ["--varied"] * a.varied
     stages = Stages(__file__, out_path, summary, common, a.limit)
     run = stages.run
     ck = run("ckpt", ["ckpt"])
