@@ -113,12 +113,8 @@ def stage_engine(a) -> dict:
             llm.generate(prompts[:b], one, use_tqdm=False)
             res["decode_step_ms"][str(b)] = round((time.time() - t) / 128 * 1e3, 3)
     if a.profile:
-        res["profile"] = profile_decode(llm, prompts, SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True))
-        # a timeline of 8 batch-1 decode steps, host and GPU: where a step's time goes between kernels
-        from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
-            llm.generate(prompts[:1], SamplingParams(temperature=1.0, max_tokens=9, ignore_eos=True), use_tqdm=False)
-        prof.export_chrome_trace(str(Path(a.out) / f"trace_{a.kind}_b1.json.gz"))
+        res["profile"] = profile_decode(llm, prompts, SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True),
+                                        Path(a.out) / f"trace_{a.kind}_b1.json.gz")
     if rlk:
         torch.save({"ids": [list(o.prompt_token_ids) + list(o.outputs[0].token_ids) for o in outs],
                     "prompt_len": [len(o.prompt_token_ids) for o in outs],
@@ -127,13 +123,16 @@ def stage_engine(a) -> dict:
     return res
 
 
-def profile_decode(llm, prompts, sp, batches=(1, 64)) -> dict:
+def profile_decode(llm, prompts, sp, trace: Path, batches=(1, 64)) -> dict:
     """The GPU kernels of one decode step at each batch size (torch.profiler over 32 decode steps
     after one prefill; CUDA-graph replays included): per kernel name, launches and microseconds per
-    step, the top 25 by time, and the step's total kernel time and launch count. Needs the engine in
-    this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by ``--profile``)."""
+    step, the top 25 by time, and the step's total kernel time and launch count; then a host + GPU
+    timeline of 8 batch-1 decode steps written to ``trace`` (where a step's time goes between
+    kernels). Needs the engine in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by
+    ``--profile``)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
+    from vllm import SamplingParams
 
     out = {}
     for b in batches:
@@ -148,6 +147,9 @@ def profile_decode(llm, prompts, sp, batches=(1, 64)) -> dict:
                        "step_launches": round(sum(r[1] for r in rows) / steps, 1),
                        "top": [{"kernel": k[:120], "per_step": round(n / steps, 2), "us_per_step": round(t / steps, 1)}
                                for k, n, t in rows[:25]]}
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
+        llm.generate(prompts[:1], SamplingParams(temperature=1.0, max_tokens=9, ignore_eos=True), use_tqdm=False)
+    prof.export_chrome_trace(str(trace))
     return out
 
 

@@ -18,8 +18,7 @@ class HeadGraphs:
     head's; the padding rows hold stale hidden states and change nothing (every row is computed
     on its own). All sizes are captured on the first decode step. Weights must change in place
     (vLLM's own graphs need that too); a different weight tensor drops the graphs and captures
-    them again. The returned rows are the graph's output buffer, valid until
-    the next step."""
+    them again. The returned rows are the graph's output buffer, valid until the next step."""
 
     def __init__(self, rows: int = HEAD_GRAPH_ROWS):
         self.rows = rows

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import check_add_rms_norm, check_rms_norm, check_rms_norm_rope
+from ..checks import check_add_rms_norm, check_rms_norm
 from .primitives import tree_sum
 from .rope import rope
 
@@ -59,6 +59,6 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
 
 def rms_norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, positions: torch.Tensor,
                   table: torch.Tensor) -> torch.Tensor:
-    """``rope(rms_norm(x, weight, eps), positions, table)`` of ``x [T, H, D]`` (Qwen3's q/k): the two ops."""
-    check_rms_norm_rope(x, weight, positions, table)
+    """``rope(rms_norm(x, weight, eps), positions, table)`` of ``x [T, H, D]`` (Qwen3's q/k): the two
+    ops, each with its own argument check."""
     return rope(rms_norm(x, weight, eps), positions, table)
