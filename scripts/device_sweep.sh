@@ -4,7 +4,7 @@
 # pytest and hypothesis; vLLM 0.26 comes from ../shared/tools/vllm-cuda (bundle it into
 # .vllm-cuda here and carry it: `run(..., carry=[".vllm-cuda"])`).
 #
-#   PART=tests  bash scripts/device_sweep.sh   # pytest -m gpu + the kernel/contract tests natively (TESTS)
+#   PART=tests  bash scripts/device_sweep.sh   # pytest -m gpu + the kernel/contract tests natively (TESTS, K: -k)
 #   PART=vllm   bash scripts/device_sweep.sh   # benchmarks/vllm_cuda.py (SHAPE, ENGINES, TP, VLLM_ARGS)
 #   PART=sweep  bash scripts/device_sweep.sh   # the Triton benchmarks (SKIP_ATTN/OPS/HEAD/MATMUL=1; args -> matmul)
 #   PART=fsdp   bash scripts/device_sweep.sh   # nvidia-h200-x2: FSDP2 checks over NCCL (rlk_models.testing.fsdp_check)
@@ -44,7 +44,7 @@ tests)
     # --timeout: one hung engine fails its test instead of eating the call (pytest-timeout is in the image)
     python3 -m pytest -v -p no:cacheprovider -W ignore::DeprecationWarning --junitxml="$OUT/gpu_tests.xml" \
         --timeout "${TEST_TIMEOUT:-420}" \
-        ${TESTS:-tests/gpu tests/ops/triton tests/ops/test_contract.py} 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+        ${TESTS:-tests/gpu tests/ops/triton tests/ops/test_contract.py} ${K:+-k "$K"} 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
     ;;
 vllm)
     python3 benchmarks/vllm_cuda.py --shape "${SHAPE:-small}" --engines "${ENGINES:-stock,rlk,rlk_eager}" \

@@ -247,10 +247,12 @@ class Launch(NamedTuple):
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
 # "groups" = canonical K-groups (row-parallel); narrow = N <= 8192. Picked from the H200 sweep
-# (benchmarks/triton/matmul_sweep.py, docs/benchmarks.md).
+# (benchmarks/triton/matmul_sweep.py --search, docs/benchmarks.md; session 9: qkv M <= 16 takes the
+# swap launch, 1.47-1.56x -> 1.10-1.24x cuBLAS; qkv M <= 64 a 6-stage pipeline, 1.50x -> 1.24x; o at
+# M <= 256 split by halves, 1.71x -> 1.46x; o above, 128x128 tiles, 1.55-1.61x -> 1.31-1.38x).
 LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
-    ("plain", "narrow"): [(16, Launch((16, 32, 4, 4), persistent=False)),
-                          (64, Launch((64, 64, 4, 4), persistent=False)),
+    ("plain", "narrow"): [(16, Launch((64, 16, 4, 6), swap=True)),
+                          (64, Launch((64, 32, 4, 6), persistent=False)),
                           (256, Launch((64, 128, 4, 4), persistent=False)),
                           (1024, Launch((128, 128, 4, 4))),
                           (1 << 62, Launch((128, 256, 8, 3)))],
@@ -260,8 +262,8 @@ LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
                         (1 << 62, Launch((128, 256, 8, 3)))],
     ("groups", "narrow"): [(16, Launch((16, 128, 4, 4), split=1)),
                            (64, Launch((64, 256, 4, 3), split=1)),
-                           (256, Launch((64, 128, 4, 4))),
-                           (1 << 62, Launch((128, 256, 8, 3)))],
+                           (256, Launch((128, 128, 8, 4), split=HALF)),
+                           (1 << 62, Launch((128, 128, 8, 4)))],
 }
 LAUNCHES["groups", "wide"] = LAUNCHES["groups", "narrow"]  # row-parallel N is the hidden size: not measured wide
 
@@ -269,10 +271,10 @@ LAUNCHES["groups", "wide"] = LAUNCHES["groups", "narrow"]  # row-parallel N is t
 CANDIDATE_CONFIGS = sorted({lc.config for table in LAUNCHES.values() for _, lc in table} | {
     (16, 32, 4, 4), (16, 64, 4, 4), (16, 128, 4, 4), (32, 64, 4, 4), (64, 64, 4, 4), (64, 128, 4, 4),
     (64, 256, 4, 3), (128, 64, 4, 4), (128, 128, 4, 4), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3),
-    # deeper pipelines for the weight-streaming small-M plain layers (qkv at M <= 64 is 1.5x): not yet timed
+    # deeper pipelines for the weight-streaming small-M plain layers
     (16, 32, 4, 8), (16, 64, 4, 6), (32, 64, 4, 6),
     # swap launches (weight rows, tokens): the wgmma's 64/128-row side on the weight, as cuBLAS's 64x8 and
-    # 128x8 small-M tiles; not yet timed
+    # 128x8 small-M tiles
     (64, 16, 4, 6), (128, 16, 4, 4), (128, 16, 4, 6), (128, 32, 4, 4), (64, 32, 4, 6)})
 
 
