@@ -247,11 +247,13 @@ class Launch(NamedTuple):
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
 # "groups" = canonical K-groups (row-parallel); narrow = N <= 8192. Picked from the H200 sweep
-# (benchmarks/triton/matmul_sweep.py --search, docs/benchmarks.md; session 9: qkv M <= 16 takes the
-# swap launch, 1.47-1.56x -> 1.10-1.24x cuBLAS; qkv M <= 64 a 6-stage pipeline, 1.50x -> 1.24x; o at
-# M <= 256 split by halves, 1.71x -> 1.46x; o above, 128x128 tiles, 1.55-1.61x -> 1.31-1.38x).
+# (benchmarks/triton/matmul_sweep.py --search, docs/benchmarks.md). Session 9's search and re-sweep:
+# qkv M <= 16 the swap launch, 1.47-1.56x -> 1.10-1.23x cuBLAS (M = 17-32 swap too: timed at 16 only;
+# the 6-stage plain tile measured 2.16x at 32); qkv M = 33-64 a 6-stage pipeline, 1.50x -> 1.25x; o
+# M = 129-256 split by halves, 1.71x -> 1.46x (search); o above 256, 128x128 tiles, 1.55-2.80x -> 1.30-1.41x.
 LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
     ("plain", "narrow"): [(16, Launch((64, 16, 4, 6), swap=True)),
+                          (32, Launch((64, 32, 4, 6), swap=True)),
                           (64, Launch((64, 32, 4, 6), persistent=False)),
                           (256, Launch((64, 128, 4, 4), persistent=False)),
                           (1024, Launch((128, 128, 4, 4))),
@@ -262,6 +264,7 @@ LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
                         (1 << 62, Launch((128, 256, 8, 3)))],
     ("groups", "narrow"): [(16, Launch((16, 128, 4, 4), split=1)),
                            (64, Launch((64, 256, 4, 3), split=1)),
+                           (128, Launch((64, 128, 4, 4))),
                            (256, Launch((128, 128, 8, 4), split=HALF)),
                            (1 << 62, Launch((128, 128, 8, 4)))],
 }
