@@ -59,6 +59,7 @@ def test_rlk_verify_on_cuda_every_configuration(triton_checkpoints, variant, con
 def test_weight_sync_on_cuda(triton_checkpoints):
     (out,) = run_json(["-m", "tests.vllm.worker", "weight_sync", str(triton_checkpoints["qwen3"])])
     stale, *updates = out["results"]
+    assert out["in_process"]  # the CUDA trainer's tensors went in GPU to GPU
     assert stale["mismatch_count"] > 0
     for u in updates:
         assert u["tensors"] > 0 and u["tokens"] > 100, u

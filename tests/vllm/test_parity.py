@@ -32,6 +32,7 @@ def test_vllm_logprobs_equal_training_class(checkpoints, variant, configs):
 def test_weight_sync_gives_parity_after_each_update(checkpoints):
     (out,) = run_json(["-m", "tests.vllm.worker", "weight_sync", str(checkpoints["qwen3"][1])])
     stale, *updates = out["results"]
+    assert out["in_process"]  # so push_weights handed the trainer's tensors over as they are
     assert stale["mismatch_count"] > 0  # old weights in the engine: the comparison does detect it
     assert len(updates) == 3
     for u in updates:

@@ -16,7 +16,7 @@ def weight_sync(ckpt: str) -> dict:
     from vllm.inputs import TokensPrompt
 
     from rlk_models.rollout import engine, parity
-    from rlk_models.rollout.sync import push_weights
+    from rlk_models.rollout.sync import engine_in_process, push_weights
 
     engine.in_process_env()
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).eval()
@@ -43,7 +43,7 @@ def weight_sync(ckpt: str) -> dict:
                                 parity.sampling_params("temp1", 6, call == 0), use_tqdm=False)
             parity.compare(model, prompts, outs, rep)
         results.append({"update": step, "tensors": n, **rep.__dict__})
-    return {"results": results}
+    return {"results": results, "in_process": engine_in_process(llm)}
 
 
 def fail_closed(ckpt: str) -> dict:
