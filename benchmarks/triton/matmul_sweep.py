@@ -44,9 +44,10 @@ M_SEARCH = [1, 4, 16, 64, 256, 1024, 4096]
 
 
 def candidates(m: int, grouped: bool) -> list[Launch]:
-    # grouped: split-K per group (decode sizes), per half (2 programs per tile, up to M=1024), fused;
-    # plain, M <= 256: also swap launches, whose config is (weight rows, tokens, ...)
-    forms = ([dict(split=1), dict(split=HALF), dict()] if grouped else [dict(persistent=False), dict()])
+    # grouped: split-K per group (decode sizes), per half (2 programs per tile, up to M=1024), fused, and
+    # the last two with flat K loops; plain, M <= 256: also swap launches, config (weight rows, tokens, ...)
+    forms = ([dict(split=1), dict(split=HALF), dict(), dict(split=HALF, flat=True), dict(flat=True)] if grouped
+             else [dict(persistent=False), dict()])
     cfgs = [c for c in CANDIDATE_CONFIGS if c[0] <= 2 * max(16, m) and not (m >= 1024 and c[0] < 64)]
     out = [Launch(c, **f) for c in cfgs for f in forms
            if not (f.get("split") == 1 and m > 256) and not (f.get("split") == HALF and m > 1024)]

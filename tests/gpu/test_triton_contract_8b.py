@@ -65,7 +65,8 @@ def test_matmul_rows_and_launch_choices(name):
     g = gen()
     x, w = randn(8192, k, g=g), randn(n, k, g=g, scale=0.02)
     assert_rows(lambda a: matmul(a, w, row_parallel=rp), x)
-    forms = ([dict(split=1), dict(split=HALF), dict()] if rp and k_groups(k) > 1
+    forms = ([dict(split=1), dict(split=HALF), dict(), dict(split=HALF, flat=True), dict(flat=True)]
+             if rp and k_groups(k) > 1
              else [dict(persistent=False), dict(), dict(swap=True)])
     for m in (1, 1024):
         ref = matmul(x[:m], w, row_parallel=rp)

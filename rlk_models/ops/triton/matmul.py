@@ -26,16 +26,19 @@ Contract
     them by the same halves) -- split-K fills the GPU at decode sizes. (A
     third, one flattened loop over (tile, group) units so that the software pipeline would not
     drain at group boundaries, gave the same bits but measured 1.02-1.14x slower than the fused
-    loops on the H200: dropped.) For plain K a *swap* launch computes the same tiles as
-    w @ x^T -- the weight's rows on the tile's M side, the MMA's 64/128-row side, the tokens on
-    its N side, as cuBLAS's small-M kernels do -- and stores each tile transposed: the same
-    products summed over the same K-tiles in the same order. Which form, tile config and grid
-    run is chosen by M and N (``launch_for``); every choice gives the same bits, which the tests
-    (interpreter: tests/ops/triton; H200: tests/gpu/test_triton_contract_8b.py) check. The
-    groups are also the tensor-parallel unit: a rank owning a contiguous 1/k of K (k | 8) owns
-    whole groups (``shard_partial``): at TP=2 it returns its half's sum (one fp32 tensor, which
-    vLLM all-reduces); at TP=4/8 its group partials, which are gathered and folded in rank order
-    by the halves (``combine_partials``) -- TP=k gives TP=1's bits.
+    loops on the H200: dropped. The *flat* form, ``Launch.flat``, asks the compiler for the same
+    thing instead: the K loops get bounds that do not move with the group, the condition under
+    which Triton's loop-nest fusion flattens the nest; a candidate, not yet timed.) For plain K a
+    *swap* launch computes the same tiles as w @ x^T -- the weight's rows on the tile's M side, the
+    MMA's 64/128-row side, the tokens on its N side, as cuBLAS's small-M kernels do -- and stores
+    each tile transposed: the same products summed over the same K-tiles in the same order. Which
+    form, tile config and grid run is chosen by M and N (``launch_for``); every choice gives the
+    same bits, which the tests (interpreter: tests/ops/triton; H200:
+    tests/gpu/test_triton_contract_8b.py) check. The groups are also the tensor-parallel unit: a
+    rank owning a contiguous 1/k of K (k | 8) owns whole groups (``shard_partial``): at TP=2 it
+    returns its half's sum (one fp32 tensor, which vLLM all-reduces); at TP=4/8 its group partials,
+    which are gathered and folded in rank order by the halves (``combine_partials``) -- TP=k gives
+    TP=1's bits.
 
 Backward
     dx = dy @ w and dw = dy^T @ x by the same kernels on transposed operand layouts (TMA loads
@@ -149,11 +152,21 @@ def _load_ab(a_desc, b_desc, pid_m, pid_n, k0, A_KM: tl.constexpr, B_KN: tl.cons
 
 
 @triton.jit
-def _group_tma(a_desc, b_desc, pid_m, pid_n, k_lo, k_hi, part, A_KM: tl.constexpr, B_KN: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    for k0 in range(k_lo, k_hi, BLOCK_K):  # the fixed K order; TMA zero-fills the K tail
-        a, b = _load_ab(a_desc, b_desc, pid_m, pid_n, k0, A_KM, B_KN, BLOCK_M, BLOCK_N)
-        part = tl.dot(a, b, part)
+def _group_tma(a_desc, b_desc, pid_m, pid_n, k_lo, KG, part, A_KM: tl.constexpr, B_KN: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FLAT: tl.constexpr):
+    """part += the K-tiles of [k_lo, k_lo + KG) in increasing order (TMA zero-fills the K tail).
+    FLAT: the same tiles by a loop whose bounds do not depend on the enclosing group loop, which
+    lets Triton's loop-nest fusion (the tile loop's ``flatten``) make one software-pipelined loop
+    of (tile, group, K-tile); with bounds that move with the group it keeps the K loop apart, and
+    the pipeline drains at every group boundary."""
+    if FLAT:
+        for kk in range(0, KG, BLOCK_K):
+            a, b = _load_ab(a_desc, b_desc, pid_m, pid_n, k_lo + kk, A_KM, B_KN, BLOCK_M, BLOCK_N)
+            part = tl.dot(a, b, part)
+    else:
+        for k0 in range(k_lo, k_lo + KG, BLOCK_K):
+            a, b = _load_ab(a_desc, b_desc, pid_m, pid_n, k0, A_KM, B_KN, BLOCK_M, BLOCK_N)
+            part = tl.dot(a, b, part)
     return part
 
 
@@ -162,27 +175,27 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
                    RUN: tl.constexpr, SPLIT: tl.constexpr, A_KM: tl.constexpr, B_KN: tl.constexpr,
                    BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr,
-                   C_T: tl.constexpr = False):
+                   C_T: tl.constexpr = False, FLAT: tl.constexpr = False):
     """TMA tensor descriptors (Hopper). SPLIT (> 0): program axis 1 is a run of SPLIT groups and
     c_desc is the [GROUPS / SPLIT, M, N] fp32 partial buffer. C_T (swap launch, SPLIT = 0): A is
     the weight, B the tokens; each tile is stored transposed into the [tokens, weight rows]
-    output and the bias runs along M."""
+    output and the bias runs along M. FLAT (``Launch.flat``): see ``_group_tma``."""
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGS, flatten=True):
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         if SPLIT == 1:  # program axis 1: the group
             g = tl.program_id(1)
             part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M,
-                              BLOCK_N, BLOCK_K)
+            part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, KG, part, A_KM, B_KN, BLOCK_M,
+                              BLOCK_N, BLOCK_K, FLAT)
             c_desc.store([g, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(part, (1, BLOCK_M, BLOCK_N)))
         elif SPLIT:  # program axis 1: a run of SPLIT consecutive groups, folded in order from zero
             r = tl.program_id(1)
             run = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for g in range(r * SPLIT, r * SPLIT + SPLIT):
                 part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M,
-                                  BLOCK_N, BLOCK_K)
+                part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, KG, part, A_KM, B_KN, BLOCK_M,
+                                  BLOCK_N, BLOCK_K, FLAT)
                 run = run + part
             c_desc.store([r, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(run, (1, BLOCK_M, BLOCK_N)))
         else:
@@ -190,16 +203,16 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
             if GROUPS == RUN:  # one run (GROUPS == 1: the plain K loop, pipelined across tiles)
                 for g in range(GROUPS):
                     part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                    part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN, BLOCK_M,
-                                      BLOCK_N, BLOCK_K)
+                    part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, KG, part, A_KM, B_KN, BLOCK_M,
+                                      BLOCK_N, BLOCK_K, FLAT)
                     acc = acc + part
             else:  # the halves: each run folded from zero, the runs' sums added in order
                 for r in tl.static_range(GROUPS // RUN):
                     run = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
                     for g in range(r * RUN, r * RUN + RUN):
                         part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                        part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, part, A_KM, B_KN,
-                                          BLOCK_M, BLOCK_N, BLOCK_K)
+                        part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, KG, part, A_KM, B_KN,
+                                          BLOCK_M, BLOCK_N, BLOCK_K, FLAT)
                         run = run + part
                     acc = acc + run
             if HAS_BIAS:
@@ -243,6 +256,8 @@ class Launch(NamedTuple):
     swap: bool = False  # plain K, forward layouts only: the weight's rows take the tile's M side (the
     #                     MMA's wide side) and the tokens its N side, as cuBLAS's small-M kernels do;
     #                     config = (weight rows, tokens, warps, stages); tiles stored transposed
+    flat: bool = False  # TMA kernel: K-tile loops whose bounds do not move with the group, so that Triton
+    #                     flattens (tile, group, K-tile) into one pipelined loop (``_group_tma``)
 
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
@@ -341,7 +356,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if split else [bm, bn])
         _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, run_of(groups), split,
                              a_km, b_kn,
-                             bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages)
+                             bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages, FLAT=launch.flat)
     else:
         sam, sak = (a.stride(1), a.stride(0)) if a_km else (a.stride(0), a.stride(1))
         sbn, sbk = (b.stride(1), b.stride(0)) if b_kn else (b.stride(0), b.stride(1))

@@ -94,6 +94,23 @@ def test_matmul_launch_choices_and_rows_agree(dtype, k, row_parallel):
             f"rows {i}.. in a batch of 3"
 
 
+@pytest.mark.parametrize("row_parallel", [False, True])
+def test_matmul_tma_kernel_is_the_pointer_kernel(row_parallel):
+    """The TMA kernel (the GPU's path; it runs in the interpreter too, given 16-byte-aligned
+    strides) in each launch form -- flat K loops and swap included -- equals the pointer kernel."""
+    mm = _mod("matmul")
+    g = torch.Generator().manual_seed(3)
+    k = 1024  # 8 groups of 2 K-tiles
+    x, w, b = (bitwise_data(g, 37, k, dtype=torch.bfloat16), bitwise_data(g, 48, k, dtype=torch.bfloat16),
+               bitwise_data(g, 48, dtype=torch.bfloat16))
+    first = mm.matmul(x, w, b, row_parallel=row_parallel, tma=False)
+    forms = ([dict(), dict(flat=True), dict(split=1, flat=True), dict(split=mm.HALF), dict(split=mm.HALF, flat=True)]
+             if row_parallel else [dict(), dict(flat=True), dict(persistent=False), dict(swap=True)])
+    for f in forms:
+        lc = mm.Launch((16, 32, 4, 3), **f)
+        assert torch.equal(mm.matmul(x, w, b, row_parallel=row_parallel, launch=lc, tma=True), first), lc
+
+
 def test_matmul_k_order_is_the_layers():
     """Row-parallel K-groups and the plain order are different sums: a product whose plain fp32
     sum rounds differently from the grouped one tells them apart (the kind really reaches the
