@@ -27,8 +27,9 @@ Contract
     third, one flattened loop over (tile, group) units so that the software pipeline would not
     drain at group boundaries, gave the same bits but measured 1.02-1.14x slower than the fused
     loops on the H200: dropped. The *flat* form, ``Launch.flat``, asks the compiler for the same
-    thing instead: the K loops get bounds that do not move with the group, the condition under
-    which Triton's loop-nest fusion flattens the nest; a candidate, not yet timed.) For plain K a
+    thing instead: one tile per program and K loops whose bounds do not move with the group, the
+    conditions under which Triton's loop-nest fusion makes one pipelined loop of a group loop and
+    its K loop; a candidate, not yet timed.) For plain K a
     *swap* launch computes the same tiles as w @ x^T -- the weight's rows on the tile's M side, the
     MMA's 64/128-row side, the tokens on its N side, as cuBLAS's small-M kernels do -- and stores
     each tile transposed: the same products summed over the same K-tiles in the same order. Which
@@ -152,22 +153,75 @@ def _load_ab(a_desc, b_desc, pid_m, pid_n, k0, A_KM: tl.constexpr, B_KN: tl.cons
 
 
 @triton.jit
-def _group_tma(a_desc, b_desc, pid_m, pid_n, k_lo, KG, part, A_KM: tl.constexpr, B_KN: tl.constexpr,
+def _group_tma(a_desc, b_desc, pid_m, pid_n, k_lo, k_hi, KG, part, A_KM: tl.constexpr, B_KN: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FLAT: tl.constexpr):
-    """part += the K-tiles of [k_lo, k_lo + KG) in increasing order (TMA zero-fills the K tail).
-    FLAT: the same tiles by a loop whose bounds do not depend on the enclosing group loop, which
-    lets Triton's loop-nest fusion (the tile loop's ``flatten``) make one software-pipelined loop
-    of (tile, group, K-tile); with bounds that move with the group it keeps the K loop apart, and
-    the pipeline drains at every group boundary."""
+    """part += the K-tiles of [k_lo, k_hi) (k_hi = k_lo + KG) in increasing order; TMA zero-fills
+    the K tail. FLAT: the same tiles by a loop whose bounds (0, KG) do not move with the enclosing
+    group loop -- one of the two conditions under which Triton fuses the group and K loops into one
+    software-pipelined loop (``_mm_tma_tile``)."""
     if FLAT:
         for kk in range(0, KG, BLOCK_K):
             a, b = _load_ab(a_desc, b_desc, pid_m, pid_n, k_lo + kk, A_KM, B_KN, BLOCK_M, BLOCK_N)
             part = tl.dot(a, b, part)
     else:
-        for k0 in range(k_lo, k_lo + KG, BLOCK_K):
+        for k0 in range(k_lo, k_hi, BLOCK_K):
             a, b = _load_ab(a_desc, b_desc, pid_m, pid_n, k0, A_KM, B_KN, BLOCK_M, BLOCK_N)
             part = tl.dot(a, b, part)
     return part
+
+
+@triton.jit
+def _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS: tl.constexpr,
+                 GROUPS: tl.constexpr, RUN: tl.constexpr, SPLIT: tl.constexpr, A_KM: tl.constexpr,
+                 B_KN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 C_T: tl.constexpr, FLAT: tl.constexpr):
+    """One output tile (``_mm_tma_kernel``). FLAT: the group loops carry ``flatten``; with no tile
+    loop around them (one tile per program) each heads its own loop nest, and Triton fuses it with
+    its K loop into one pipelined loop, so the TMA loads run on across group boundaries instead of
+    the pipeline draining and refilling at each (a per-group run of 8 K-tiles at K = 4096)."""
+    if SPLIT == 1:  # program axis 1: the group
+        g = tl.program_id(1)
+        part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, KG, part, A_KM, B_KN, BLOCK_M,
+                          BLOCK_N, BLOCK_K, FLAT)
+        c_desc.store([g, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(part, (1, BLOCK_M, BLOCK_N)))
+    elif SPLIT:  # program axis 1: a run of SPLIT consecutive groups, folded in order from zero
+        r = tl.program_id(1)
+        run = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for g in tl.range(r * SPLIT, r * SPLIT + SPLIT, flatten=FLAT):
+            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, KG, part, A_KM, B_KN, BLOCK_M,
+                              BLOCK_N, BLOCK_K, FLAT)
+            run = run + part
+        c_desc.store([r, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(run, (1, BLOCK_M, BLOCK_N)))
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if GROUPS == RUN:  # one run (GROUPS == 1: the plain K loop, pipelined across tiles)
+            for g in tl.range(GROUPS, flatten=FLAT):
+                part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, KG, part, A_KM, B_KN,
+                                  BLOCK_M, BLOCK_N, BLOCK_K, FLAT)
+                acc = acc + part
+        else:  # the halves: each run folded from zero, the runs' sums added in order
+            for r in tl.static_range(GROUPS // RUN):
+                run = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for g in tl.range(r * RUN, r * RUN + RUN, flatten=FLAT):
+                    part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                    part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, KG, part, A_KM, B_KN,
+                                      BLOCK_M, BLOCK_N, BLOCK_K, FLAT)
+                    run = run + part
+                acc = acc + run
+        if HAS_BIAS:
+            if C_T:
+                rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+                acc += tl.load(bias_ptr + rm, mask=rm < M, other=0.0).to(tl.float32)[:, None]
+            else:
+                rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+                acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+        if C_T:
+            c_desc.store([pid_n * BLOCK_N, pid_m * BLOCK_M], tl.trans(acc).to(c_desc.dtype))
+        else:
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
 
 
 @triton.jit
@@ -179,53 +233,19 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
     """TMA tensor descriptors (Hopper). SPLIT (> 0): program axis 1 is a run of SPLIT groups and
     c_desc is the [GROUPS / SPLIT, M, N] fp32 partial buffer. C_T (swap launch, SPLIT = 0): A is
     the weight, B the tokens; each tile is stored transposed into the [tokens, weight rows]
-    output and the bias runs along M. FLAT (``Launch.flat``): see ``_group_tma``."""
+    output and the bias runs along M. FLAT (``Launch.flat``): one tile per program and no tile
+    loop (``_mm_tma_tile``); otherwise a (possibly persistent) loop over tiles, which Triton
+    flattens with a single inner K loop (plain K)."""
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGS, flatten=True):
-        pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-        if SPLIT == 1:  # program axis 1: the group
-            g = tl.program_id(1)
-            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, KG, part, A_KM, B_KN, BLOCK_M,
-                              BLOCK_N, BLOCK_K, FLAT)
-            c_desc.store([g, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(part, (1, BLOCK_M, BLOCK_N)))
-        elif SPLIT:  # program axis 1: a run of SPLIT consecutive groups, folded in order from zero
-            r = tl.program_id(1)
-            run = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for g in range(r * SPLIT, r * SPLIT + SPLIT):
-                part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, KG, part, A_KM, B_KN, BLOCK_M,
-                                  BLOCK_N, BLOCK_K, FLAT)
-                run = run + part
-            c_desc.store([r, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(run, (1, BLOCK_M, BLOCK_N)))
-        else:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            if GROUPS == RUN:  # one run (GROUPS == 1: the plain K loop, pipelined across tiles)
-                for g in range(GROUPS):
-                    part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                    part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, KG, part, A_KM, B_KN, BLOCK_M,
-                                      BLOCK_N, BLOCK_K, FLAT)
-                    acc = acc + part
-            else:  # the halves: each run folded from zero, the runs' sums added in order
-                for r in tl.static_range(GROUPS // RUN):
-                    run = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                    for g in range(r * RUN, r * RUN + RUN):
-                        part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                        part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, KG, part, A_KM, B_KN,
-                                          BLOCK_M, BLOCK_N, BLOCK_K, FLAT)
-                        run = run + part
-                    acc = acc + run
-            if HAS_BIAS:
-                if C_T:
-                    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-                    acc += tl.load(bias_ptr + rm, mask=rm < M, other=0.0).to(tl.float32)[:, None]
-                else:
-                    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-                    acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-            if C_T:
-                c_desc.store([pid_n * BLOCK_N, pid_m * BLOCK_M], tl.trans(acc).to(c_desc.dtype))
-            else:
-                c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+    if FLAT:
+        pid_m, pid_n = _tile_coords(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
+        _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS, GROUPS, RUN, SPLIT, A_KM,
+                     B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT)
+    else:
+        for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGS, flatten=True):
+            pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+            _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS, GROUPS, RUN, SPLIT,
+                         A_KM, B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT)
 
 
 @triton.jit
@@ -256,8 +276,8 @@ class Launch(NamedTuple):
     swap: bool = False  # plain K, forward layouts only: the weight's rows take the tile's M side (the
     #                     MMA's wide side) and the tokens its N side, as cuBLAS's small-M kernels do;
     #                     config = (weight rows, tokens, warps, stages); tiles stored transposed
-    flat: bool = False  # TMA kernel: K-tile loops whose bounds do not move with the group, so that Triton
-    #                     flattens (tile, group, K-tile) into one pipelined loop (``_group_tma``)
+    flat: bool = False  # grouped K, TMA kernel: one tile per program (persistent ignored), and group and
+    #                     K-tile loops that Triton fuses into one pipelined loop (``_mm_tma_tile``)
 
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
@@ -341,7 +361,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         out_bytes = bm * bn * (4 if split else out.element_size())
     stages = fit_stages(bm + bn, a.element_size(), stages, out_bytes)
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    progs = min(sms, tiles) if launch.persistent and not split else tiles
+    progs = min(sms, tiles) if launch.persistent and not split and not launch.flat else tiles  # flat: a tile each
     kg = k // groups if grouped else k
     parts = groups // split if split else 0
     c = torch.empty(parts, m, n, dtype=torch.float32, device=a.device) if split else out

@@ -1,0 +1,100 @@
+"""The matmul's TMA kernel compiled for the H200 (sm_90) on any machine, no GPU needed: per launch
+form a hash of its machine code (SASS), registers, spill stack, shared memory, and the number of
+loops left in its TTGIR after Triton's loop-nest fusion and pipelining.
+
+What it is for: a kernel refactor that must not change the defaults shows the same SASS hashes
+before and after (run it on both commits and diff the JSON); a new form shows whether the compiler
+did what it was meant to (the flat form: one fused loop per run of groups instead of a K loop per
+group) and whether it spills. Speed still needs the GPU (matmul_sweep.py); this is the check that
+runs between device sessions.
+
+    python benchmarks/triton/matmul_sass.py > now.json    # then the same on the other commit, diff
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from rlk_models.ops.triton.matmul import BLOCK_K, HALF, K_GROUPS, LAUNCHES, Launch, _mm_tma_kernel, run_of
+
+TARGET = GPUTarget("cuda", 90, 32)
+
+
+def _cuobjdump() -> str:
+    import triton.backends.nvidia as nv
+
+    return os.path.join(os.path.dirname(nv.__file__), "bin", "cuobjdump")
+
+
+def compile_form(launch: Launch, groups: int, a_km: bool = False, b_kn: bool = False, bias: bool = False):
+    """The compiled kernel of one launch form (bf16 in and out, fp32 partials when split)."""
+    bm, bn, warps, stages = launch.config
+    split = launch.split if groups > 1 else 0
+    c_t = launch.swap
+    a_block = f"{BLOCK_K}, {bm}" if a_km else f"{bm}, {BLOCK_K}"
+    b_block = f"{BLOCK_K}, {bn}" if b_kn else f"{bn}, {BLOCK_K}"
+    c_desc = (f"tensordesc<fp32[1, {bm}, {bn}]>" if split else
+              f"tensordesc<bf16[{bn}, {bm}]>" if c_t else f"tensordesc<bf16[{bm}, {bn}]>")
+    args = dict(a_desc=f"tensordesc<bf16[{a_block}]>", b_desc=f"tensordesc<bf16[{b_block}]>", c_desc=c_desc,
+                bias_ptr="*bf16", M="i32", N="i32", K="i32", KG="i32")
+    consts = dict(HAS_BIAS=bias, GROUPS=groups, RUN=run_of(groups), SPLIT=split, A_KM=a_km, B_KN=b_kn, BLOCK_M=bm,
+                  BLOCK_N=bn, BLOCK_K=BLOCK_K, GROUP_M=8, NUM_PROGS=132, C_T=c_t, FLAT=launch.flat)
+    names = _mm_tma_kernel.arg_names
+    sig = {n: args.get(n, "constexpr") for n in names}
+    src = ASTSource(_mm_tma_kernel, sig, {(names.index(n),): v for n, v in consts.items()})
+    return triton.compile(src, target=TARGET, options=dict(num_warps=warps, num_stages=stages))
+
+
+def describe(kernel) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([_cuobjdump(), "-sass", f.name], capture_output=True, text=True, check=True).stdout
+        usage = subprocess.run([_cuobjdump(), "-res-usage", f.name], capture_output=True, text=True,
+                               check=True).stdout
+    # instructions only: no addresses or encodings, so two builds of the same code hash the same
+    code = [re.sub(r"\s+", " ", re.sub(r"/\*[0-9a-f]{4,}\*/", "", line)).strip()
+            for line in sass.splitlines() if "/*" in line and ";" in line]
+    reg, stack = (int(re.search(rf"{k}:(\d+)", usage).group(1)) for k in ("REG", "STACK"))
+    return {"sass": hashlib.sha1("\n".join(code).encode()).hexdigest()[:12], "instructions": len(code),
+            "registers": reg, "spill_stack_bytes": stack, "shared_bytes": kernel.metadata.shared,
+            "loops": kernel.asm["ttgir"].count("scf.for")}
+
+
+def forms() -> dict[str, tuple[Launch, int, dict]]:
+    """Every default launch (forward; and the plain ones as the two backward layouts), plus the
+    flat form of each grouped default that is fused or split by halves."""
+    out = {}
+    for (kind, width), table in LAUNCHES.items():
+        if table is LAUNCHES["groups", "narrow"] and width == "wide":
+            continue  # the same table
+        groups = K_GROUPS if kind == "groups" else 1
+        for bound, lc in table:
+            name = f"{kind}/{width}/M<={bound if bound < 1 << 40 else 'inf'}"
+            out[name] = (lc, groups, {})
+            if kind == "plain" and not lc.swap:
+                out[name + "/dx"] = (lc, 1, dict(b_kn=True))
+                out[name + "/dw"] = (lc, 1, dict(a_km=True))
+            if kind == "groups" and lc.split in (0, HALF):
+                out[name + "/flat"] = (lc._replace(flat=True), groups, {})
+    return out
+
+
+def main() -> None:
+    res = {}
+    for name, (lc, groups, kw) in forms().items():
+        res[name] = {"launch": str(lc), **describe(compile_form(lc, groups, **kw))}
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
