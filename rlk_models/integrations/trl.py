@@ -20,8 +20,9 @@ What it changes, and nothing else of TRL's loop:
    a stock model's logits go through ``log_softmax``) and handed to TRL as its
    ``sampling_per_token_logps``, as vLLM's would be.
 3. **Parity per batch.** After each generation batch the trainer's log-probs of the same tokens
-   (TRL's own ``_get_per_token_logps_and_entropies``, before any update) are compared with the
-   rollout's; logged as ``rlk/logp_mismatch`` (count), ``rlk/logp_max_abs_diff``,
+   (TRL's own ``_get_per_token_logps_and_entropies``, before any update: the ``old_per_token_logps``
+   TRL computes for its importance-sampling correction when it has them, else one such pass here)
+   are compared with the rollout's; logged as ``rlk/logp_mismatch`` (count), ``rlk/logp_max_abs_diff``,
    ``rlk/ratio_min``/``rlk/ratio_max`` (the importance ratio exp(train - rollout)) and kept in
    ``trainer.parity_log``. For an rlk model: 0, 0, 1, 1. For a stock model it measures the drift.
 
@@ -121,11 +122,13 @@ class RLKGRPOTrainer(GRPOTrainer):
         rollout = output.get("sampling_per_token_logps")
         if rollout is None:
             return output
-        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
-        mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-        with torch.no_grad():
-            train, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, mask,
-                                                                  output["completion_ids"].size(1))
+        train = output.get("old_per_token_logps")  # TRL's own pre-update pass (vLLM with its IS correction)
+        if train is None:  # otherwise the same pass, here
+            ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+            mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+            with torch.no_grad():
+                train, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, mask,
+                                                                      output["completion_ids"].size(1))
         keep = output["completion_mask"].bool()
         diff = (train.float() - rollout.float())[keep]
         ratio = torch.exp(diff)
