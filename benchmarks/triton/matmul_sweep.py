@@ -11,7 +11,8 @@ row-parallel (canonical K-groups), the others plain (one group).
      M) -- what ``LAUNCHES`` in ops/triton/matmul.py is picked from;
   4. forward + backward at M=4096.
 
-    python benchmarks/triton/matmul_sweep.py [--search] [--shapes qkv,o]
+    python benchmarks/triton/matmul_sweep.py [--search] [--shapes qkv,o]     # Qwen3-8B shapes (default: all five)
+    python benchmarks/triton/matmul_sweep.py --search --shapes o,o_1.7b,down_1.7b  # and Qwen3-1.7B's
 """
 
 from __future__ import annotations
@@ -38,7 +39,12 @@ from rlk_models.ops.triton.matmul import (  # noqa: E402
 
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "down": (12288, 4096),
           "lm_head": (4096, 151936)}
-ROW_PARALLEL = {"o", "down"}
+DEFAULT_SHAPES = ",".join(SHAPES)
+# Qwen3-1.7B (hidden 2048, 16/8 heads of 128, intermediate 6144): its row-parallel K-groups are 4 K-tiles
+# (o) and 12 (down) long, against 8 and 24 at 8B; --shapes qkv_1.7b,... times them
+SHAPES |= {"qkv_1.7b": (2048, 4096), "o_1.7b": (2048, 2048), "gate_up_1.7b": (2048, 12288),
+           "down_1.7b": (6144, 2048)}
+ROW_PARALLEL = {"o", "down", "o_1.7b", "down_1.7b"}
 M_ALL = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
 M_SEARCH = [1, 4, 16, 64, 256, 1024, 4096]
 
@@ -59,7 +65,7 @@ def candidates(m: int, grouped: bool) -> list[Launch]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--search", action="store_true", help="time every candidate launch at M_SEARCH")
-    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated subset of " + ",".join(SHAPES))
+    ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="comma-separated subset of " + ",".join(SHAPES))
     args = ap.parse_args()
     dev = torch.device("cuda")
     res = {"info": info(), "shapes": {}}
