@@ -1,12 +1,15 @@
 """H200 benchmark of the Triton RMSNorm, SiLU-mul, RoPE and embedding (bf16, Qwen3-8B sizes):
 accuracy vs float64 and speed vs torch, forward and forward+backward. Measures only (row
 invariance and run-to-run bits are tests/gpu). Writes ``$OUT/ops_sweep.json``.
+``--search``: also every RMSNorm backward tiling (``BWD_TILE_CANDIDATES``) at M = 8192 x 4096,
+the backward alone against torch's, each checked run to run and against float64.
 
-    python benchmarks/triton/ops_sweep.py
+    python benchmarks/triton/ops_sweep.py [--search]
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -17,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench, info, log, rel_err, save  # noqa: E402
 
 from rlk_models.ops import rope_table  # noqa: E402
+from rlk_models.ops.triton import rms_norm as rn  # noqa: E402
 from rlk_models.ops.triton.embedding import embedding  # noqa: E402
 from rlk_models.ops.triton.rms_norm import add_rms_norm, rms_norm  # noqa: E402
 from rlk_models.ops.triton.rope import rope  # noqa: E402
@@ -117,7 +121,44 @@ def check_embedding(res, dev, g):
     print("embedding:", r, flush=True)
 
 
+def search_rms_backward(res, dev, g, w, m=8192):
+    """Each backward tiling of the hidden-size norm: time of the backward kernels alone (dx and
+    dw) against torch's (autograd of F.rms_norm, forward excluded), run-to-run bits, error vs fp64."""
+    d = w.numel()
+    x = torch.randn(m, d, device=dev, generator=g).bfloat16()
+    dy = torch.randn(m, d, device=dev, generator=g).bfloat16()
+    rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
+    xd, wd = x.double().requires_grad_(), w.double().requires_grad_()
+    want_dx, want_dw = torch.autograd.grad(wd * (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6)),
+                                           [xd, wd], dy.double())
+    xt, wt = x.clone().requires_grad_(), w.clone().requires_grad_()
+    yt = F.rms_norm(xt, (d,), wt, 1e-6)
+    t_torch = bench(lambda: torch.autograd.grad(yt, [xt, wt], dy, retain_graph=True), warmup=10, rep=50)
+    r = {"torch_us": t_torch * 1e3, "default": str(rn._bwd_tile(d)), "tiles": {}}
+    for tile in [rn._bwd_tile(d)] + rn.BWD_TILE_CANDIDATES:
+        try:
+            a = rn._backward(dy, x, w, rstd, True, tile)
+        except Exception as e:  # noqa: BLE001 (a tiling that does not compile or fit is skipped, and said so)
+            r["tiles"][str(tile)] = {"error": f"{type(e).__name__}: {e}"[:200]}
+            continue
+        b = rn._backward(dy, x, w, rstd, True, tile)
+        t = bench(lambda: rn._backward(dy, x, w, rstd, True, tile), warmup=10, rep=50)
+        r["tiles"][str(tile)] = {"us": t * 1e3, "ratio_vs_torch": t / t_torch,
+                                 "run_to_run": all(torch.equal(p, q) for p, q in zip(a, b)),
+                                 "dx_rel_err": rel_err(a[0], want_dx), "dw_rel_err": rel_err(a[1], want_dw)}
+        log(f"rms_norm backward {tile}: {t * 1e3:7.1f} us ({t / t_torch:4.2f}x torch)")
+    best = min((k for k, v in r["tiles"].items() if "us" in v and v["run_to_run"]),
+               key=lambda k: r["tiles"][k]["us"])
+    r["best"] = best
+    log(f"rms_norm backward: torch {t_torch * 1e3:.1f} us, default {r['default']} "
+        f"{r['tiles'][r['default']]['ratio_vs_torch']:.2f}x, best {best} {r['tiles'][best]['ratio_vs_torch']:.2f}x")
+    res["rms_norm_backward_search"] = r
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--search", action="store_true", help="time every RMSNorm backward tiling")
+    args = ap.parse_args()
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     res = {"info": info()}
@@ -140,6 +181,8 @@ def main() -> None:
     check_rope(res, dev, g)
     check_fusions(res, dev, g, w, wh)
     check_embedding(res, dev, g)
+    if args.search:
+        search_rms_backward(res, dev, g, w)
     save("ops_sweep", res)
 
 

@@ -34,11 +34,18 @@ def _block(d: int) -> tuple[int, int]:
     return b, 4 if b <= 2048 else 8
 
 
-def _bwd_tile(d: int) -> tuple[int, int]:
-    """(rows per step, rows per program) of the backward: functions of D only."""
+def _bwd_tile(d: int) -> tuple[int, int, int]:
+    """(rows per step, rows per program, warps) of the backward: functions of D only (the rows per
+    program set dw's summation order: a chunk's partial, then the chunks in order)."""
     b = triton.next_power_of_2(d)
     rows = max(1, min(32, 4096 // b))
-    return rows, max(rows, 131072 // b)
+    return rows, max(rows, 131072 // b), _block(d)[1]
+
+
+# The backward tilings benchmarks/triton/ops_sweep.py --search times at the hidden size (4096):
+# the default (1 row a step, 32 rows a program, 8 warps) runs each row's reduction alone and puts
+# 256 programs on 132 SMs; these try rows in parallel, more programs and other warp counts
+BWD_TILE_CANDIDATES = [(r, c, w) for r in (1, 2, 4) for c in (8, 16, 32, 64) for w in (4, 8, 16) if c >= r]
 
 
 @triton.jit
@@ -183,11 +190,13 @@ def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None
     return y, rstd
 
 
-def _backward(dy, x2, w, rstd, want_dw: bool):
-    """(dx [M, D], dw or None) of y = RMSNorm(x2) given dy."""
+def _backward(dy, x2, w, rstd, want_dw: bool, tile: tuple[int, int, int] | None = None):
+    """(dx [M, D], dw or None) of y = RMSNorm(x2) given dy; ``tile`` (rows per step, rows per
+    program, warps) overrides ``_bwd_tile`` (benchmarks: a tiling is deterministic, and a
+    different one sums dw in a different order)."""
     m, d = x2.shape
-    block, warps = _block(d)
-    rows, chunk = _bwd_tile(d)
+    block = _block(d)[0]
+    rows, chunk, warps = tile or _bwd_tile(d)
     dx = torch.empty_like(x2)
     chunks = max(1, triton.cdiv(m, chunk))
     dwp = torch.zeros(chunks if want_dw else 1, d, dtype=torch.float32, device=x2.device)
