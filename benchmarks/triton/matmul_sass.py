@@ -85,7 +85,7 @@ def forms() -> dict[str, tuple[Launch, int, dict]]:
                 out[name + "/dx"] = (lc, 1, dict(b_kn=True))
                 out[name + "/dw"] = (lc, 1, dict(a_km=True))
             if kind == "groups" and lc.split in (0, HALF):
-                out[name + "/flat"] = (lc._replace(flat=True), groups, {})
+                out[name + "/flat"] = (lc._replace(flat=True, persistent=False), groups, {})
     return out
 
 

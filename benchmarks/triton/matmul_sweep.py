@@ -52,7 +52,8 @@ M_SEARCH = [1, 4, 16, 64, 256, 1024, 4096]
 def candidates(m: int, grouped: bool) -> list[Launch]:
     # grouped: split-K per group (decode sizes), per half (2 programs per tile, up to M=1024), fused, and
     # the last two with flat K loops; plain, M <= 256: also swap launches, config (weight rows, tokens, ...)
-    forms = ([dict(split=1), dict(split=HALF), dict(), dict(split=HALF, flat=True), dict(flat=True)] if grouped
+    flat = [dict(split=HALF, flat=True, persistent=False), dict(flat=True, persistent=False)]
+    forms = ([dict(split=1), dict(split=HALF), dict(), *flat] if grouped
              else [dict(persistent=False), dict()])
     cfgs = [c for c in CANDIDATE_CONFIGS if c[0] <= 2 * max(16, m) and not (m >= 1024 and c[0] < 64)]
     out = [Launch(c, **f) for c in cfgs for f in forms
