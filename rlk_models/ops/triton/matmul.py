@@ -345,11 +345,12 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     launch = launch or launch_for(m, n, groups)
     if launch.swap and (a_km or b_kn) and not explicit:  # a table's swap default serves forward layouts only
         launch = launch._replace(swap=False)
-    if launch.swap:
+    swap = launch.swap
+    if swap:  # the tiles of B @ A^T: B's rows on the kernel's M side, each tile stored transposed into out
         if groups > 1 or a_km or b_kn or launch.split:
             raise ValueError("matmul: a swap launch computes a plain-K forward product (no K-groups, split-K or "
                              "transposed operands)")
-        return _mm_swapped(a, b, bias, out, launch, tma)
+        a, b, m, n = b, a, n, m
     (bm, bn, warps, stages), sms = launch.config, num_sms(a.device)
     grouped = groups > 1
     # a split program folds one group or one whole half: the fused order's pieces (a run of 2 would
@@ -373,45 +374,21 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
 
         a_d = TensorDescriptor.from_tensor(a, [BLOCK_K, bm] if a_km else [bm, BLOCK_K])
         b_d = TensorDescriptor.from_tensor(b, [BLOCK_K, bn] if b_kn else [bn, BLOCK_K])
-        c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if split else [bm, bn])
+        c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if split else [bn, bm] if swap else [bm, bn])
         _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, run_of(groups), split,
-                             a_km, b_kn,
-                             bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages, FLAT=launch.flat)
+                             a_km, b_kn, bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages, C_T=swap,
+                             FLAT=launch.flat)
     else:
         sam, sak = (a.stride(1), a.stride(0)) if a_km else (a.stride(0), a.stride(1))
         sbn, sbk = (b.stride(1), b.stride(0)) if b_kn else (b.stride(0), b.stride(1))
-        _mm_kernel[grid](a, b, c, bias_arg, m, n, k, kg, sam, sak, sbn, sbk, n, 1, bias is not None, groups,
-                         run_of(groups), split, bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages)
+        scm, scn = (1, m) if swap else (n, 1)  # out is [M, N] of the caller: transposed when swapped
+        _mm_kernel[grid](a, b, c, bias_arg, m, n, k, kg, sam, sak, sbn, sbk, scm, scn, bias is not None, groups,
+                         run_of(groups), split, bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages,
+                         C_T=swap)
     if split:  # the runs' partials, folded as the fused kernel folds the groups
         block = 1024
         _fold_kernel[(triton.cdiv(m * n, block),)](c, out, bias_arg, m, n, bias is not None, parts,
                                                    run_of(groups) // split, block)
-    return out
-
-
-def _mm_swapped(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor, launch: Launch,
-                tma: bool | None) -> torch.Tensor:
-    """out [M, N] = x @ w.T as the tiles of w @ x.T (``Launch.swap``): the kernel's M side walks
-    the weight's rows and its N side the tokens, the same products summed over the same K-tiles
-    in the same order, each tile stored transposed."""
-    m, k = x.shape
-    n = w.shape[0]
-    (bm, bn, warps, stages), sms = launch.config, num_sms(x.device)
-    stages = fit_stages(bm + bn, x.element_size(), stages, bm * bn * out.element_size())
-    tiles = triton.cdiv(n, bm) * triton.cdiv(m, bn)
-    progs = min(sms, tiles) if launch.persistent else tiles
-    bias_arg = bias if bias is not None else out
-    if _tma_ok(x, w, out) if tma is None else tma:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        a_d, b_d = TensorDescriptor.from_tensor(w, [bm, BLOCK_K]), TensorDescriptor.from_tensor(x, [bn, BLOCK_K])
-        c_d = TensorDescriptor.from_tensor(out, [bn, bm])
-        _mm_tma_kernel[(progs,)](a_d, b_d, c_d, bias_arg, n, m, k, k, bias is not None, 1, 1, 0, False, False,
-                                 bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages, C_T=True)
-    else:
-        _mm_kernel[(progs,)](w, x, out, bias_arg, n, m, k, k, w.stride(0), w.stride(1), x.stride(0), x.stride(1),
-                             1, out.stride(0), bias is not None, 1, 1, 0, bm, bn, BLOCK_K, 8, progs,
-                             num_warps=warps, num_stages=stages, C_T=True)
     return out
 
 
