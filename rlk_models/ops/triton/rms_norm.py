@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ..checks import check_add_rms_norm, check_rms_norm, check_rms_norm_rope
-from .rope import rope_backward
+from .rope import rope_backward, rotated_hi, rotated_lo
 
 
 def _block(d: int) -> tuple[int, int]:
@@ -56,8 +56,8 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, D, H
     rows; a [T, H, D] view of q or k inside the qkv projection's rows is read in place, no copy).
     RES: of s = x + r, rounded once to x's dtype and stored (the residual stream's next value),
     and then the same code from the load on. ROPE: then y's stored row is rotated in place by the
-    code of ``rope._rope_kernel`` (halves read back after a barrier, the table row at the token's
-    position), so y = rope(RMSNorm(x)) with the two ops' rounding points."""
+    rope kernel's ``rotated_lo``/``rotated_hi`` (halves read back after a barrier, the table row at
+    the token's position), so y = rope(RMSNorm(x)) with the two ops' rounding points."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
     mask = cols < D
@@ -82,8 +82,8 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, D, H
         x1 = tl.load(y_ptr + row * D + j, mask=ok, other=0.0).to(tl.float32)
         x2 = tl.load(y_ptr + row * D + HALF + j, mask=ok, other=0.0).to(tl.float32)
         tl.debug_barrier()  # every read before any rotated value overwrites the row
-        tl.store(y_ptr + row * D + j, (x1 * c - x2 * sn).to(y_ptr.dtype.element_ty), mask=ok)
-        tl.store(y_ptr + row * D + HALF + j, (x2 * c + x1 * sn).to(y_ptr.dtype.element_ty), mask=ok)
+        tl.store(y_ptr + row * D + j, rotated_lo(x1, x2, c, sn).to(y_ptr.dtype.element_ty), mask=ok)
+        tl.store(y_ptr + row * D + HALF + j, rotated_hi(x1, x2, c, sn).to(y_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit

@@ -18,6 +18,19 @@ from ..checks import check_rope
 
 
 @triton.jit
+def rotated_lo(x1, x2, c, s):
+    """The first half of the contract's rotation of a head (fp32 halves x1, x2; table row c, s):
+    the one definition ``_rope_kernel`` and the fused ``rms_norm_rope`` (``rms_norm._rms_fwd``) use."""
+    return x1 * c - x2 * s
+
+
+@triton.jit
+def rotated_hi(x1, x2, c, s):
+    """The second half of the rotation (``rotated_lo``)."""
+    return x2 * c + x1 * s
+
+
+@triton.jit
 def _rope_kernel(x_ptr, pos_ptr, tab_ptr, y_ptr, H, HALF, sx, sy, SIGN: tl.constexpr, BLOCK_H: tl.constexpr,
                  BLOCK_HALF: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
@@ -30,8 +43,8 @@ def _rope_kernel(x_ptr, pos_ptr, tab_ptr, y_ptr, H, HALF, sx, sy, SIGN: tl.const
     off = hh * 2 * HALF + j
     x1 = tl.load(x_ptr + t * sx + off, mask=ok, other=0.0).to(tl.float32)
     x2 = tl.load(x_ptr + t * sx + off + HALF, mask=ok, other=0.0).to(tl.float32)
-    tl.store(y_ptr + t * sy + off, (x1 * c - x2 * s).to(y_ptr.dtype.element_ty), mask=ok)
-    tl.store(y_ptr + t * sy + off + HALF, (x2 * c + x1 * s).to(y_ptr.dtype.element_ty), mask=ok)
+    tl.store(y_ptr + t * sy + off, rotated_lo(x1, x2, c, s).to(y_ptr.dtype.element_ty), mask=ok)
+    tl.store(y_ptr + t * sy + off + HALF, rotated_hi(x1, x2, c, s).to(y_ptr.dtype.element_ty), mask=ok)
 
 
 def _apply(x: torch.Tensor, positions: torch.Tensor, table: torch.Tensor, sign: float) -> torch.Tensor:
