@@ -286,6 +286,11 @@ class Launch(NamedTuple):
 # qkv M <= 16 the swap launch, 1.47-1.56x -> 1.10-1.23x cuBLAS (M = 17-32 swap too: timed at 16 only;
 # the 6-stage plain tile measured 2.16x at 32); qkv M = 33-64 a 6-stage pipeline, 1.50x -> 1.25x; o
 # M = 129-256 split by halves, 1.71x -> 1.46x (search); o above 256, 128x128 tiles, 1.55-2.80x -> 1.30-1.41x.
+# Session 10 (search, then the table re-timed as a whole): grouped M > 64 run the flat form. o 8B
+# 1.29-1.51x -> 1.15-1.36x (M = 128 and >= 512; 1.39x -> 1.47x at M = 256, where split=0 was 1.22x but
+# split by halves is faster for the other three shapes), o 1.7B 1.51-2.40x -> 1.24-2.04x, down 1.7B
+# 1.19-1.94x -> 1.11-1.78x, down 8B 1.05-1.87x (was 1.08-1.93x). M = 33-64 keep (64, 256, 4, 3) split=1:
+# flat (64, 64, 4, 4) by halves was faster for o 8B only (down 1.08x -> 1.22x, down 1.7B 1.02x -> 1.39x).
 LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
     ("plain", "narrow"): [(16, Launch((64, 16, 4, 6), swap=True)),
                           (32, Launch((64, 32, 4, 6), swap=True)),
@@ -299,9 +304,9 @@ LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
                         (1 << 62, Launch((128, 256, 8, 3)))],
     ("groups", "narrow"): [(16, Launch((16, 128, 4, 4), split=1)),
                            (64, Launch((64, 256, 4, 3), split=1)),
-                           (128, Launch((64, 128, 4, 4))),
-                           (256, Launch((128, 128, 8, 4), split=HALF)),
-                           (1 << 62, Launch((128, 128, 8, 4)))],
+                           (128, Launch((64, 128, 4, 4), persistent=False, flat=True)),
+                           (256, Launch((64, 128, 4, 4), split=HALF, persistent=False, flat=True)),
+                           (1 << 62, Launch((128, 128, 8, 4), persistent=False, flat=True))],
 }
 LAUNCHES["groups", "wide"] = LAUNCHES["groups", "narrow"]  # row-parallel N is the hidden size: not measured wide
 
