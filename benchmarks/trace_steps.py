@@ -26,6 +26,11 @@ def summarize(path: str, min_us: float) -> None:
     for a, b in zip(launches, launches[1:]):
         busy = sum(e["dur"] for e in kernels if a["ts"] <= e["ts"] < b["ts"])
         print(f"   step {b['ts'] - a['ts']:8.0f} us between replays, kernels busy {busy:7.0f} us")
+    if len(launches) > 2:  # the decode steps as a whole (an rlk step replays two graphs: the model, the head)
+        a, b = launches[1]["ts"], launches[-1]["ts"]
+        busy = sum(e["dur"] for e in kernels if a <= e["ts"] < b)
+        print(f"   replays 2..{len(launches)}: {b - a:.0f} us, kernels busy {busy:.0f} us ({busy / (b - a):.0%}), "
+              f"GPU idle {b - a - busy:.0f} us")
     if len(launches) < 3:
         return
     a, b = launches[-3]["ts"], launches[-2]["ts"]

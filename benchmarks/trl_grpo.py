@@ -79,7 +79,7 @@ def main() -> None:
     import datasets
     import torch
     import trl
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
     from rlk_models.cli.grpo import SHAPES, default_checkpoints
     from rlk_models.integrations.trl import RLKGRPOTrainer
@@ -104,17 +104,35 @@ def main() -> None:
                           temperature=1.0, max_completion_length=4, use_vllm=True, vllm_mode="colocate",
                           vllm_gpu_memory_utilization=0.3, vllm_max_model_length=64, dataloader_num_workers=0,
                           disable_tqdm=True)
+    class StepTimes(TrainerCallback):  # each step's wall time (the GPU's work included)
+        def __init__(self):
+            self.ends = []
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.ends = self.ends or [time.perf_counter()]
+
+        def on_step_end(self, args, state, control, **kw):
+            if cuda:
+                torch.cuda.synchronize()
+            self.ends.append(time.perf_counter())
+
+    times = StepTimes()
     cls = RLKGRPOTrainer if a.kind == "rlk" else trl.GRPOTrainer
-    trainer = cls(model=model, reward_funcs=[correctness], args=args, train_dataset=ds, processing_class=tok)
+    trainer = cls(model=model, reward_funcs=[correctness], args=args, train_dataset=ds, processing_class=tok,
+                  callbacks=[times])
     t = time.time()
     trainer.train()
+    step_s = [round(e - b, 3) for b, e in zip(times.ends, times.ends[1:])]
     steps = [{k: v for k, v in h.items() if k.startswith(("sampling/", "rlk/", "reward")) or k == "step"}
              for h in trainer.state.log_history if any(k.startswith("sampling/") for k in h)]
     res = {"kind": a.kind, "device": a.device, "shape": a.shape, "steps": a.steps, "seconds": round(time.time() - t, 1),
-           "trl": trl.__version__, "parity": getattr(trainer, "parity_log", None), "log": steps}
+           "trl": trl.__version__, "step_seconds": step_s,
+           "median_step_s_after_first": sorted(step_s[1:])[len(step_s[1:]) // 2] if len(step_s) > 1 else None,
+           "parity": getattr(trainer, "parity_log", None), "log": steps}
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out) / f"trl_grpo_{a.kind}.json").write_text(json.dumps(res, indent=1))
-    print("RESULT " + json.dumps({k: v for k, v in res.items() if k not in ("log", "parity")}), flush=True)
+    print("RESULT " + json.dumps({k: v for k, v in res.items() if k not in ("log", "parity", "step_seconds")}),
+          flush=True)
 
 
 if __name__ == "__main__":

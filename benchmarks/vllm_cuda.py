@@ -6,11 +6,13 @@ Each engine runs in its own process (a finished engine's GPU memory is only free
 process). Per engine: start time, output tokens/s of ``--n`` prompts x ``--max-tokens`` at
 temperature 1 with ``logprobs=0`` (after a warm-up; ``--varied``: each request its own length, and with
 ``--n`` above ``--max-num-seqs`` prefills then mix with decodes as in RL rollouts), batch-1
-inter-token latency (median of 5) and the decode-step
+latency per token (median of 5: ``batch1_itl_ms`` with the prefill and first token, ``batch1_tpot_ms``
+without them) and the decode-step
 latency at batch 1, 64 and 256 (128 steps each, after a warm-up at that batch size); with
 ``--profile``, the kernels of a decode step at batch 1 and 64 (engine core in the benchmark's
 process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so its figures are not the default's) and a host + GPU
-timeline of 8 batch-1 decode steps (``$OUT/trace_<engine>_b1.json.gz``, chrome://tracing). Engines:
+timeline of 8 batch-1 decode steps (``$OUT/trace_<engine>_b1.json.gz``, chrome://tracing; with Python
+stacks) and of 32 without them (``trace_<engine>_b1_light.json.gz``: near the real host speed). Engines:
 ``stock`` (vLLM's defaults: torch.compile, FULL_AND_PIECEWISE graphs, FA3), ``stock_bi`` (the
 same with ``VLLM_BATCH_INVARIANT=1``, vLLM's own batch-invariant mode), ``rlk`` (CUDA graphs of
 uniform decode steps, ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``), ``rlk_compile`` (the decoder
@@ -95,17 +97,29 @@ def stage_engine(a) -> dict:
     ntok = sum(len(o.outputs[0].token_ids) for o in outs)
     res["throughput"] = {"s": round(dt, 2), "tokens": ntok, "tok_per_s": round(ntok / dt, 1)}
     one = SamplingParams(temperature=1.0, max_tokens=128, ignore_eos=True)
+    first = SamplingParams(temperature=1.0, max_tokens=1, ignore_eos=True)
     llm.generate(prompts[:1], one, use_tqdm=False)
-    itl = []  # five runs, the median reported: a batch-1 step is host-bound, and the host's timing jitters
+    llm.generate(prompts[:1], first, use_tqdm=False)
+    # five runs each, the median reported: a batch-1 step is host-bound, and the host's timing jitters.
+    # batch1_itl_ms: a 128-token request's time per token, its prefill and first token included (the
+    # figure of sessions 3-10); batch1_tpot_ms: the decode steps alone, (t(128 tokens) - t(1 token)) / 127
+    # -- vLLM's TPOT, "time per output token, excluding the first"
+    itl, whole, ttft = [], [], []
     for _ in range(5):
         t = time.time()
         o1 = llm.generate(prompts[:1], one, use_tqdm=False)
-        itl.append((time.time() - t) / len(o1[0].outputs[0].token_ids) * 1e3)
+        whole.append(time.time() - t)
+        itl.append(whole[-1] / len(o1[0].outputs[0].token_ids) * 1e3)
+        t = time.time()
+        llm.generate(prompts[:1], first, use_tqdm=False)
+        ttft.append(time.time() - t)
     res["batch1_itl_ms"] = round(sorted(itl)[2], 3)
     res["batch1_itl_runs_ms"] = [round(v, 3) for v in itl]
+    res["batch1_ttft_ms"] = round(sorted(ttft)[2] * 1e3, 3)
+    res["batch1_tpot_ms"] = round((sorted(whole)[2] - sorted(ttft)[2]) / (len(o1[0].outputs[0].token_ids) - 1) * 1e3, 3)
     # whole-model decode-step latency at the batch sizes rollouts run (#17's decode goal): 128 steps of
     # B sequences, the one prefill of B x prompt_len tokens amortized over them
-    res["decode_step_ms"] = {"1": res["batch1_itl_ms"]}
+    res["decode_step_ms"] = {"1": res["batch1_tpot_ms"]}
     for b in (64, 256):
         if b <= a.n:
             llm.generate(prompts[:b], SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)  # warm-up
@@ -150,6 +164,12 @@ def profile_decode(llm, prompts, sp, trace: Path, batches=(1, 64)) -> dict:
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
         llm.generate(prompts[:1], SamplingParams(temperature=1.0, max_tokens=9, ignore_eos=True), use_tqdm=False)
     prof.export_chrome_trace(str(trace))
+    # the same without Python stacks: CUDA runtime calls and kernels only, so the host runs near its real
+    # speed and the GPU's idle time between steps is the unprofiled engine's (the stack trace above slows
+    # Python several-fold, which hides where a few hundred microseconds per step go)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        llm.generate(prompts[:1], SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True), use_tqdm=False)
+    prof.export_chrome_trace(str(trace).replace("_b1.", "_b1_light."))
     return out
 
 
@@ -234,6 +254,9 @@ def main() -> None:
         r = summary.get(kind, {})
         if base and "throughput" in r:
             r["throughput_vs_stock"] = round(r["throughput"]["tok_per_s"] / base, 3)
+        for key in ("batch1_itl_ms", "batch1_tpot_ms", "batch1_ttft_ms"):
+            if key in stock and key in r:
+                r[key.replace("_ms", "_vs_stock")] = round(r[key] / stock[key], 3)
         if "decode_step_ms" in stock and "decode_step_ms" in r:
             r["decode_step_vs_stock"] = {b: round(ms / stock["decode_step_ms"][b], 3)
                                          for b, ms in r["decode_step_ms"].items() if b in stock["decode_step_ms"]}

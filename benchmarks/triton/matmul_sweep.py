@@ -7,7 +7,7 @@ row-parallel (canonical K-groups), the others plain (one group).
   2. speed, both timed under CUDA graphs (``do_bench_cudagraph``: kernel time, no Python launch
      cost, how vLLM runs decode): cuBLAS ``F.linear`` and our default launch for every M in
      ``M_ALL``; eager ``do_bench`` of both at M in {1, 16, 128} (host overhead included);
-  3. ``--search``: every candidate launch (config x form) at ``M_SEARCH``, the best per (shape,
+  3. ``--search``: every candidate launch (config x form) at ``M_SEARCH`` (or ``--m``), the best per (shape,
      M) -- what ``LAUNCHES`` in ops/triton/matmul.py is picked from;
   4. forward + backward at M=4096.
 
@@ -66,6 +66,8 @@ def candidates(m: int, grouped: bool) -> list[Launch]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--search", action="store_true", help="time every candidate launch at M_SEARCH")
+    ap.add_argument("--m", default=",".join(map(str, M_SEARCH)),
+                    help="the M values --search times (e.g. 32,128,512: the buckets the default search skips)")
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="comma-separated subset of " + ",".join(SHAPES))
     args = ap.parse_args()
     dev = torch.device("cuda")
@@ -96,7 +98,7 @@ def main() -> None:
             r["eager"][m] = {"cublas_ms": t_cu, "ours_ms": t_ours, "ratio": t_ours / t_cu}
             log(f"{name:8} M={m:5} eager: cuBLAS {t_cu * 1e3:8.1f} us  ours {t_ours * 1e3:8.1f} us "
                 f"({t_ours / t_cu:5.2f}x)")
-        for m in (M_SEARCH if args.search else []):
+        for m in ([int(v) for v in args.m.split(",")] if args.search else []):
             xm = x[:m]
             t_cu = r["graph"][m]["cublas_ms"]
             times = {}

@@ -81,6 +81,8 @@ def test_grpo_with_trls_colocated_vllm_has_ratio_exactly_one(checkpoints, tmp_pa
     for m in res["trl"]:  # TRL's own view of the same thing
         assert m["sampling/sampling_logp_difference/max"] == 0.0, m
         assert m["sampling/importance_sampling_ratio/min"] == 1.0 == m["sampling/importance_sampling_ratio/max"], m
+    pushes = [m["rlk/sync_weights_s"] for m in res["trl"] if "rlk/sync_weights_s" in m]
+    assert len(pushes) >= 2 and all(s > 0 for s in pushes), res["trl"]  # each update's push, timed
 
 
 def test_an_rlk_checkpoint_is_recognised_by_path_too(checkpoints):

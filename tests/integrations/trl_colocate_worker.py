@@ -16,6 +16,6 @@ if __name__ == "__main__":
 
     trainer, moved = _train(ckpt, Path(out), steps=3, use_vllm=True, vllm_mode="colocate",
                             vllm_max_model_length=64, vllm_gpu_memory_utilization=0.3)
-    trl_metrics = [{k: v for k, v in h.items() if k.startswith("sampling/")} for h in trainer.state.log_history
-                   if any(k.startswith("sampling/") for k in h)]
+    trl_metrics = [{k: v for k, v in h.items() if k.startswith(("sampling/", "rlk/sync"))}
+                   for h in trainer.state.log_history if any(k.startswith("sampling/") for k in h)]
     print("RESULT " + json.dumps({"parity": trainer.parity_log, "trl": trl_metrics, "moved": moved}), flush=True)
