@@ -318,7 +318,12 @@ CANDIDATE_CONFIGS = sorted({lc.config for table in LAUNCHES.values() for _, lc i
     (16, 32, 4, 8), (16, 64, 4, 6), (32, 64, 4, 6),
     # swap launches (weight rows, tokens): the wgmma's 64/128-row side on the weight, as cuBLAS's 64x8 and
     # 128x8 small-M tiles
-    (64, 16, 4, 6), (128, 16, 4, 4), (128, 16, 4, 6), (128, 32, 4, 4), (64, 32, 4, 6)})
+    (64, 16, 4, 6), (128, 16, 4, 4), (128, 16, 4, 6), (128, 32, 4, 4), (64, 32, 4, 6),
+    # narrow weight tiles on 2 warps: N / 16 programs, so a plain-K layer with N = 4096 (qkv at 1.7B: 1.5-1.7x
+    # at M <= 64 with the 64 programs of the swap launch) streams its weight on every SM; the BM = 16 tiles'
+    # mma.sync (HMMA in their SASS; BM >= 64: HGMMA) has given the wgmma tiles' bits in every contract test
+    # of the 16-row candidates so far, and that test proves each new one before the sweep may pick it
+    (16, 16, 2, 8), (16, 32, 2, 8), (32, 32, 2, 6)})
 
 
 def launch_for(m: int, n: int, groups: int) -> Launch:
