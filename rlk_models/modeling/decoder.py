@@ -10,8 +10,8 @@ varlen over packed sequences or reads a paged KV cache -- the training class's `
 -- norms, RoPE, SiLU-mul, residual adds in the model dtype (each inside the next norm's op,
 ``add_rms_norm``) -- is written once, here, with the op backend.
 
-Qwen3 = Llama + per-head q/k RMSNorm before RoPE (``config.rlk_qk_norm``; the norm and the rotation run as
-one op, ``rms_norm_rope``) + explicit head_dim.
+Qwen3 = Llama + per-head q/k RMSNorm before RoPE (``config.rlk_qk_norm``; both norms and rotations run as
+one op, ``qk_norm_rope``) + explicit head_dim.
 """
 
 from __future__ import annotations
@@ -57,13 +57,10 @@ class RMSNorm(nn.Module):
         self.backend, self.eps = backend, eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None,
-                rope: tuple[torch.Tensor, torch.Tensor] | None = None):
-        """RMSNorm(x); with ``residual``: (RMSNorm(x + residual), x + residual) in one op; with
-        ``rope`` = (positions, table): the rotary embedding of RMSNorm(x) in one op (q/k norm)."""
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """RMSNorm(x); with ``residual``: (RMSNorm(x + residual), x + residual) in one op. (Qwen3's
+        q/k norms hold only weights here: ``Attention`` runs both, with RoPE, as ``qk_norm_rope``.)"""
         ops = get_backend(self.backend)
-        if rope is not None:
-            return ops.rms_norm_rope(x, self.weight, self.eps, *rope)
         if residual is None:
             return ops.rms_norm(x, self.weight, self.eps)
         return ops.add_rms_norm(x, residual, self.weight, self.eps)
@@ -170,9 +167,9 @@ class Attention(nn.Module):
         qkv = self.qkv_proj(x_TD)
         q, k, v = qkv.split([self.n_heads * d, self.n_kv_heads * d, self.n_kv_heads * d], dim=-1)
         q_TNH, k_TKH, v_TKH = q.view(T, -1, d), k.view(T, -1, d), v.view(T, -1, d)
-        if self.q_norm is not None:  # Qwen3: each head's norm and its rotation in one op
-            q_TNH = self.q_norm(q_TNH, rope=(positions_T, rope_PD))
-            k_TKH = self.k_norm(k_TKH, rope=(positions_T, rope_PD))
+        if self.q_norm is not None:  # Qwen3: each head's norm and its rotation, q's and k's in one op
+            q_TNH, k_TKH = ops.qk_norm_rope(q_TNH, k_TKH, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps,
+                                            positions_T, rope_PD)
         else:
             q_TNH = ops.rope(q_TNH, positions_T, rope_PD)
             k_TKH = ops.rope(k_TKH, positions_T, rope_PD)

@@ -10,7 +10,7 @@ compiles the glue around them (views), where it rounds exactly as eager does.
 
 ``get_backend("opaque:NAME")`` returns an ``OpaqueBackend``: NAME's interface with these ops in
 place of the ones a compiled forward calls (linear, RMSNorm and residual add + RMSNorm, RoPE,
-SiLU-mul, the row-parallel partials and their combination); every other op (attention, which
+the q/k norms + RoPE, SiLU-mul, the row-parallel partials and their combination); every other op (attention, which
 vLLM runs inside its own opaque op; the log-prob head, outside the compiled region) is NAME's own. Inference only: the
 custom ops have no autograd (the training class calls its backend directly).
 """
@@ -78,6 +78,18 @@ def _(x, weight, eps, positions, table, backend):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
+@torch.library.custom_op("rlk::qk_norm_rope", mutates_args=())
+def _qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
+                  positions: torch.Tensor, table: torch.Tensor, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return get_backend(backend).qk_norm_rope(q, k, q_weight, k_weight, eps, positions, table)
+
+
+@_qk_norm_rope.register_fake
+def _(q, k, q_weight, k_weight, eps, positions, table, backend):
+    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+            torch.empty_like(k, memory_format=torch.contiguous_format))
+
+
 @torch.library.custom_op("rlk::silu_mul", mutates_args=())
 def _silu_mul(gate_up: torch.Tensor, backend: str) -> torch.Tensor:
     return get_backend(backend).silu_mul(gate_up)
@@ -134,6 +146,9 @@ class OpaqueBackend:
 
     def rms_norm_rope(self, x, weight, eps, positions, table):
         return torch.ops.rlk.rms_norm_rope(x, weight, eps, positions, table, self.NAME)
+
+    def qk_norm_rope(self, q, k, q_weight, k_weight, eps, positions, table):
+        return torch.ops.rlk.qk_norm_rope(q, k, q_weight, k_weight, eps, positions, table, self.NAME)
 
     def silu_mul(self, gate_up):
         return torch.ops.rlk.silu_mul(gate_up, self.NAME)

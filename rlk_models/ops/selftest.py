@@ -87,6 +87,20 @@ def _norm_rope_ok(ops, x, w, pos, table) -> bool:
             and torch.equal(ops.rms_norm_rope(x[:5], w, 1e-6, pos[:5], table), y[:5]))
 
 
+def _qk_norm_rope_ok(ops, qkv, wq, wk, pos, table) -> bool:
+    """Both q/k norms + RoPE in one op are exactly the fused op on each, and row-invariant."""
+    def qk(rows):
+        t = rows.shape[0]
+        return ops.qk_norm_rope(rows[:, :96].view(t, 3, 32), rows[:, 96:128].view(t, 1, 32), wq, wk, 1e-6,
+                                pos[:t], table)
+
+    yq, yk = qk(qkv)
+    t = qkv.shape[0]
+    return (torch.equal(yq, ops.rms_norm_rope(qkv[:, :96].view(t, 3, 32), wq, 1e-6, pos, table))
+            and torch.equal(yk, ops.rms_norm_rope(qkv[:, 96:128].view(t, 1, 32), wk, 1e-6, pos, table))
+            and all(torch.equal(a, b[:5]) for a, b in zip(qk(qkv[:5]), (yq, yk))))
+
+
 def _checks(ops, dtype) -> dict[str, bool]:
     dev = torch.device(getattr(ops, "DEVICE", "cpu"))
     rand = functools.partial(_rand, device=dev)
@@ -108,6 +122,8 @@ def _checks(ops, dtype) -> dict[str, bool]:
         "rope": torch.equal(ops.rope(rand((m, 2, 32), dtype, 9)[:5], pos[:5], table),
                             ops.rope(rand((m, 2, 32), dtype, 9), pos, table)[:5]),
         "rms_norm_rope": _norm_rope_ok(ops, rand((m, 2, 32), dtype, 13), rand((32,), dtype, 14), pos, table),
+        "qk_norm_rope": _qk_norm_rope_ok(ops, rand((m, 5 * 32), dtype, 15), rand((32,), dtype, 14),
+                                         rand((32,), dtype, 16), pos, table),
         "attention_decode": _paged_decode_ok(ops, q, kv, full),
         "logprob_head": _rows_ok(lambda t: ops.full_logprobs(t, wh, 600), x)
         and torch.equal(ops.full_logprobs(x, wh, 600).gather(1, tgt[:, None])[:, 0], lp),

@@ -212,6 +212,31 @@ def test_rms_norm_rope_is_the_norm_then_the_rope(backend, t, h, d, dtype, seed, 
         assert torch.equal(a, b), name
 
 
+@on_backends
+@SETTINGS
+@given(t=st.integers(0, 9), hq=st.integers(1, 4), hk=st.integers(1, 2), d=st.sampled_from([2, 16, 64, 128]),
+       dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999))
+def test_qk_norm_rope_is_rms_norm_rope_of_q_and_of_k(backend, t, hq, hk, d, dtype, seed):
+    """Both of a layer's q/k norms + RoPE in one op (q and k as the qkv projection's adjacent views)
+    return exactly ``rms_norm_rope`` of each, with each's gradients."""
+    use(backend)
+    rows = rand(t, (hq + 2 * hk) * d, dtype=dtype, seed=seed, scale=3)
+    wq, wk = rand(d, dtype=dtype, seed=seed + 1), rand(d, dtype=dtype, seed=seed + 2)
+    table = rope_table(d, 64, {"rope_type": "default", "rope_theta": 1e4}).to(DEV)
+    pos = torch.randint(0, 64, (t,), generator=torch.Generator().manual_seed(seed)).to(DEV)
+    gq, gk = rand(t, hq, d, seed=seed + 3), rand(t, hk, d, seed=seed + 4)
+
+    def run(fused):
+        rl, wql, wkl = (v.detach().clone().requires_grad_() for v in (rows, wq, wk))
+        q, k = rl[:, :hq * d].view(t, hq, d), rl[:, hq * d:(hq + hk) * d].view(t, hk, d)
+        ys = (ops.qk_norm_rope(q, k, wql, wkl, 1e-6, pos, table) if fused else
+              (ops.rms_norm_rope(q, wql, 1e-6, pos, table), ops.rms_norm_rope(k, wkl, 1e-6, pos, table)))
+        return (*ys, *torch.autograd.grad(ys, (rl, wql, wkl), (gq.to(dtype), gk.to(dtype))))
+
+    for name, a, b in zip(("yq", "yk", "drows", "dwq", "dwk"), run(True), run(False), strict=True):
+        assert torch.equal(a, b), name
+
+
 def _grads(fn, *inputs):
     leaves = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs]
     out = fn(*leaves)
@@ -236,6 +261,11 @@ CASES = {
                                                      rope_table(16, 32, {"rope_type": "default",
                                                                          "rope_theta": 1e4}).to(DEV)),
                       lambda dt: (rand(9, 2, 16, dtype=dt), rand(16, dtype=dt, seed=1))),
+    "qk_norm_rope": (lambda r, wq, wk: torch.cat([y.flatten(1) for y in ops.qk_norm_rope(
+                         r[:, :32].view(9, 2, 16), r[:, 32:48].view(9, 1, 16), wq, wk, 1e-6,
+                         torch.arange(9, device=DEV), rope_table(16, 32, {"rope_type": "default",
+                                                                          "rope_theta": 1e4}).to(DEV))], 1),
+                     lambda dt: (rand(9, 64, dtype=dt), rand(16, dtype=dt, seed=1), rand(16, dtype=dt, seed=2))),
     "silu_mul": (ops.silu_mul, lambda dt: (rand(33, 34, dtype=dt, scale=3),)),
     "rope": (lambda x: ops.rope(x, torch.arange(9, device=DEV),
                                       rope_table(16, 32, {"rope_type": "default", "rope_theta": 1e4}).to(DEV)),

@@ -18,7 +18,9 @@ def _args(g, dtype):
         return (torch.randn(*shape, generator=g) * scale).to(dtype).to(DEV)
     x, w, b = r(7, 512), r(24, 512, scale=0.1), r(24)
     table = rope_table(32, 64, {"rope_type": "default", "rope_theta": 1e4}).to(DEV)
-    return dict(x=x, x2=r(7, 512), w=w, b=b, norm_w=r(512), heads=r(7, 3, 32), head_w=r(32),
+    qkv = r(7, 5 * 32)  # q's 3 heads, then k's 1, in the qkv rows (and v's 1)
+    return dict(x=x, x2=r(7, 512), w=w, b=b, norm_w=r(512), heads=r(7, 3, 32), head_w=r(32), head_w2=r(32),
+                q=qkv[:, :96].view(7, 3, 32), k=qkv[:, 96:128].view(7, 1, 32),
                 pos=torch.arange(7, device=DEV) * 3, table=table, gate_up=r(7, 48))
 
 
@@ -42,6 +44,9 @@ def test_custom_ops_pass_opcheck_and_equal_the_backend(name):
         "rms_norm_rope": ((a["heads"], a["head_w"], 1e-6, a["pos"], a["table"], name),
                           real.rms_norm_rope(a["heads"], a["head_w"], 1e-6, a["pos"], a["table"]),
                           opaque.rms_norm_rope(a["heads"], a["head_w"], 1e-6, a["pos"], a["table"])),
+        "qk_norm_rope": ((a["q"], a["k"], a["head_w"], a["head_w2"], 1e-6, a["pos"], a["table"], name),
+                         real.qk_norm_rope(a["q"], a["k"], a["head_w"], a["head_w2"], 1e-6, a["pos"], a["table"]),
+                         opaque.qk_norm_rope(a["q"], a["k"], a["head_w"], a["head_w2"], 1e-6, a["pos"], a["table"])),
         "silu_mul": ((a["gate_up"], name), real.silu_mul(a["gate_up"]), opaque.silu_mul(a["gate_up"])),
         "shard_partial": ((a["x"][:, 256:], a["w"][:, 256:], 2, name), parts[1],
                           opaque.shard_partial(a["x"][:, 256:], a["w"][:, 256:], 2)),

@@ -12,7 +12,7 @@ from .embedding import embedding
 from .linear import combine_partials, linear, partials_per_rank, shard_partial
 from .logprob_head import combine_shards, full_logprobs, logprob_head, shard_stats
 from .primitives import tree_sum
-from .rms_norm import add_rms_norm, rms_norm, rms_norm_rope
+from .rms_norm import add_rms_norm, qk_norm_rope, rms_norm, rms_norm_rope
 from .rope import rope
 from .silu_mul import silu_mul
 
@@ -29,5 +29,5 @@ def is_available() -> tuple[bool, str]:
 
 
 __all__ = ["add_rms_norm", "attend", "combine_partials", "combine_shards", "embedding", "full_logprobs", "linear",
-           "logprob_head", "paged_attention", "partials_per_rank", "rms_norm", "rms_norm_rope", "rope",
+           "logprob_head", "paged_attention", "partials_per_rank", "qk_norm_rope", "rms_norm", "rms_norm_rope", "rope",
            "shard_partial", "shard_stats", "silu_mul", "token_sum", "varlen_attention", "write_kv"]

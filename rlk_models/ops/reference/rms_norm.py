@@ -62,3 +62,9 @@ def rms_norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, positions: 
     """``rope(rms_norm(x, weight, eps), positions, table)`` of ``x [T, H, D]`` (Qwen3's q/k): the two
     ops, each with its own argument check."""
     return rope(rms_norm(x, weight, eps), positions, table)
+
+
+def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
+                 positions: torch.Tensor, table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rms_norm_rope`` of q and of k (Qwen3's q/k norms): the two calls."""
+    return rms_norm_rope(q, q_weight, eps, positions, table), rms_norm_rope(k, k_weight, eps, positions, table)

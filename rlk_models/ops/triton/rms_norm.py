@@ -49,19 +49,29 @@ BWD_TILE_CANDIDATES = [(r, c, w) for r in (1, 2, 4) for c in (8, 16, 32, 64) for
 
 
 @triton.jit
-def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, D, H, SX, eps, HALF,
-             BLOCK_D: tl.constexpr, RES: tl.constexpr, ROPE: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, D, H, SX, eps, HALF, w2_ptr, y2_ptr,
+             rstd2_ptr, H1, BLOCK_D: tl.constexpr, RES: tl.constexpr, ROPE: tl.constexpr, BLOCK_HALF: tl.constexpr,
+             TWO: tl.constexpr):
     """y = RMSNorm(x) of one row (y, r, s: contiguous rows of D); x's row ``row`` is head
     ``row % H`` of token ``row // H``, at ``(row // H) * SX + (row % H) * D`` (H = 1, SX = D: plain
     rows; a [T, H, D] view of q or k inside the qkv projection's rows is read in place, no copy).
     RES: of s = x + r, rounded once to x's dtype and stored (the residual stream's next value),
     and then the same code from the load on. ROPE: then y's stored row is rotated in place by the
     rope kernel's ``rotated_lo``/``rotated_hi`` (halves read back after a barrier, the table row at
-    the token's position), so y = rope(RMSNorm(x)) with the two ops' rounding points."""
+    the token's position), so y = rope(RMSNorm(x)) with the two ops' rounding points. TWO: heads
+    ``>= H1`` are a second tensor's (q's heads, then k's, in one qkv row): their weight is w2 and
+    their rows go to y2/rstd2 ([T, H - H1]), the others' to y/rstd ([T, H1]) -- the same code per row."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
     mask = cols < D
     x = tl.load(x_ptr + (row // H) * SX + (row % H) * D + cols, mask=mask, other=0.0)
+    out = row  # this row's index in y/rstd (or, TWO, in y2/rstd2 below)
+    if TWO:
+        if row % H >= H1:
+            w_ptr, y_ptr, rstd_ptr = w2_ptr, y2_ptr, rstd2_ptr
+            out = (row // H) * (H - H1) + row % H - H1
+        else:
+            out = (row // H) * H1 + row % H
     if RES:
         x = (x.to(tl.float32) + tl.load(r_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32)).to(
             s_ptr.dtype.element_ty)
@@ -70,8 +80,8 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, D, H
     rstd = 1.0 / tl.sqrt_rn(tl.sum(x * x, axis=0) / D + eps)
     n = (x * rstd).to(y_ptr.dtype.element_ty)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0)
-    tl.store(y_ptr + row * D + cols, n * w, mask=mask)
-    tl.store(rstd_ptr + row, rstd)
+    tl.store(y_ptr + out * D + cols, n * w, mask=mask)
+    tl.store(rstd_ptr + out, rstd)
     if ROPE:
         tl.debug_barrier()  # the normalised row, stored by every thread, is read back in pairs
         j = tl.arange(0, BLOCK_HALF)
@@ -79,11 +89,11 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, D, H
         pos = tl.load(pos_ptr + row // H).to(tl.int64)
         c = tl.load(tab_ptr + pos * 2 * HALF + j, mask=ok, other=0.0)
         sn = tl.load(tab_ptr + pos * 2 * HALF + HALF + j, mask=ok, other=0.0)
-        x1 = tl.load(y_ptr + row * D + j, mask=ok, other=0.0).to(tl.float32)
-        x2 = tl.load(y_ptr + row * D + HALF + j, mask=ok, other=0.0).to(tl.float32)
+        x1 = tl.load(y_ptr + out * D + j, mask=ok, other=0.0).to(tl.float32)
+        x2 = tl.load(y_ptr + out * D + HALF + j, mask=ok, other=0.0).to(tl.float32)
         tl.debug_barrier()  # every read before any rotated value overwrites the row
-        tl.store(y_ptr + row * D + j, rotated_lo(x1, x2, c, sn).to(y_ptr.dtype.element_ty), mask=ok)
-        tl.store(y_ptr + row * D + HALF + j, rotated_hi(x1, x2, c, sn).to(y_ptr.dtype.element_ty), mask=ok)
+        tl.store(y_ptr + out * D + j, rotated_lo(x1, x2, c, sn).to(y_ptr.dtype.element_ty), mask=ok)
+        tl.store(y_ptr + out * D + HALF + j, rotated_hi(x1, x2, c, sn).to(y_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -151,6 +161,38 @@ class _RMSNorm(torch.autograd.Function):
         return dx.view(dy.shape), dw, None, None, None
 
 
+class _QKNormRope(torch.autograd.Function):
+    """``rms_norm_rope`` of q [T, Hq, D] and of k [T, Hk, D], adjacent in one row buffer (the qkv
+    projection's), in one launch: each head's row runs the kernel's one code with its tensor's
+    weight. The backward is the two ops' own, each on its tensor (the same kernels, rows and
+    dw summation order as two ``rms_norm_rope`` calls)."""
+
+    @staticmethod
+    def forward(ctx, q, k, wq, wk, eps, positions, table):
+        t, hq, d = q.shape
+        hk = k.shape[1]
+        x = q.as_strided((t, hq + hk, d), (q.stride(0), d, 1))
+        yq, rq, yk, rk = _forward(x, wq, eps, t * (hq + hk), hq + hk, q.stride(0), rope=(positions, table),
+                                  second=(wk, hq))
+        ctx.save_for_backward(q, k, wq, wk, rq, rk, positions, table)
+        return yq.view(t, hq, d), yk.view(t, hk, d)
+
+    @staticmethod
+    def backward(ctx, dq, dk):
+        q, k, wq, wk, rq, rk, positions, table = ctx.saved_tensors
+        grads = []
+        need = ctx.needs_input_grad
+        for x, w, rstd, dy, need_w in ((q, wq, rq, dq, need[2]), (k, wk, rk, dk, need[3])):
+            if dy is None:
+                grads.append((None, None))
+                continue
+            dx, dw = _backward(rope_backward(dy, positions, table), x.reshape(-1, x.shape[-1]).contiguous(), w, rstd,
+                               need_w)
+            grads.append((dx.view(dy.shape), dw))
+        (dxq, dwq), (dxk, dwk) = grads
+        return dxq, dxk, dwq, dwk, None, None, None
+
+
 class _AddRMSNorm(torch.autograd.Function):
     """(RMSNorm(s), s) for s = x + residual in one kernel; the backward is the norm's plus the
     gradient that reaches s directly (the residual stream), added once: d x = d residual."""
@@ -174,20 +216,24 @@ class _AddRMSNorm(torch.autograd.Function):
         return dx.view(shape), dx.view(shape), dw, None
 
 
-def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None):
+def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None, second=None):
     """(y [m, D], rstd [m]) by ``_rms_fwd`` over m rows of x2 (see its row addressing); with r2,
-    of s = x2 + r2, written into s; with rope = (positions [m // heads], fp32 table), y rotated."""
+    of s = x2 + r2, written into s; with rope = (positions [m // heads], fp32 table), y rotated.
+    With second = (w2, h1): heads >= h1 use w2 and are returned apart, (y, rstd, y2, rstd2)."""
     d = w.shape[0]
-    y = torch.empty(m, d, dtype=x2.dtype, device=x2.device)
-    rstd = torch.empty(m, dtype=torch.float32, device=x2.device)
+    h1 = heads if second is None else second[1]
+    y = torch.empty(m // heads * h1, d, dtype=x2.dtype, device=x2.device)
+    rstd = torch.empty(y.shape[0], dtype=torch.float32, device=x2.device)
+    y2 = torch.empty(m - y.shape[0], d, dtype=x2.dtype, device=x2.device) if second else y
+    rstd2 = torch.empty(y2.shape[0], dtype=torch.float32, device=x2.device) if second else rstd
     block, warps = _block(d)
     if m:
         res = r2 is not None
         pos, tab = rope if rope is not None else (y, y)
         _rms_fwd[(m,)](x2, w, y, rstd, r2 if res else y, s if res else y, pos, tab, d, heads, sx, eps, d // 2,
-                       BLOCK_D=block, RES=res, ROPE=rope is not None, BLOCK_HALF=triton.next_power_of_2(max(1, d // 2)),
-                       num_warps=warps)
-    return y, rstd
+                       second[0] if second else w, y2, rstd2, h1, BLOCK_D=block, RES=res, ROPE=rope is not None,
+                       BLOCK_HALF=triton.next_power_of_2(max(1, d // 2)), TWO=second is not None, num_warps=warps)
+    return (y, rstd) if second is None else (y, rstd, y2, rstd2)
 
 
 def _backward(dy, x2, w, rstd, want_dw: bool, tile: tuple[int, int, int] | None = None):
@@ -229,3 +275,21 @@ def rms_norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, positions: 
     place inside the qkv rows) in one kernel: the two ops' code and rounding points."""
     check_rms_norm_rope(x, weight, positions, table)
     return _RMSNorm.apply(x, weight.contiguous(), eps, positions.contiguous(), table.to(torch.float32).contiguous())
+
+
+def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
+                 positions: torch.Tensor, table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rms_norm_rope(q, q_weight, ...), rms_norm_rope(k, k_weight, ...))``: one launch when k's
+    heads follow q's in the same rows (q and k as views of the qkv projection's output), else the
+    two calls; the same bits either way."""
+    check_rms_norm_rope(q, q_weight, positions, table)
+    check_rms_norm_rope(k, k_weight, positions, table)
+    t, hq, d = q.shape
+    adjacent = (k.shape[0] == t and k.shape[2] == d and q.dtype == k.dtype and q.device == k.device and t > 0
+                and q.stride()[1:] == (d, 1) == k.stride()[1:] and q.stride(0) == k.stride(0)
+                and k.data_ptr() == q.data_ptr() + hq * d * q.element_size()
+                and q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr())
+    if not adjacent:
+        return rms_norm_rope(q, q_weight, eps, positions, table), rms_norm_rope(k, k_weight, eps, positions, table)
+    return _QKNormRope.apply(q, k, q_weight.contiguous(), k_weight.contiguous(), eps, positions.contiguous(),
+                             table.to(torch.float32).contiguous())

@@ -287,6 +287,52 @@ def test_rms_norm_rope_is_the_norm_then_the_rope(dtype, d):
                            y[i]) for i in (0, 17, 36)), "a row alone"
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [64, 128, 80])
+def test_qk_norm_rope_in_one_launch_is_the_two_ops(dtype, d):
+    """Both of Qwen3's q/k norms + RoPE in one launch (k's heads after q's in the qkv rows, each
+    head's row with its tensor's weight): exactly ``rms_norm_rope`` of q and of k, forward and
+    backward (the gradients reach the qkv rows through both views), a row alone as in the batch."""
+    from rlk_models.ops import rope_table
+
+    tri, dt, rn = get_backend("triton"), getattr(torch, dtype), _mod("rms_norm")
+    g = torch.Generator().manual_seed(11)
+    t, hq, hk = 37, 4, 2
+    qkv = rand(g, t, (hq + 2 * hk) * d, dtype=dt, scale=3.0)
+    wq, wk = rand(g, d, dtype=dt), rand(g, d, dtype=dt)
+    gq, gk = rand(g, t, hq, d, dtype=dt), rand(g, t, hk, d, dtype=dt)
+    table = rope_table(d, 4096, {"rope_type": "default", "rope_theta": 1e6}).to(DEV)
+    pos = torch.randint(0, 4096, (t,), generator=g).to(DEV)
+    launches = []
+
+    def run(fused):
+        ql, wql, wkl = (v.clone().requires_grad_() for v in (qkv, wq, wk))
+        q, k = ql[:, :hq * d].view(t, hq, d), ql[:, hq * d:(hq + hk) * d].view(t, hk, d)
+        if fused:
+            yq, yk = tri.qk_norm_rope(q, k, wql, wkl, 1e-6, pos, table)
+        else:
+            yq, yk = tri.rms_norm_rope(q, wql, 1e-6, pos, table), tri.rms_norm_rope(k, wkl, 1e-6, pos, table)
+        return (yq, yk, *torch.autograd.grad((yq, yk), (ql, wql, wkl), (gq, gk)))
+
+    real = rn._rms_fwd.run
+    rn._rms_fwd.run = lambda *a, **kw: (launches.append(kw["TWO"]), real(*a, **kw))[1]
+    try:
+        fused = run(True)
+    finally:
+        rn._rms_fwd.run = real
+    assert launches == [True], launches  # one forward launch for both
+    for name, a, b in zip(("yq", "yk", "dqkv", "dwq", "dwk"), fused, run(False), strict=True):
+        assert torch.equal(a, b), name
+    for i in (0, 17, 36):
+        q1, k1 = qkv[i:i + 1, :hq * d].view(1, hq, d), qkv[i:i + 1, hq * d:(hq + hk) * d].view(1, hk, d)
+        yq1, yk1 = tri.qk_norm_rope(q1, k1, wq, wk, 1e-6, pos[i:i + 1], table)
+        assert torch.equal(yq1[0], fused[0][i]) and torch.equal(yk1[0], fused[1][i]), f"row {i} alone"
+    # not adjacent (k copied out): the two launches, the same bits
+    q, k = qkv[:, :hq * d].view(t, hq, d), qkv[:, hq * d:(hq + hk) * d].reshape(t, hk, d).clone()
+    yq, yk = tri.qk_norm_rope(q, k, wq, wk, 1e-6, pos, table)
+    assert torch.equal(yq, fused[0].detach()) and torch.equal(yk, fused[1].detach())
+
+
 @pytest.mark.parametrize("d", [80, 4096])  # one chunk of rows; several chunks (the dw partials' fold)
 def test_rms_norm_backward_chunks_close_to_float64(d):
     """The fused backward: dx and dw against float64 autograd with several row chunks, and dx alone
