@@ -127,6 +127,18 @@ def _rowwise_case(name: str):
     if name == "silu_mul":
         x = randn(8192, 2 * 12288, g=g, scale=3)
         return silu_mul, x, (), lambda: _grad(silu_mul, x)
+    if name == "qk_norm_rope":  # Qwen3-8B's q (32 heads) and k (8) norms + RoPE, one launch on the qkv rows
+        from rlk_models.ops.triton.rms_norm import qk_norm_rope
+
+        table = rope_table(128, 40960, {"rope_type": "default", "rope_theta": 1e6}).cuda()
+        pos = torch.randint(0, 40960, (8192,), device="cuda", generator=g)
+        x, wq, wk = randn(8192, 48 * 128, g=g, scale=3), randn(128, g=g), randn(128, g=g)
+
+        def fn(a, p):
+            yq, yk = qk_norm_rope(a[:, :4096].view(-1, 32, 128), a[:, 4096:5120].view(-1, 8, 128), wq, wk, 1e-6, p,
+                                  table)
+            return torch.cat([yq.flatten(1), yk.flatten(1)], 1)
+        return fn, x, (pos,), lambda: _grad(fn, x, pos)
     if name == "rope":
         table = rope_table(128, 40960, {"rope_type": "default", "rope_theta": 1e6}).cuda()
         pos = torch.randint(0, 40960, (8192,), device="cuda", generator=g)
@@ -138,7 +150,7 @@ def _rowwise_case(name: str):
     return (lambda i: embedding(i, w)), ids, (), lambda: _grad(lambda ww: embedding(ids, ww), w)
 
 
-@pytest.mark.parametrize("name", ["rms_norm", "rms_norm_heads", "silu_mul", "rope", "embedding"])
+@pytest.mark.parametrize("name", ["rms_norm", "rms_norm_heads", "qk_norm_rope", "silu_mul", "rope", "embedding"])
 def test_rowwise_ops_rows_and_backward(name):
     fn, x, extra, grad = _rowwise_case(name)
     assert_rows(fn, x, *extra)
