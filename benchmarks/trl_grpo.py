@@ -74,6 +74,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--work", default="/tmp/trl-grpo", help="checkpoints (not copied back)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--profile-step", type=int, default=0,
+                    help="profile this step (1-based): Python functions by cumulative time (cProfile) and the GPU's "
+                         "kernels by total time (torch.profiler) -> OUT/trl_profile_<kind>.txt")
     a = ap.parse_args()
 
     import datasets
@@ -104,17 +107,41 @@ def main() -> None:
                           temperature=1.0, max_completion_length=4, use_vllm=True, vllm_mode="colocate",
                           vllm_gpu_memory_utilization=0.3, vllm_max_model_length=64, dataloader_num_workers=0,
                           disable_tqdm=True)
-    class StepTimes(TrainerCallback):  # each step's wall time (the GPU's work included)
+
+    class StepTimes(TrainerCallback):  # each step's wall time (the GPU's work included); --profile-step's profile
         def __init__(self):
-            self.ends = []
+            self.spans, self.prof = [], None
 
         def on_step_begin(self, args, state, control, **kw):
-            self.ends = self.ends or [time.perf_counter()]
+            self.spans.append([time.perf_counter()])
+            if state.global_step + 1 == a.profile_step:
+                import cProfile
+
+                from torch.profiler import ProfilerActivity, profile
+                self.prof = (cProfile.Profile(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]))
+                self.prof[1].__enter__()
+                self.prof[0].enable()
 
         def on_step_end(self, args, state, control, **kw):
             if cuda:
                 torch.cuda.synchronize()
-            self.ends.append(time.perf_counter())
+            self.spans[-1].append(time.perf_counter())
+            if self.prof is not None:  # after the step's end: the report's own time counts in no step
+                self.prof[0].disable()
+                self.prof[1].__exit__(None, None, None)
+                report(*self.prof)
+                self.prof = None
+
+    def report(py, gpu) -> None:
+        import io
+        import pstats
+
+        buf = io.StringIO()
+        pstats.Stats(py, stream=buf).sort_stats("cumulative").print_stats(45)
+        kernels = gpu.key_averages().table(sort_by="device_time_total", row_limit=30, max_name_column_width=90)
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / f"trl_profile_{a.kind}.txt").write_text(
+            f"step {a.profile_step}: Python by cumulative time\n{buf.getvalue()}\nGPU by total time\n{kernels}\n")
 
     times = StepTimes()
     cls = RLKGRPOTrainer if a.kind == "rlk" else trl.GRPOTrainer
@@ -122,12 +149,13 @@ def main() -> None:
                   callbacks=[times])
     t = time.time()
     trainer.train()
-    step_s = [round(e - b, 3) for b, e in zip(times.ends, times.ends[1:])]
+    step_s = [round(e - b, 3) for b, e in times.spans]
+    timed = [v for i, v in enumerate(step_s[1:], 2) if i != a.profile_step]  # not the first, nor the profiled one
     steps = [{k: v for k, v in h.items() if k.startswith(("sampling/", "rlk/", "reward")) or k == "step"}
              for h in trainer.state.log_history if any(k.startswith("sampling/") for k in h)]
     res = {"kind": a.kind, "device": a.device, "shape": a.shape, "steps": a.steps, "seconds": round(time.time() - t, 1),
            "trl": trl.__version__, "step_seconds": step_s,
-           "median_step_s_after_first": sorted(step_s[1:])[len(step_s[1:]) // 2] if len(step_s) > 1 else None,
+           "median_step_s_after_first": sorted(timed)[len(timed) // 2] if timed else None,
            "parity": getattr(trainer, "parity_log", None), "log": steps}
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out) / f"trl_grpo_{a.kind}.json").write_text(json.dumps(res, indent=1))

@@ -11,7 +11,8 @@
 #   PART=fsdp   bash scripts/device_sweep.sh   # nvidia-h200-x2: FSDP2 checks over NCCL (rlk_models.testing.fsdp_check)
 #                                              # and one GRPO step TP=2 rollout + FSDP2 (rlk_models.testing.grpo_tp2)
 #   PART=grpo   bash scripts/device_sweep.sh   # the main job on the GPU: Qwen3-0.6B shape, SFT + rlk and stock GRPO
-#   PART=trl    bash scripts/device_sweep.sh   # TRL GRPO + colocated vLLM, rlk vs stock (benchmarks/trl_grpo.py);
+#   PART=trl    bash scripts/device_sweep.sh   # TRL GRPO + colocated vLLM, rlk vs stock (benchmarks/trl_grpo.py;
+#       TRL_ARGS="--profile-step 5": that step's Python and GPU profile);
 #       the image lacks trl, datasets, dill, multiprocess: carry them as wheels, made here with
 #       pip download --no-deps --only-binary=:all: --python-version 3.12 -d .wheels \
 #           trl==1.16.0 datasets==5.2.0 multiprocess==0.70.19 dill==0.4.1      (carry=[".vllm-cuda", ".wheels"])
@@ -107,7 +108,7 @@ trl)
     for kind in ${TRL_KINDS:-rlk stock}; do  # TRL_KINDS=rlk: one side per call when both would pass 10 minutes
         CUDA_VISIBLE_DEVICES=0 timeout "${TRL_LIMIT:-300}" python3 benchmarks/trl_grpo.py $kind --device cuda --shape 0.6b --out "$OUT" \
             --work /tmp/grpo-gpu \
-            --steps "${TRL_STEPS:-30}" > "$OUT/trl_$kind.log" 2>&1; echo "trl $kind exit $?"
+            --steps "${TRL_STEPS:-30}" ${TRL_ARGS:-} > "$OUT/trl_$kind.log" 2>&1; echo "trl $kind exit $?"
         grep RESULT "$OUT/trl_$kind.log" || tail -20 "$OUT/trl_$kind.log"
     done
     ;;
