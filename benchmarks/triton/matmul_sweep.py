@@ -13,11 +13,13 @@ row-parallel (canonical K-groups), the others plain (one group).
 
     python benchmarks/triton/matmul_sweep.py [--search] [--shapes qkv,o]     # Qwen3-8B shapes (default: all five)
     python benchmarks/triton/matmul_sweep.py --search --shapes o,o_1.7b,down_1.7b  # and Qwen3-1.7B's
+    python benchmarks/triton/matmul_sweep.py plot BEFORE.json AFTER.json OUT.png  # ratio vs M, two runs
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -63,7 +65,37 @@ def candidates(m: int, grouped: bool) -> list[Launch]:
     return out
 
 
+def plot(before: str, after: str, png: str) -> None:
+    """Ours / cuBLAS against M per shape, from two runs' JSON (before dashed, after solid), with
+    #17's 1.15x goal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [json.loads(Path(f).read_text())["shapes"] for f in (before, after)]
+    names = [n for n in runs[1] if n in runs[0]]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, name in enumerate(names):
+        for run, style, label in zip(runs, ("--", "-"), ("before", "after")):
+            ms = sorted(int(m) for m in run[name]["graph"])
+            ax.plot(ms, [run[name]["graph"][str(m)]["ratio"] for m in ms], style, color=f"C{i}", marker=".",
+                    label=f"{name} {label}")
+    ax.axhline(1.15, color="grey", lw=0.8, ls=":", label="goal 1.15x")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("M (tokens)")
+    ax.set_ylabel("time / cuBLAS (CUDA graphs, bf16)")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["plot"]:
+        if len(sys.argv) != 5:
+            sys.exit("usage: matmul_sweep.py plot BEFORE.json AFTER.json OUT.png")
+        return plot(*sys.argv[2:])
     ap = argparse.ArgumentParser()
     ap.add_argument("--search", action="store_true", help="time every candidate launch at M_SEARCH")
     ap.add_argument("--m", default=",".join(map(str, M_SEARCH)),
