@@ -155,10 +155,7 @@ class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x2, w, rstd, *rope = ctx.saved_tensors
-        if rope:
-            dy = rope_backward(dy, *rope)
-        dx, dw = _backward(dy, x2.reshape(-1, x2.shape[-1]).contiguous(), w, rstd, ctx.needs_input_grad[1])
-        return dx.view(dy.shape), dw, None, None, None
+        return *_norm_rope_backward(dy, x2, w, rstd, ctx.needs_input_grad[1], rope), None, None, None
 
 
 class _QKNormRope(torch.autograd.Function):
@@ -180,17 +177,19 @@ class _QKNormRope(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dq, dk):
         q, k, wq, wk, rq, rk, positions, table = ctx.saved_tensors
-        grads = []
-        need = ctx.needs_input_grad
-        for x, w, rstd, dy, need_w in ((q, wq, rq, dq, need[2]), (k, wk, rk, dk, need[3])):
-            if dy is None:
-                grads.append((None, None))
-                continue
-            dx, dw = _backward(rope_backward(dy, positions, table), x.reshape(-1, x.shape[-1]).contiguous(), w, rstd,
-                               need_w)
-            grads.append((dx.view(dy.shape), dw))
-        (dxq, dwq), (dxk, dwk) = grads
+        need, rope = ctx.needs_input_grad, (positions, table)
+        dxq, dwq = (None, None) if dq is None else _norm_rope_backward(dq, q, wq, rq, need[2], rope)
+        dxk, dwk = (None, None) if dk is None else _norm_rope_backward(dk, k, wk, rk, need[3], rope)
         return dxq, dxk, dwq, dwk, None, None, None
+
+
+def _norm_rope_backward(dy, x, w, rstd, want_dw: bool, rope=()):
+    """(dx shaped as dy, dw or None) of y = RMSNorm(x) -- rotated when ``rope`` = (positions,
+    table): rope's backward first -- over x's rows (``_rms_fwd``'s order)."""
+    if rope:
+        dy = rope_backward(dy, *rope)
+    dx, dw = _backward(dy, x.reshape(-1, x.shape[-1]).contiguous(), w, rstd, want_dw)
+    return dx.view(dy.shape), dw
 
 
 class _AddRMSNorm(torch.autograd.Function):
