@@ -12,7 +12,9 @@ latency at batch 1, 64 and 256 (128 steps each, after a warm-up at that batch si
 ``--profile``, the kernels of a decode step at batch 1 and 64 (engine core in the benchmark's
 process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so its figures are not the default's) and a host + GPU
 timeline of 8 batch-1 decode steps (``$OUT/trace_<engine>_b1.json.gz``, chrome://tracing; with Python
-stacks) and of 32 without them (``trace_<engine>_b1_light.json.gz``: near the real host speed). Engines:
+stacks) and of 32 without them (``trace_<engine>_b1_light.json.gz``: near the real host speed); with
+``--profile-prefill``, only where a batch-1 first token's time goes (the Python under cProfile, to
+``$OUT/prefill_<engine>.txt``, and the kernels, engine in-process; no throughput or parity). Engines:
 ``stock`` (vLLM's defaults: torch.compile, FULL_AND_PIECEWISE graphs, FA3), ``stock_bi`` (the
 same with ``VLLM_BATCH_INVARIANT=1``, vLLM's own batch-invariant mode), ``rlk`` (CUDA graphs of
 uniform decode steps, ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``), ``rlk_compile`` (the decoder
@@ -91,6 +93,8 @@ def stage_engine(a) -> dict:
         sp = [SamplingParams(temperature=1.0, max_tokens=rng.randint(a.max_tokens // 8, a.max_tokens), ignore_eos=True,
                              logprobs=0, seed=None) for _ in prompts]
     llm.generate(prompts[:16], SamplingParams(max_tokens=16, ignore_eos=True), use_tqdm=False)  # warm-up
+    if a.profile_prefill:
+        return {**res, "prefill_profile": profile_prefill(llm, prompts, Path(a.out) / f"prefill_{a.kind}")}
     t = time.time()
     outs = llm.generate(prompts, sp, use_tqdm=False)
     dt = time.time() - t
@@ -173,6 +177,51 @@ def profile_decode(llm, prompts, sp, trace: Path, batches=(1, 64)) -> dict:
     return out
 
 
+def profile_prefill(llm, prompts, out: Path) -> dict:
+    """Where a batch-1 request's first token goes (the TTFT gap of an engine whose prefill runs
+    eagerly): 20 one-token requests of one 32-token prompt under cProfile (the Python, by own and by
+    cumulative time, to ``out``.txt), then one under torch.profiler without stacks (kernels and CUDA
+    runtime calls only, so the host runs near its real speed) to ``out``.json.gz; returns the
+    request's wall time and its GPU kernel time and launch count. Needs the engine in this process."""
+    import cProfile
+    import io
+    import pstats
+
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    from vllm import SamplingParams
+
+    first = SamplingParams(temperature=1.0, max_tokens=1, ignore_eos=True)
+    for _ in range(3):
+        llm.generate(prompts[:1], first, use_tqdm=False)
+    walls = []
+    for _ in range(5):
+        t = time.time()
+        llm.generate(prompts[:1], first, use_tqdm=False)
+        walls.append(time.time() - t)
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(20):
+        llm.generate(prompts[:1], first, use_tqdm=False)
+    pr.disable()
+    buf = io.StringIO()
+    for key in ("tottime", "cumulative"):
+        pstats.Stats(pr, stream=buf).sort_stats(key).print_stats(45)
+    out.with_suffix(".txt").write_text(buf.getvalue())
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        llm.generate(prompts[:1], first, use_tqdm=False)
+    prof.export_chrome_trace(str(out) + ".json.gz")
+    rows = [(e.key, e.count, e.device_time_total) for e in prof.key_averages()
+            if e.device_type == DeviceType.CUDA and e.device_time_total > 0]
+    rows.sort(key=lambda r: -r[2])
+    host = sorted(((e.key, e.count, e.self_cpu_time_total) for e in prof.key_averages()
+                   if e.device_type == DeviceType.CPU), key=lambda r: -r[2])
+    return {"wall_ms": round(sorted(walls)[2] * 1e3, 3), "kernel_us": round(sum(r[2] for r in rows), 1),
+            "launches": sum(r[1] for r in rows),
+            "top_kernels": [{"kernel": k[:100], "n": n, "us": round(t, 1)} for k, n, t in rows[:15]],
+            "top_host": [{"op": k[:100], "n": n, "us": round(t, 1)} for k, n, t in host[:15]]}
+
+
 def stage_parity(a) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
@@ -217,6 +266,8 @@ def main() -> None:
     ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size of every engine")
     ap.add_argument("--limit", type=float, default=300, help="seconds per engine process")
     ap.add_argument("--profile", action="store_true", help="per-kernel profile of decode steps at batch 1 and 64")
+    ap.add_argument("--profile-prefill", action="store_true",
+                    help="only the batch-1 first token, profiled (Python and kernels; engine in-process)")
     ap.add_argument("--kind")
     ap.add_argument("--model")
     ap.add_argument("--save")
@@ -232,7 +283,7 @@ def main() -> None:
 
     common = ["--shape", a.shape, "--work", a.work, "--n", str(a.n), "--prompt-len", str(a.prompt_len),
               "--max-tokens", str(a.max_tokens), "--tp", str(a.tp), "--max-num-seqs", str(a.max_num_seqs)]
-    common += ["--profile"] * a.profile + ["--varied"] * a.varied
+    common += ["--profile"] * a.profile + ["--profile-prefill"] * a.profile_prefill + ["--varied"] * a.varied
     stages = Stages(__file__, out_path, summary, common, a.limit)
     run = stages.run
     ck = run("ckpt", ["ckpt"])
@@ -243,10 +294,10 @@ def main() -> None:
         save = str(Path(a.work) / f"{kind}.pt")
         env = {"stock_bi": {"VLLM_BATCH_INVARIANT": "1"},
                "rlk_allreduce": {"RLK_BENCH_PLAIN_ALL_REDUCE": "1"}}.get(kind, {})
-        if a.profile:  # the profiler sees the kernels of an engine core in its own process
+        if a.profile or a.profile_prefill:  # the profiler sees the kernels of an engine core in its own process
             env = {**env, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
         res = run(kind, ["engine", "--kind", kind, "--model", model, "--save", save], env)
-        if kind.startswith("rlk") and res and "error" not in res:
+        if kind.startswith("rlk") and res and "error" not in res and not a.profile_prefill:
             run(f"{kind}_parity", ["parity", "--model", model, "--save", save])
     stock = summary.get("stock", {})
     base = stock.get("throughput", {}).get("tok_per_s")
