@@ -80,7 +80,6 @@ class PagedMeta:
     seq_lens: torch.Tensor          # [R] context length after this step
     query_start_loc: torch.Tensor   # [R + 1]
     slot_mapping: torch.Tensor      # [T]
-    max_query_len: int
 
 
 @dataclass(frozen=True)
@@ -119,8 +118,7 @@ class PackedAttention(nn.Module):
             return ops.varlen_attention(q, k, v, meta.cu_seqlens, self.scale)
         cache = meta.caches[self.layer_idx]
         ops.write_kv(cache, k, v, meta.slot_mapping)
-        return ops.paged_attention(q, cache, meta.block_table, meta.seq_lens, meta.query_start_loc, self.scale,
-                                   max_query_len=meta.max_query_len)
+        return ops.paged_attention(q, cache, meta.block_table, meta.seq_lens, meta.query_start_loc, self.scale)
 
 
 class TrainingBuilder:

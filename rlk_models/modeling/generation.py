@@ -93,7 +93,7 @@ def cached_step(model, input_ids: torch.Tensor | None, attention_mask: torch.Ten
     slots = slots_for(cache.block_table, positions, BLOCK_SIZE, rows)
     qsl = torch.zeros(b + 1, dtype=torch.int32, device=dev)
     qsl[1:] = n_new.cumsum(0)
-    meta = PagedMeta(cache.caches, cache.block_table, seq_lens, qsl, slots, int(n_new.max()))
+    meta = PagedMeta(cache.caches, cache.block_table, seq_lens, qsl, slots)
     ids = input_ids[real] if input_ids is not None else None
     embeds = inputs_embeds[real] if inputs_embeds is not None else None
     hidden = model.model(ids, positions.long(), meta, embeds)

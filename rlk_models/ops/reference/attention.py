@@ -96,13 +96,11 @@ def _context(kv_cache: torch.Tensor, block_table_rows: torch.Tensor, seq_lens: t
 
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
-                    query_start_loc: torch.Tensor, scale: float, out: torch.Tensor | None = None,
-                    max_query_len: int | None = None) -> torch.Tensor:
+                    query_start_loc: torch.Tensor, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of one step's scheduled tokens against a paged KV cache (vLLM's layout, see
     ``rlk_models.ops.paged``): request r owns q rows query_start_loc[r]:query_start_loc[r+1],
     the last tokens of its seq_lens[r]-token context. All single-token (decode) requests go in
-    one batched ``attend``; each prefill chunk in one more. Returns [T, Hq, D].
-    (``max_query_len`` is a launch hint for kernel backends; unused here.)"""
+    one batched ``attend``; each prefill chunk in one more. Returns [T, Hq, D]."""
     check_paged_attention(q, kv_cache)
     out = torch.empty_like(q) if out is None else out
     qsl, lens = query_start_loc.tolist(), seq_lens.tolist()

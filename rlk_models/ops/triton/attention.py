@@ -102,16 +102,29 @@ def _varlen_fwd(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_ptr, qk_scale, T, sq, sk
         tl.store(lse_ptr + h * T + start + rm, m_i + tl.math.log2(l_i), mask=row_ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_req"])  # one compiled kernel for every request count of a R_PAD
 def _paged_fwd(q_ptr, kv_ptr, o_ptr, bt_ptr, seq_lens_ptr, qsl_ptr, qk_scale, sq, so, s_blk, s_head, s_off,
-               s_bt, block_size, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr):
-    pid, req, kvh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    q0 = tl.load(qsl_ptr + req)
-    nq = tl.load(qsl_ptr + req + 1) - q0
-    seq_len = tl.load(seq_lens_ptr + req)
-    if pid * BLOCK_M < nq * GROUP:
-        r = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+               s_bt, block_size, n_req, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, R_PAD: tl.constexpr):
+    """Program (p, kvh): one BLOCK_M tile of (token, group head) rows of one request. The schedule
+    is read on the device: request r owns programs [start_r, start_r + cdiv(nq_r * GROUP, BLOCK_M))
+    of axis 0 (start_r: the sum of the earlier requests' counts, from query_start_loc), and
+    programs past the last request's exit. So the grid only needs host-known sizes (tokens,
+    requests) -- a CUDA graph captured for T tokens and R requests serves any mix of prefill
+    chunks and decodes that fits -- and each tile holds the rows it would in any other schedule."""
+    pid, kvh = tl.program_id(0), tl.program_id(1)
+    ri = tl.arange(0, R_PAD)
+    live = ri < n_req
+    lo = tl.load(qsl_ptr + ri, mask=live, other=0)
+    n_blocks = ((tl.load(qsl_ptr + ri + 1, mask=live, other=0) - lo) * GROUP + BLOCK_M - 1) // BLOCK_M
+    ends = tl.cumsum(n_blocks, 0)
+    req = tl.sum((ends <= pid).to(tl.int32), 0)  # the request whose programs include pid (n_req: none)
+    if req < n_req:
+        mb = pid - tl.sum(tl.where(ri == req, ends - n_blocks, 0), 0)  # this request's tile index
+        q0 = tl.load(qsl_ptr + req)
+        nq = tl.load(qsl_ptr + req + 1) - q0
+        seq_len = tl.load(seq_lens_ptr + req)
+        r = mb * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = r < nq * GROUP
         tok = r // GROUP
         h = kvh * GROUP + r % GROUP
@@ -122,7 +135,7 @@ def _paged_fwd(q_ptr, kv_ptr, o_ptr, bt_ptr, seq_lens_ptr, qsl_ptr, qk_scale, sq
         m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
         l_i = tl.zeros((BLOCK_M,), tl.float32)
         acc = tl.zeros((BLOCK_M, D), tl.float32)
-        last_tok = tl.minimum((pid * BLOCK_M + BLOCK_M - 1) // GROUP, nq - 1)
+        last_tok = tl.minimum((mb * BLOCK_M + BLOCK_M - 1) // GROUP, nq - 1)
         hi = seq_len - nq + last_tok + 1
         for n0 in range(0, hi, BLOCK_N):
             rn = n0 + tl.arange(0, BLOCK_N)
@@ -277,7 +290,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
                     query_start_loc: torch.Tensor, scale: float, out: torch.Tensor | None = None,
-                    max_query_len: int | None = None, config: tuple[int, int, int] | None = None) -> torch.Tensor:
+                    config: tuple[int, int, int] | None = None) -> torch.Tensor:
     """Attention of the tokens scheduled in one step (decode tokens and prefill chunks mixed)
     against vLLM's paged cache.
 
@@ -285,7 +298,11 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     its context of seq_lens[r] tokens); kv_cache: the logical view [num_blocks, Hkv, block_size,
     2 D] (K then V; any strides); block_table [R, max_blocks]. The step's own K/V must already
     be written (``rlk_models.ops.paged.write_kv``). Returns [T, Hq, D] (into ``out`` if given).
-    ``max_query_len`` (vLLM knows it on the host) sizes the grid without a device sync."""
+    The grid comes from T and R alone (``_paged_fwd`` reads its schedule from query_start_loc on
+    the device): no device value is read on the host, and a launch captured in a CUDA graph for T
+    tokens and R requests is right for every step whose tokens and requests fit it -- requests
+    past the real ones with no tokens (query_start_loc repeating its last value) and tokens past
+    the last request's are left untouched."""
     check_paged_attention(q, kv_cache)
     _check_head_dim(q.shape[2])
     t, hq, d = q.shape
@@ -296,15 +313,15 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     n_req = seq_lens.shape[0]
     if t == 0 or n_req == 0:
         return out
-    qsl = query_start_loc.to(device=q.device, dtype=torch.int32)
-    max_q = max_query_len if max_query_len is not None else int((qsl[1:] - qsl[:-1]).max())
     group = hq // hkv
     block_m, warps, stages = config or PAGED_CONFIG
-    grid = (triton.cdiv(max_q * group, block_m), n_req, hkv)
-    _paged_fwd[grid](q, kv_cache, out, block_table, seq_lens.to(device=q.device, dtype=torch.int32), qsl,
-                     scale * LOG2E, q.stride(0), out.stride(0), kv_cache.stride(0), kv_cache.stride(1),
-                     kv_cache.stride(2), block_table.stride(0), bs, GROUP=group, D=d, BLOCK_M=block_m,
-                     BLOCK_N=BLOCK_N, num_warps=warps, num_stages=stages)
+    # sum over requests of cdiv(nq_r * group, block_m) <= cdiv(T * group, block_m) + R - 1
+    grid = (triton.cdiv(t * group, block_m) + n_req, hkv)
+    _paged_fwd[grid](q, kv_cache, out, block_table, seq_lens.to(device=q.device, dtype=torch.int32),
+                     query_start_loc.to(device=q.device, dtype=torch.int32), scale * LOG2E, q.stride(0),
+                     out.stride(0), kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
+                     block_table.stride(0), bs, n_req, GROUP=group, D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N,
+                     R_PAD=max(16, triton.next_power_of_2(n_req)), num_warps=warps, num_stages=stages)
     return out
 
 

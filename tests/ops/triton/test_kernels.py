@@ -434,6 +434,38 @@ def test_paged_attention_equals_training_per_token(dtype, block_size):
     assert torch.equal(out, o), f"paged (block size {block_size}) != training"
 
 
+@pytest.mark.parametrize("pad_tokens,pad_reqs", [(0, 3), (5, 0), (37, 9)])
+def test_paged_attention_padded_like_a_captured_graph(pad_tokens, pad_reqs):
+    """A vLLM CUDA graph captured for T tokens and R requests replays every step that fits it,
+    decodes and prefill chunks mixed: the step's tokens are followed by padding tokens and its
+    requests by empty ones (query_start_loc repeating its last value, seq_len 0). The launch for
+    the padded sizes gives the real rows the unpadded launch's bits and leaves the padding rows
+    as they were -- the grid depends on nothing but T and R."""
+    from rlk_models.testing.paged_steps import paged_steps, random_block_table
+
+    att = _mod("attention")
+    g = torch.Generator().manual_seed(7)
+    q, k, v = attention_bitwise_qkv(g, torch.float32)
+    cu = torch.tensor([0] + torch.tensor(LENS).cumsum(0).tolist(), device=DEV)
+    bt, n_blocks = random_block_table(LENS, 16, g, device=DEV)
+    cache = torch.full((n_blocks, HKV, 16, 2 * D), float("nan"), dtype=torch.float32, device=DEV)
+    chunks = iter([5, 1, 70, 1, 2, 1, 33] * 40)
+    steps = 0
+    for idx, rows, seq_lens, qsl in paged_steps(cache, k, v, cu, LENS, bt, lambda n: next(chunks)):
+        want = att.paged_attention(q[idx], cache, rows, seq_lens, qsl, D ** -0.5)
+        t = idx.numel()
+        qp = torch.cat([q[idx], torch.full((pad_tokens, HQ, D), 3.0, device=DEV)])
+        rows_p = torch.cat([rows, torch.zeros(pad_reqs, rows.shape[1], dtype=rows.dtype, device=DEV)])
+        lens_p = torch.cat([seq_lens, torch.zeros(pad_reqs, dtype=seq_lens.dtype, device=DEV)])
+        qsl_p = torch.cat([qsl, qsl[-1:].repeat(pad_reqs)])
+        out = torch.full_like(qp, -7.0)
+        att.paged_attention(qp, cache, rows_p, lens_p, qsl_p, D ** -0.5, out=out)
+        assert torch.equal(out[:t], want), f"step {steps}: real rows differ under padding"
+        assert bool((out[t:] == -7.0).all()), f"step {steps}: a padding row was written"
+        steps += 1
+    assert steps > 3
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_attention_close_to_reference_and_backward_deterministic(dtype):
     from rlk_models.testing.paged_steps import paged_steps, random_block_table
