@@ -14,11 +14,15 @@ process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so its figures are not the defaul
 timeline of 8 batch-1 decode steps (``$OUT/trace_<engine>_b1.json.gz``, chrome://tracing; with Python
 stacks) and of 32 without them (``trace_<engine>_b1_light.json.gz``: near the real host speed); with
 ``--profile-prefill``, only where a batch-1 first token's time goes (the Python under cProfile, to
-``$OUT/prefill_<engine>.txt``, and the kernels, engine in-process; no throughput or parity). Engines:
+``$OUT/prefill_<engine>.txt``, and the kernels, engine in-process; no throughput or parity); with
+``--engine-profile``, 32 decode steps at batch 64 and 256 traced by vLLM's own profiler inside the
+default engine (``$OUT/engine_trace_<engine>/``; ``trace_steps.py`` reads them). Engines:
 ``stock`` (vLLM's defaults: torch.compile, FULL_AND_PIECEWISE graphs, FA3), ``stock_bi`` (the
 same with ``VLLM_BATCH_INVARIANT=1``, vLLM's own batch-invariant mode), ``rlk`` (CUDA graphs of
-uniform decode steps, ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``), ``rlk_compile`` (the decoder
-compiled by vLLM, ``rlk_compile``, with FULL_AND_PIECEWISE graphs), ``rlk_eager`` and
+uniform decode steps, ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``), ``rlk_full`` (full CUDA
+graphs of every step up to the capture sizes, mixed prefill/decode ones included:
+``cudagraph_mode=FULL``), ``rlk_compile`` (the decoder compiled by vLLM, ``rlk_compile``, with
+FULL_AND_PIECEWISE graphs), ``rlk_eager`` and
 ``rlk_allreduce`` (``--tp`` > 1: row-parallel layers all-reduce rounded partials like stock vLLM
 instead of the canonical all-gather + combine -- the cost of the contract's reduction; not
 bitwise, its parity figures show by how much). ``--tp N`` runs every engine at
@@ -79,8 +83,13 @@ def stage_engine(a) -> dict:
               gpu_memory_utilization=0.85, max_num_seqs=a.max_num_seqs or a.n, tensor_parallel_size=a.tp)
     if rlk:
         kw.update(logprobs_mode="raw_logits", **engine_graph_options(True, a.kind != "rlk_eager"))
+        if a.kind == "rlk_full":  # full graphs of mixed prefill/decode steps too (the backend's ALWAYS support)
+            kw.update(compilation_config={"cudagraph_mode": "FULL"})
         if a.kind == "rlk_compile":  # vLLM's compilation path, piecewise graphs for prefill/mixed steps
             kw.update(hf_overrides={"rlk_compile": True}, compilation_config={"cudagraph_mode": "FULL_AND_PIECEWISE"})
+    if a.engine_profile:  # vLLM's own profiler, in the engine core's process (the default engine)
+        kw["profiler_config"] = {"profiler": "torch", "torch_profiler_dir": str(Path(a.out) / f"engine_trace_{a.kind}"),
+                                 "torch_profiler_with_stack": False, "ignore_frontend": True}
     t0 = time.time()
     llm = LLM(**kw)
     res = {"init_s": round(time.time() - t0, 1)}
@@ -130,6 +139,11 @@ def stage_engine(a) -> dict:
             t = time.time()
             llm.generate(prompts[:b], one, use_tqdm=False)
             res["decode_step_ms"][str(b)] = round((time.time() - t) / 128 * 1e3, 3)
+            if a.engine_profile:  # the same run again, traced (its time is not the figure above)
+                llm.start_profile(f"{a.kind}_b{b}")
+                llm.generate(prompts[:b], SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True),
+                             use_tqdm=False)
+                llm.stop_profile()
     if a.profile:
         res["profile"] = profile_decode(llm, prompts, SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True),
                                         Path(a.out) / f"trace_{a.kind}_b1.json.gz")
@@ -266,6 +280,8 @@ def main() -> None:
     ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size of every engine")
     ap.add_argument("--limit", type=float, default=300, help="seconds per engine process")
     ap.add_argument("--profile", action="store_true", help="per-kernel profile of decode steps at batch 1 and 64")
+    ap.add_argument("--engine-profile", action="store_true",
+                    help="also trace 32 decode steps at batch 64 and 256 with vLLM's profiler in the default engine")
     ap.add_argument("--profile-prefill", action="store_true",
                     help="only the batch-1 first token, profiled (Python and kernels; engine in-process)")
     ap.add_argument("--kind")
@@ -284,6 +300,7 @@ def main() -> None:
     common = ["--shape", a.shape, "--work", a.work, "--n", str(a.n), "--prompt-len", str(a.prompt_len),
               "--max-tokens", str(a.max_tokens), "--tp", str(a.tp), "--max-num-seqs", str(a.max_num_seqs)]
     common += ["--profile"] * a.profile + ["--profile-prefill"] * a.profile_prefill + ["--varied"] * a.varied
+    common += ["--engine-profile"] * a.engine_profile
     stages = Stages(__file__, out_path, summary, common, a.limit)
     run = stages.run
     ck = run("ckpt", ["ckpt"])
