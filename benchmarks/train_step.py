@@ -13,7 +13,8 @@ Stacks (each in its own process, so that peak memory and Liger's monkey-patching
   ``*_compile``      ``stock`` / ``liger`` with the whole step under ``torch.compile``.
 Per stack: tokens/s of forward+backward and of a forward-only log-prob pass (median of
 ``--steps`` timed steps after warm-up), peak GPU memory of the step; ratios against the fastest
-non-rlk stack of the same run. Results: ``$OUT/train_step_<shape>.json``.
+non-rlk stack of the same run; ``--profile``: also one step's kernels per stack, by time. Results:
+``$OUT/train_step_<shape>.json``.
 
     python benchmarks/train_step.py --shape 1.7b
     python benchmarks/train_step.py --shape 8b --layers 4        # 4 of the 36 layers: memory
@@ -124,9 +125,28 @@ def stage_stack(a) -> dict:
     model.zero_grad(set_to_none=True)
     timed(forward_only, 2)
     fwd_s = sorted(timed(forward_only, a.steps))[a.steps // 2]
-    return {"train_tok_per_s": round(tokens / step_s), "train_step_ms": round(step_s * 1e3, 2),
-            "forward_tok_per_s": round(tokens / fwd_s), "peak_gib": round(peak / 2 ** 30, 2),
-            "warmup_s": round(warm_s, 1)}
+    res = {"train_tok_per_s": round(tokens / step_s), "train_step_ms": round(step_s * 1e3, 2),
+           "forward_tok_per_s": round(tokens / fwd_s), "peak_gib": round(peak / 2 ** 30, 2),
+           "warmup_s": round(warm_s, 1)}
+    if a.profile and cuda:
+        res["kernels"] = step_kernels(train_step)
+    return res
+
+
+def step_kernels(step, top: int = 30) -> dict:
+    """One step's GPU kernels under torch.profiler (after the timed steps, so no timing includes
+    it): the step's total kernel time and launches, and the ``top`` kernels by time -- where one
+    stack's step is slower than another's."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        __import__("torch").cuda.synchronize()
+    rows = sorted(((e.key, e.count, e.device_time_total) for e in prof.key_averages()
+                   if e.device_type == DeviceType.CUDA and e.device_time_total > 0), key=lambda r: -r[2])
+    return {"total_ms": round(sum(r[2] for r in rows) / 1e3, 2), "launches": sum(r[1] for r in rows),
+            "top": [{"kernel": k[:110], "n": n, "ms": round(t / 1e3, 3)} for k, n, t in rows[:top]]}
 
 
 def main() -> None:
@@ -143,6 +163,7 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/train_step")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--limit", type=float, default=400, help="seconds per stack process")
+    ap.add_argument("--profile", action="store_true", help="also one step's kernels per stack (torch.profiler)")
     ap.add_argument("--stack")
     ap.add_argument("--model")
     a = ap.parse_args()
@@ -158,6 +179,7 @@ def main() -> None:
     summary: dict = {"shape": a.shape, "batch": a.batch, "seq": a.seq, "steps": a.steps}
     common = ["--shape", a.shape, "--layers", str(a.layers), "--batch", str(a.batch), "--seq", str(a.seq),
               "--steps", str(a.steps), "--warmup", str(a.warmup), "--work", a.work, "--device", a.device]
+    common += ["--profile"] * a.profile
 
     stages = Stages(__file__, out_path, summary, common, a.limit)
     run = stages.run
