@@ -39,15 +39,33 @@ def _values_readable(t: torch.Tensor) -> bool:
     return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
+def _range(t: torch.Tensor) -> tuple[int, int]:
+    """(min, max) of a non-empty integer tensor in one host read."""
+    lo, hi = torch.stack([t.min(), t.max()]).tolist()
+    return int(lo), int(hi)
+
+
+def read_cu_seqlens(cu_seqlens: torch.Tensor) -> tuple[int, int, int]:
+    """(first, last, longest sequence) of ``cu_seqlens`` in one host read, once per tensor
+    (``read_once``): the bounds check and the attention grid of every layer of a forward share it."""
+    def read(c: torch.Tensor) -> tuple[int, int, int]:
+        if c.numel() < 2:
+            return (int(c[0]), int(c[0]), 0) if c.numel() else (0, 0, 0)
+        first, last, longest = torch.stack([c[0], c[-1], (c[1:] - c[:-1]).max()]).tolist()
+        return int(first), int(last), int(longest)
+    return read_once(cu_seqlens, "cu_seqlens", read)
+
+
 def check_linear(x: torch.Tensor, weight: torch.Tensor) -> None:
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: x has {x.shape[-1]} features, weight expects {weight.shape[1]}")
 
 
 def check_embedding(ids: torch.Tensor, weight: torch.Tensor) -> None:
-    if ids.numel() and _values_readable(ids) and (int(ids.min()) < 0 or int(ids.max()) >= weight.shape[0]):
-        raise IndexError(f"embedding: token ids must lie in [0, {weight.shape[0]}), "
-                         f"got range [{int(ids.min())}, {int(ids.max())}]")
+    if ids.numel() and _values_readable(ids):
+        lo, hi = _range(ids)
+        if lo < 0 or hi >= weight.shape[0]:
+            raise IndexError(f"embedding: token ids must lie in [0, {weight.shape[0]}), got range [{lo}, {hi}]")
 
 
 def check_rms_norm(x: torch.Tensor, weight: torch.Tensor) -> None:
@@ -89,7 +107,7 @@ def check_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlen
                          "must be [T, Hq, D], [T, Hkv, D], [T, Hkv, D]")
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"attention: {q.shape[1]} query heads is not a multiple of {k.shape[1]} KV heads")
-    if _values_readable(cu_seqlens) and (int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != q.shape[0]):
+    if _values_readable(cu_seqlens) and read_cu_seqlens(cu_seqlens)[:2] != (0, q.shape[0]):
         raise ValueError(f"attention: cu_seqlens must run from 0 to T={q.shape[0]}")
 
 
@@ -105,5 +123,7 @@ def check_head(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor
                          f"{tuple(targets.shape)} must be [T, K] and [T]")
     if weight.shape[0] < vocab_size or weight.shape[1] != hidden.shape[1]:
         raise ValueError(f"logprob_head: weight {tuple(weight.shape)} must be [>= {vocab_size}, {hidden.shape[1]}]")
-    if targets.numel() and _values_readable(targets) and (int(targets.min()) < 0 or int(targets.max()) >= vocab_size):
-        raise IndexError(f"logprob_head: targets must lie in [0, {vocab_size})")
+    if targets.numel() and _values_readable(targets):
+        lo, hi = _range(targets)
+        if lo < 0 or hi >= vocab_size:
+            raise IndexError(f"logprob_head: targets must lie in [0, {vocab_size}), got range [{lo}, {hi}]")

@@ -37,3 +37,23 @@ def test_rope_still_refuses_a_position_past_the_table_after_a_good_call():
     pos[2] = 8  # the same tensor, modified in place
     with pytest.raises(IndexError, match="position 8 is past the table"):
         ops.rope(x, pos, table)
+
+
+def test_cu_seqlens_read_once_for_the_check_and_the_grid(monkeypatch):
+    """``read_cu_seqlens``: (first, last, longest) in one read per tensor, which every layer's
+    bounds check and attention grid share; a bad tensor is still refused."""
+    from rlk_models.ops import checks
+
+    assert checks.read_cu_seqlens(torch.tensor([0, 3, 3, 10])) == (0, 10, 7)
+    assert checks.read_cu_seqlens(torch.tensor([0])) == (0, 0, 0)
+    reads = []
+    real = checks.read_once
+    monkeypatch.setattr(checks, "read_once", lambda t, what, fn: real(t, what, lambda c: reads.append(1) or fn(c)))
+    ops = get_backend("reference")
+    q, k = torch.randn(10, 2, 16), torch.randn(10, 1, 16)
+    cu = torch.tensor([0, 4, 10])
+    for _ in range(3):  # three layers of one forward
+        ops.varlen_attention(q, k, k, cu, 0.25)
+    assert len(reads) == 1
+    with pytest.raises(ValueError, match="cu_seqlens must run from 0 to T=10"):
+        ops.varlen_attention(q, k, k, torch.tensor([0, 4, 9]), 0.25)

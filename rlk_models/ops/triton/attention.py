@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..checks import check_attention, check_paged_attention, read_once
+from ..checks import check_attention, check_paged_attention, read_cu_seqlens
 
 BLOCK_N = 64                # the KV tile: part of the contract
 # (BLOCK_M, num_warps, num_stages): launch choices. On the H200 every BLOCK_M >= 64 gives the
@@ -241,7 +241,7 @@ class _VarlenAttention(torch.autograd.Function):
         t, hq, d = q.shape
         cu = cu_seqlens.to(device=q.device, dtype=torch.int32)
         # one host read per forward, not per layer: every layer passes the same cu_seqlens
-        max_len = read_once(cu_seqlens, "varlen max_len", lambda c: int((c[1:] - c[:-1]).max()) if c.numel() > 1 else 0)
+        max_len = read_cu_seqlens(cu_seqlens)[2]
         o = torch.empty_like(q)
         lse = torch.empty(hq, t, dtype=torch.float32, device=q.device)
         if t and max_len:
