@@ -9,7 +9,8 @@ row-parallel (canonical K-groups), the others plain (one group).
      ``M_ALL``; eager ``do_bench`` of both at M in {1, 16, 128} (host overhead included);
   3. ``--search``: every candidate launch (config x form) at ``M_SEARCH`` (or ``--m``), the best per (shape,
      M) -- what ``LAUNCHES`` in ops/triton/matmul.py is picked from;
-  4. forward + backward at M=4096.
+  4. the backward's GEMMs (dx, dw) at M = 1024, 4096, 16384 under CUDA graphs, and forward + backward
+     at M=4096 (eager).
 
     python benchmarks/triton/matmul_sweep.py [--search] [--shapes qkv,o]     # Qwen3-8B shapes (default: all five)
     python benchmarks/triton/matmul_sweep.py --search --shapes o,o_1.7b,down_1.7b  # and Qwen3-1.7B's
@@ -37,6 +38,7 @@ from rlk_models.ops.triton.matmul import (  # noqa: E402
     launch_for,
     linear,
     matmul,
+    mm,
 )
 
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "down": (12288, 4096),
@@ -142,6 +144,22 @@ def main() -> None:
             best = min(times, key=times.get)
             r["search"][m] = {"cublas_ms": t_cu, "times_ms": times, "best": best, "best_ratio": times[best] / t_cu}
             log(f"{name:8} M={m:5} search: best {times[best] * 1e3:8.1f} us ({times[best] / t_cu:5.2f}x) {best}")
+        # the backward's two GEMMs alone, under CUDA graphs (kernel time: at the 1.7B shapes the eager
+        # forward + backward below is host-bound), at the token counts of a training step:
+        # dx = dy @ w (B given as [K, N]) and dw = dy^T @ x (A as [K, M] too), plain K, against cuBLAS
+        r["bwd_graph"] = {}
+        for m in (1024, 4096, 16384):
+            xm = torch.randn(m, k, device=dev, generator=g).bfloat16()
+            dy = torch.randn(m, n, device=dev, generator=g).bfloat16()
+            row = {}
+            for what, ours, cublas in (("dx", lambda: mm(dy, w, b_kn=True), lambda: dy @ w),
+                                       ("dw", lambda: mm(dy, xm, a_km=True, b_kn=True), lambda: dy.T @ xm)):
+                t_o, t_c = bench_graph(ours), bench_graph(cublas)
+                row[what] = {"ours_ms": t_o, "cublas_ms": t_c, "ratio": t_o / t_c}
+                log(f"{name:8} M={m:5} {what} graph: cuBLAS {t_c * 1e3:8.1f} us  ours {t_o * 1e3:8.1f} us "
+                    f"({t_o / t_c:5.2f}x)")
+            r["bwd_graph"][m] = row
+            del xm, dy
         # backward: dx = dy @ w and dw = dy^T @ x (ours: same kernels on transposed layouts) vs cuBLAS
         m = 4096
         xg, wg = x[:m].clone().requires_grad_(), w.clone().requires_grad_()
