@@ -16,6 +16,7 @@ one op, ``qk_norm_rope``) + explicit head_dim.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -175,7 +176,43 @@ class Attention(nn.Module):
         return self.o_proj(o_TNH.reshape(T, self.n_heads * d))
 
 
+class _Rebuild:
+    """A tensor an op saved for backward, dropped: ``fn()`` makes it again when the backward reads it."""
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[], torch.Tensor]):
+        self.fn = fn
+
+
+def rebuild_saved(target: torch.Tensor, rebuild: Callable[[], torch.Tensor]):
+    """``saved_tensors_hooks`` under which a tensor that an op saves for its backward and that *is*
+    ``target`` (its storage, offset, shape, strides and dtype: e.g. a linear's reshape of its
+    input) is not kept but rebuilt by ``rebuild()``, under no_grad, when the backward reads it.
+    ``rebuild`` must rerun the deterministic op that made ``target``, so the backward sees the
+    same bits; every other saved tensor is kept as usual."""
+    def layout(t: torch.Tensor) -> tuple:
+        return t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride(), t.dtype, t.device
+
+    key = layout(target)
+
+    def pack(t: torch.Tensor):
+        return _Rebuild(rebuild) if layout(t) == key else t
+
+    def unpack(saved):
+        if isinstance(saved, _Rebuild):
+            with torch.no_grad():
+                return saved.fn()
+        return saved
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+
+
 class MLP(nn.Module):
+    # training: the down projection's saved input, SiLU(gate) * up [T, intermediate], is rebuilt from
+    # gate_up (which silu_mul saves anyway) in the backward instead of kept: one elementwise kernel
+    # more per layer, T x intermediate activations less (at Qwen3-1.7B, 8 x 2048 tokens: 5.4 GB a step)
+    rebuild_act: bool = True
+
     def __init__(self, config, build: Builder, prefix: str):
         super().__init__()
         self.backend = config.rlk_backend
@@ -185,7 +222,14 @@ class MLP(nn.Module):
         self.down_proj = build.row(inter, config.hidden_size, bias, f"{prefix}.down_proj")
 
     def forward(self, x_TD):
-        return self.down_proj(get_backend(self.backend).silu_mul(self.gate_up_proj(x_TD)))
+        ops = get_backend(self.backend)
+        gate_up = self.gate_up_proj(x_TD)
+        act = ops.silu_mul(gate_up)
+        if not (self.rebuild_act and torch.is_grad_enabled() and act.requires_grad):
+            return self.down_proj(act)
+        gu = gate_up.detach()
+        with rebuild_saved(act, lambda: ops.silu_mul(gu)):
+            return self.down_proj(act)
 
 
 class DecoderLayer(GradientCheckpointingLayer):

@@ -174,3 +174,41 @@ def test_fused_lm_head_gives_token_logprobs_bits(qwen):
     with pytest.raises(ValueError, match="needs labels"):
         qwen(input_ids=ids, fused_lm_head=True)
     qwen.zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize("gc", [None, {"use_reentrant": True}, {"use_reentrant": False}])
+def test_mlp_activation_rebuilt_in_backward_gives_identical_gradients(checkpoints, monkeypatch, gc):
+    """The down projection's input is not kept for the backward but rebuilt from gate_up
+    (``MLP.rebuild_act``): once per layer in the backward, and the gradients are the kept
+    activation's bit for bit -- alone and under either kind of gradient checkpointing."""
+    from rlk_models.modeling.decoder import MLP
+    from rlk_models.ops import get_backend
+
+    ids, mask = batch(512, seed=3)
+    ops = get_backend("reference")
+    calls = []
+    real = ops.silu_mul
+
+    def counted(x):
+        calls.append(torch.is_grad_enabled())
+        return real(x)
+
+    def grads(rebuild):
+        monkeypatch.setattr(MLP, "rebuild_act", rebuild)
+        m = AutoModelForCausalLM.from_pretrained(checkpoints["qwen3"][1], dtype=torch.float32,
+                                                rlk_check_fingerprint=False)
+        if gc is not None:
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gc)
+        m.train()
+        ids_v = ids % m.config.vocab_size
+        loss = m(ids_v, attention_mask=mask, labels=ids_v).loss
+        calls.clear()
+        loss.backward()
+        return {n: p.grad for n, p in m.named_parameters()}, len(calls), m.config.num_hidden_layers
+
+    monkeypatch.setattr(ops, "silu_mul", counted)
+    kept, n_kept, layers = grads(False)
+    rebuilt, n_rebuilt, _ = grads(True)
+    assert all(torch.equal(kept[k], rebuilt[k]) for k in kept)
+    # in the backward: the rebuilds, one a layer (checkpointing reruns each layer's forward too)
+    assert n_rebuilt - n_kept == layers
