@@ -16,6 +16,7 @@ one op, ``qk_norm_rope``) + explicit head_dim.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -197,6 +198,7 @@ def rebuild_saved(target: torch.Tensor, rebuild: Callable[[], torch.Tensor]):
 
     def pack(t: torch.Tensor):
         return _Rebuild(rebuild) if layout(t) == key else t
+    pack.rlk_rebuild = True  # ours: rebuilding() may nest another inside it
 
     def unpack(saved):
         if isinstance(saved, _Rebuild):
@@ -205,6 +207,20 @@ def rebuild_saved(target: torch.Tensor, rebuild: Callable[[], torch.Tensor]):
         return saved
 
     return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+
+
+def rebuilding(on: bool) -> bool:
+    """Whether this forward drops activations that the backward can rebuild (``rebuild_saved``):
+    only when it records a graph for a backward, and not under someone else's saved-tensor hooks
+    (a non-reentrant checkpoint, activation offloading): ours would take their place for the
+    region's every saved tensor, and keep what they would have freed or moved."""
+    if not (on and torch.is_grad_enabled()):
+        return False
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    if top is None:  # cannot tell: keep the activations
+        return False
+    hooks = top(False)
+    return hooks is None or getattr(hooks[0], "rlk_rebuild", False)
 
 
 class MLP(nn.Module):
@@ -225,7 +241,7 @@ class MLP(nn.Module):
         ops = get_backend(self.backend)
         gate_up = self.gate_up_proj(x_TD)
         act = ops.silu_mul(gate_up)
-        if not (self.rebuild_act and torch.is_grad_enabled() and act.requires_grad):
+        if not (rebuilding(self.rebuild_act) and act.requires_grad):
             return self.down_proj(act)
         gu = gate_up.detach()
         with rebuild_saved(act, lambda: ops.silu_mul(gu)):
@@ -233,6 +249,11 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(GradientCheckpointingLayer):
+    # training: each norm's output -- the saved input of the qkv and gate_up projections -- is rebuilt
+    # in the backward from the residual stream the norm op saves anyway (rms_norm of it: the fused
+    # add + norm's bits, CONTRACT.md) instead of kept: 2 x T x hidden activations less a layer
+    rebuild_norms: bool = True
+
     def __init__(self, config, build: Builder, prefix: str, layer_idx: int):
         super().__init__()
         eps, b = config.rms_norm_eps, config.rlk_backend
@@ -251,9 +272,19 @@ class DecoderLayer(GradientCheckpointingLayer):
             x_TD, residual_TD = self.input_layernorm(out_TD), out_TD
         else:
             x_TD, residual_TD = self.input_layernorm(out_TD, residual_TD)
-        x_TD, residual_TD = self.post_attention_layernorm(self.self_attn(x_TD, positions_T, rope_PD, meta),
-                                                          residual_TD)
-        return self.mlp(x_TD), residual_TD
+        with self._rebuilt(x_TD, self.input_layernorm, residual_TD):
+            attn_TD = self.self_attn(x_TD, positions_T, rope_PD, meta)
+        x_TD, residual_TD = self.post_attention_layernorm(attn_TD, residual_TD)
+        with self._rebuilt(x_TD, self.post_attention_layernorm, residual_TD):
+            return self.mlp(x_TD), residual_TD
+
+    def _rebuilt(self, normed_TD: torch.Tensor, norm: RMSNorm, stream_TD: torch.Tensor):
+        """Hooks that drop ``normed_TD`` (= norm(stream)) where the next projection saves it; the
+        norm's weight is read when the backward rebuilds it (FSDP2 has gathered it again then)."""
+        if not (rebuilding(self.rebuild_norms) and normed_TD.requires_grad):
+            return contextlib.nullcontext()
+        stream = stream_TD.detach()
+        return rebuild_saved(normed_TD, lambda: get_backend(norm.backend).rms_norm(stream, norm.weight, norm.eps))
 
 
 class Decoder(nn.Module):

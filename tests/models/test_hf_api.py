@@ -177,24 +177,29 @@ def test_fused_lm_head_gives_token_logprobs_bits(qwen):
 
 
 @pytest.mark.parametrize("gc", [None, {"use_reentrant": True}, {"use_reentrant": False}])
-def test_mlp_activation_rebuilt_in_backward_gives_identical_gradients(checkpoints, monkeypatch, gc):
-    """The down projection's input is not kept for the backward but rebuilt from gate_up
-    (``MLP.rebuild_act``): once per layer in the backward, and the gradients are the kept
-    activation's bit for bit -- alone and under either kind of gradient checkpointing."""
-    from rlk_models.modeling.decoder import MLP
+def test_activations_rebuilt_in_backward_give_identical_gradients(checkpoints, monkeypatch, gc):
+    """The down projection's input and both norms' outputs are not kept for the backward but
+    rebuilt (``MLP.rebuild_act``, ``DecoderLayer.rebuild_norms``): in the backward, one silu_mul
+    and two rms_norm calls a layer, and the gradients are the kept activations' bit for bit --
+    alone and under either kind of gradient checkpointing (a non-reentrant one has saved-tensor
+    hooks of its own, which ours leave in charge)."""
+    from rlk_models.modeling.decoder import MLP, DecoderLayer
     from rlk_models.ops import get_backend
 
     ids, mask = batch(512, seed=3)
     ops = get_backend("reference")
-    calls = []
-    real = ops.silu_mul
+    calls = {"silu_mul": 0, "rms_norm": 0}
+    for name in calls:
+        real = getattr(ops, name)
 
-    def counted(x):
-        calls.append(torch.is_grad_enabled())
-        return real(x)
+        def counted(*a, _real=real, _name=name, **kw):
+            calls[_name] += 1
+            return _real(*a, **kw)
+        monkeypatch.setattr(ops, name, counted)
 
     def grads(rebuild):
         monkeypatch.setattr(MLP, "rebuild_act", rebuild)
+        monkeypatch.setattr(DecoderLayer, "rebuild_norms", rebuild)
         m = AutoModelForCausalLM.from_pretrained(checkpoints["qwen3"][1], dtype=torch.float32,
                                                 rlk_check_fingerprint=False)
         if gc is not None:
@@ -202,13 +207,17 @@ def test_mlp_activation_rebuilt_in_backward_gives_identical_gradients(checkpoint
         m.train()
         ids_v = ids % m.config.vocab_size
         loss = m(ids_v, attention_mask=mask, labels=ids_v).loss
-        calls.clear()
+        for k in calls:
+            calls[k] = 0
         loss.backward()
-        return {n: p.grad for n, p in m.named_parameters()}, len(calls), m.config.num_hidden_layers
+        return {n: p.grad for n, p in m.named_parameters()}, dict(calls), m.config.num_hidden_layers
 
-    monkeypatch.setattr(ops, "silu_mul", counted)
     kept, n_kept, layers = grads(False)
     rebuilt, n_rebuilt, _ = grads(True)
     assert all(torch.equal(kept[k], rebuilt[k]) for k in kept)
-    # in the backward: the rebuilds, one a layer (checkpointing reruns each layer's forward too)
-    assert n_rebuilt - n_kept == layers
+    # in the backward, the rebuilds (a reentrant checkpoint reruns each layer's forward too, in both
+    # runs); under a non-reentrant checkpoint's own saved-tensor hooks (it keeps nothing of a layer)
+    # ours stand aside, so nothing is rebuilt
+    per_layer = 0 if gc == {"use_reentrant": False} else layers
+    assert n_rebuilt["silu_mul"] - n_kept["silu_mul"] == per_layer
+    assert n_rebuilt["rms_norm"] - n_kept["rms_norm"] == 2 * per_layer
