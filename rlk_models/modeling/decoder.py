@@ -191,13 +191,16 @@ def rebuild_saved(target: torch.Tensor, rebuild: Callable[[], torch.Tensor]):
     input) is not kept but rebuilt by ``rebuild()``, under no_grad, when the backward reads it.
     ``rebuild`` must rerun the deterministic op that made ``target``, so the backward sees the
     same bits; every other saved tensor is kept as usual."""
-    def layout(t: torch.Tensor) -> tuple:
-        return t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride(), t.dtype, t.device
+    def layout(t: torch.Tensor) -> tuple | None:
+        try:
+            return t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride(), t.dtype, t.device
+        except (RuntimeError, NotImplementedError):  # a tensor without plain storage (a subclass): kept
+            return None
 
     key = layout(target)
 
     def pack(t: torch.Tensor):
-        return _Rebuild(rebuild) if layout(t) == key else t
+        return _Rebuild(rebuild) if key is not None and layout(t) == key else t
     pack.rlk_rebuild = True  # ours: rebuilding() may nest another inside it
 
     def unpack(saved):
