@@ -227,14 +227,15 @@ def rebuilding(on: bool) -> bool:
 
 
 class MLP(nn.Module):
-    # training: the down projection's saved input, SiLU(gate) * up [T, intermediate], is rebuilt from
-    # gate_up (which silu_mul saves anyway) in the backward instead of kept: one elementwise kernel
-    # more per layer, T x intermediate activations less (at Qwen3-1.7B, 8 x 2048 tokens: 5.4 GB a step)
-    rebuild_act: bool = True
+    """With ``config.rlk_rebuild_activations`` (training): the down projection's saved input,
+    SiLU(gate) * up [T, intermediate], is rebuilt from gate_up (which silu_mul saves anyway) in the
+    backward instead of kept: one elementwise kernel more per layer, T x intermediate activations
+    less (at Qwen3-1.7B, 8 x 2048 tokens: 5.4 GB a step)."""
 
     def __init__(self, config, build: Builder, prefix: str):
         super().__init__()
         self.backend = config.rlk_backend
+        self.rebuild_act = getattr(config, "rlk_rebuild_activations", True)
         bias = getattr(config, "mlp_bias", False)
         inter = config.intermediate_size
         self.gate_up_proj = build.merged(config.hidden_size, [inter, inter], bias, f"{prefix}.gate_up_proj")
@@ -252,13 +253,14 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(GradientCheckpointingLayer):
-    # training: each norm's output -- the saved input of the qkv and gate_up projections -- is rebuilt
-    # in the backward from the residual stream the norm op saves anyway (rms_norm of it: the fused
-    # add + norm's bits, CONTRACT.md) instead of kept: 2 x T x hidden activations less a layer
-    rebuild_norms: bool = True
+    """With ``config.rlk_rebuild_activations`` (training): each norm's output -- the saved input of
+    the qkv and gate_up projections -- is rebuilt in the backward from the residual stream the norm
+    op saves anyway (rms_norm of it: the fused add + norm's bits, CONTRACT.md) instead of kept:
+    2 x T x hidden activations less a layer."""
 
     def __init__(self, config, build: Builder, prefix: str, layer_idx: int):
         super().__init__()
+        self.rebuild_norms = getattr(config, "rlk_rebuild_activations", True)
         eps, b = config.rms_norm_eps, config.rlk_backend
         self.input_layernorm = RMSNorm(config.hidden_size, eps, b)
         self.self_attn = Attention(config, build, f"{prefix}.self_attn", layer_idx)

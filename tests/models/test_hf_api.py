@@ -179,11 +179,10 @@ def test_fused_lm_head_gives_token_logprobs_bits(qwen):
 @pytest.mark.parametrize("gc", [None, {"use_reentrant": True}, {"use_reentrant": False}])
 def test_activations_rebuilt_in_backward_give_identical_gradients(checkpoints, monkeypatch, gc):
     """The down projection's input and both norms' outputs are not kept for the backward but
-    rebuilt (``MLP.rebuild_act``, ``DecoderLayer.rebuild_norms``): in the backward, one silu_mul
+    rebuilt (``rlk_rebuild_activations``, the default): in the backward, one silu_mul
     and two rms_norm calls a layer, and the gradients are the kept activations' bit for bit --
     alone and under either kind of gradient checkpointing (a non-reentrant one has saved-tensor
     hooks of its own, which ours leave in charge)."""
-    from rlk_models.modeling.decoder import MLP, DecoderLayer
     from rlk_models.ops import get_backend
 
     ids, mask = batch(512, seed=3)
@@ -198,10 +197,9 @@ def test_activations_rebuilt_in_backward_give_identical_gradients(checkpoints, m
         monkeypatch.setattr(ops, name, counted)
 
     def grads(rebuild):
-        monkeypatch.setattr(MLP, "rebuild_act", rebuild)
-        monkeypatch.setattr(DecoderLayer, "rebuild_norms", rebuild)
         m = AutoModelForCausalLM.from_pretrained(checkpoints["qwen3"][1], dtype=torch.float32,
-                                                rlk_check_fingerprint=False)
+                                                rlk_check_fingerprint=False, rlk_rebuild_activations=rebuild)
+        assert m.config.rlk_rebuild_activations is rebuild
         if gc is not None:
             m.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gc)
         m.train()
