@@ -4,7 +4,8 @@ Qwen3-shaped checkpoint (bf16 weights, no optimizer: the step every PPO/GRPO upd
 
 Stacks (each in its own process, so that peak memory and Liger's monkey-patching stay separate):
   ``rlk``            the training class, triton backend: ``token_logprobs`` (fused log-prob head,
-                     no [T, V] logits), sum, backward;
+                     no [T, V] logits), sum, backward; activations rebuilt in the backward (the default);
+  ``rlk_keep``       the same with ``rlk_rebuild_activations=False`` (the rebuilds' time and memory);
   ``stock``          transformers' Qwen3 with SDPA attention: logits, fp32 cross-entropy (sum),
                      backward -- what ``model(ids).logits`` + ``log_softmax`` costs;
   ``liger``          the same model patched by Liger-Kernel (``apply_liger_kernel_to_qwen3``: RoPE,
@@ -33,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stages import Stages, emit  # noqa: E402
 from vllm_cuda import COMMON, SHAPES  # noqa: E402  (the random-init Qwen3 shapes, one definition)
 
-STACKS = ["rlk", "stock", "stock_compile", "liger", "liger_compile"]
+STACKS = ["rlk", "rlk_keep", "stock", "stock_compile", "liger", "liger_compile"]
+RIVALS = [s for s in STACKS if not s.startswith("rlk")]
 
 
 def stage_ckpt(a) -> dict:
@@ -57,7 +59,7 @@ def _loss_fn(stack: str, model):
     """ids [B, S] -> the step's scalar: minus the sum of the B * (S - 1) next-token log-probs."""
     import torch.nn.functional as F
 
-    if stack == "rlk":
+    if stack.startswith("rlk"):
         return lambda ids: -model.token_logprobs(ids).sum()
     if stack.startswith("stock"):
         def stock(ids):
@@ -86,7 +88,8 @@ def stage_stack(a) -> dict:
 
         apply_liger_kernel_to_qwen3(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
                                     fused_linear_cross_entropy=False)  # FLCE applied explicitly in _loss_fn
-    kw = {} if a.stack == "rlk" else {"attn_implementation": "sdpa"}
+    rlk = a.stack.startswith("rlk")
+    kw = {"rlk_rebuild_activations": a.stack == "rlk"} if rlk else {"attn_implementation": "sdpa"}
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, **kw).to(a.device).train()
     loss_fn = _loss_fn(a.stack, model)
     if a.stack.endswith("_compile"):
@@ -187,8 +190,8 @@ def main() -> None:
     if "error" in ck:
         return
     for stack in a.stacks.split(","):
-        run(stack, ["stack", "--stack", stack, "--model", ck["rlk"] if stack == "rlk" else ck["hf"]])
-    rivals = [summary[s] for s in STACKS[1:] if "train_tok_per_s" in summary.get(s, {})]
+        run(stack, ["stack", "--stack", stack, "--model", ck["rlk"] if stack.startswith("rlk") else ck["hf"]])
+    rivals = [summary[s] for s in RIVALS if "train_tok_per_s" in summary.get(s, {})]
     rlk = summary.get("rlk", {})
     if rivals and "train_tok_per_s" in rlk:
         best = max(rivals, key=lambda r: r["train_tok_per_s"])
