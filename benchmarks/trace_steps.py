@@ -5,6 +5,8 @@ longer than ``--min-us`` (inclusive time; under the profiler's stack tracing hos
 several times slower than without it, so compare engines, not absolute numbers).
 
     python benchmarks/trace_steps.py trace_stock_b1.json.gz trace_rlk_b1.json.gz
+
+``totals(path)`` sums any trace into a few numbers (``vllm_cuda.py --engine-profile`` keeps those).
 """
 
 from __future__ import annotations
@@ -16,9 +18,33 @@ import json
 SKIP = ("site-packages/torch/", "threading", "queue.py", "<built-in")
 
 
-def summarize(path: str, min_us: float) -> None:
+def load(path: str) -> list[dict]:
     with gzip.open(path) if path.endswith(".gz") else open(path) as f:
-        ev = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+
+def totals(path: str, top: int = 12) -> dict:
+    """A trace as a few numbers: its span from the first to the last kernel, the kernels' busy
+    time in it (so the GPU's idle time), kernel launches and CUDA-graph replays, and the kernels
+    by total time -- small enough to bring back instead of the trace."""
+    ev = load(path)
+    kernels = [e for e in ev if e.get("cat") == "kernel"]
+    if not kernels:
+        return {"kernels": 0}
+    a, b = min(e["ts"] for e in kernels), max(e["ts"] + e["dur"] for e in kernels)
+    by: dict[str, list[float]] = {}
+    for e in kernels:
+        by.setdefault(e["name"], []).append(e["dur"])
+    rows = sorted(by.items(), key=lambda kv: -sum(kv[1]))
+    busy = sum(e["dur"] for e in kernels)
+    return {"span_us": round(b - a), "busy_us": round(busy), "idle_us": round(b - a - busy),
+            "kernels": len(kernels), "graph_replays": sum(1 for e in ev if e.get("cat") == "cuda_runtime"
+                                                        and "GraphLaunch" in e["name"]),
+            "top": [{"kernel": k[:100], "n": len(d), "us": round(sum(d))} for k, d in rows[:top]]}
+
+
+def summarize(path: str, min_us: float) -> None:
+    ev = load(path)
     launches = sorted((e for e in ev if e.get("cat") == "cuda_runtime" and "GraphLaunch" in e["name"]),
                       key=lambda e: e["ts"])
     kernels = [e for e in ev if e.get("cat") == "kernel"]

@@ -16,7 +16,8 @@ stacks) and of 32 without them (``trace_<engine>_b1_light.json.gz``: near the re
 ``--profile-prefill``, only where a batch-1 first token's time goes (the Python under cProfile, to
 ``$OUT/prefill_<engine>.txt``, and the kernels, engine in-process; no throughput or parity); with
 ``--engine-profile``, 32 decode steps at batch 64 and 256 traced by vLLM's own profiler inside the
-default engine (``$OUT/engine_trace_<engine>/``; ``trace_steps.py`` reads them). Engines:
+default engine, each trace summed into the results (``engine_profile``: span, kernel busy and idle
+time, graph replays, top kernels; ``trace_steps.totals``) and deleted. Engines:
 ``stock`` (vLLM's defaults: torch.compile, FULL_AND_PIECEWISE graphs, FA3), ``stock_bi`` (the
 same with ``VLLM_BATCH_INVARIANT=1``, vLLM's own batch-invariant mode), ``rlk`` (CUDA graphs of
 uniform decode steps, ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``), ``rlk_full`` (full CUDA
@@ -144,6 +145,8 @@ def stage_engine(a) -> dict:
                 llm.generate(prompts[:b], SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True),
                              use_tqdm=False)
                 llm.stop_profile()
+                traces = Path(a.out) / f"engine_trace_{a.kind}"
+                res.setdefault("engine_profile", {})[str(b)] = engine_trace_totals(traces, f"{a.kind}_b{b}")
     if a.profile:
         res["profile"] = profile_decode(llm, prompts, SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True),
                                         Path(a.out) / f"trace_{a.kind}_b1.json.gz")
@@ -189,6 +192,26 @@ def profile_decode(llm, prompts, sp, trace: Path, batches=(1, 64)) -> dict:
         llm.generate(prompts[:1], SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True), use_tqdm=False)
     prof.export_chrome_trace(str(trace).replace("_b1.", "_b1_light."))
     return out
+
+
+def engine_trace_totals(folder: Path, what: str, wait_s: float = 60) -> dict:
+    """The totals (``trace_steps.totals``) of the trace vLLM's profiler just wrote into ``folder``
+    (the only one there: each is deleted once summed -- a device call brings back 8 files of 16
+    MiB at most; vLLM names every trace of an engine after its first ``start_profile``)."""
+    from trace_steps import totals
+
+    t = time.time()
+    while time.time() - t < wait_s:
+        found = sorted(folder.glob("*.json*"))
+        if found:
+            time.sleep(2)  # the writer may still be flushing it
+            out = totals(str(found[0]))
+            for f in found:
+                f.unlink()
+            return {"run": what, **out}
+        time.sleep(1)
+    return {"error": f"no trace for {what} in {folder} after {wait_s:.0f} s",
+            "files": sorted(p.name for p in folder.glob("*"))[:10] if folder.exists() else []}
 
 
 def profile_prefill(llm, prompts, out: Path) -> dict:
