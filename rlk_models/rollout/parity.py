@@ -35,10 +35,12 @@ CONFIGS: dict[str, tuple[dict, str, list[int]]] = {
 CUDA_CONFIGS: dict[str, tuple[dict, str, list[int]]] = {
     "batches_64_256_temp1": ({"max_num_seqs": 256, "max_num_batched_tokens": 2048}, "temp1", [64, 256]),
     "cuda_graphs_off": ({"enforce_eager": True}, "temp1", [16, 3]),
-    # full CUDA graphs of every step, prefill chunks mixed with decodes: a 48-token budget (the largest
-    # capture size) splits the 1-320-token prompts into chunks that share steps with earlier requests' decodes
-    "full_graphs_mixed": ({"compilation_config": {"cudagraph_mode": "FULL"}, "max_num_batched_tokens": 48,
-                           "enable_chunked_prefill": True}, "temp1", [16, 3]),
+    # full CUDA graphs of every step, prefill chunks mixed with decodes: a 48-token budget, also the largest
+    # capture size (vLLM's default would be 2 x max_num_seqs = 32, and it wants the budget >= max_num_seqs),
+    # splits the 1-320-token prompts into chunks that share steps with the 16 requests' decodes
+    "full_graphs_mixed": ({"compilation_config": {"cudagraph_mode": "FULL", "max_cudagraph_capture_size": 48},
+                           "max_num_seqs": 16, "max_num_batched_tokens": 48, "enable_chunked_prefill": True},
+                          "temp1", [16, 3]),
     # compiled, with piecewise CUDA graphs for prefill and mixed steps and full graphs for decode
     "compiled_piecewise_graphs": ({"hf_overrides": {"rlk_compile": True},
                                    "compilation_config": {"cudagraph_mode": "FULL_AND_PIECEWISE"},
