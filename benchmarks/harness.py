@@ -34,6 +34,15 @@ def bench_graph(fn, rep: int = 50) -> float:
     return do_bench_cudagraph(fn, rep=rep)
 
 
+def kernel_rows(prof) -> list[tuple[str, int, float]]:
+    """(name, launches, microseconds) of every GPU kernel and memcpy a ``torch.profiler`` run
+    recorded, longest total first."""
+    from torch.autograd import DeviceType
+
+    return sorted(((e.key, e.count, e.device_time_total) for e in prof.key_averages()
+                   if e.device_type == DeviceType.CUDA and e.device_time_total > 0), key=lambda r: -r[2])
+
+
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     """Relative Frobenius error of ``a`` against the (float64) reference ``b``."""
     return float((a.double() - b.double()).norm() / b.double().norm())

@@ -140,14 +140,14 @@ def step_kernels(step, top: int = 30) -> dict:
     """One step's GPU kernels under torch.profiler (after the timed steps, so no timing includes
     it): the step's total kernel time and launches, and the ``top`` kernels by time -- where one
     stack's step is slower than another's."""
-    from torch.autograd import DeviceType
+    import torch
+    from harness import kernel_rows
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step()
-        __import__("torch").cuda.synchronize()
-    rows = sorted(((e.key, e.count, e.device_time_total) for e in prof.key_averages()
-                   if e.device_type == DeviceType.CUDA and e.device_time_total > 0), key=lambda r: -r[2])
+        torch.cuda.synchronize()
+    rows = kernel_rows(prof)
     return {"total_ms": round(sum(r[2] for r in rows) / 1e3, 2), "launches": sum(r[1] for r in rows),
             "top": [{"kernel": k[:110], "n": n, "ms": round(t / 1e3, 3)} for k, n, t in rows[:top]]}
 

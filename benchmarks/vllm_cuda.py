@@ -88,8 +88,9 @@ def stage_engine(a) -> dict:
             kw.update(compilation_config={"cudagraph_mode": "FULL"})
         if a.kind == "rlk_compile":  # vLLM's compilation path, piecewise graphs for prefill/mixed steps
             kw.update(hf_overrides={"rlk_compile": True}, compilation_config={"cudagraph_mode": "FULL_AND_PIECEWISE"})
+    traces = Path(a.out) / f"engine_trace_{a.kind}"
     if a.engine_profile:  # vLLM's own profiler, in the engine core's process (the default engine)
-        kw["profiler_config"] = {"profiler": "torch", "torch_profiler_dir": str(Path(a.out) / f"engine_trace_{a.kind}"),
+        kw["profiler_config"] = {"profiler": "torch", "torch_profiler_dir": str(traces),
                                  "torch_profiler_with_stack": False, "ignore_frontend": True}
     t0 = time.time()
     llm = LLM(**kw)
@@ -145,7 +146,6 @@ def stage_engine(a) -> dict:
                 llm.generate(prompts[:b], SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True),
                              use_tqdm=False)
                 llm.stop_profile()
-                traces = Path(a.out) / f"engine_trace_{a.kind}"
                 res.setdefault("engine_profile", {})[str(b)] = engine_trace_totals(traces, f"{a.kind}_b{b}")
     if a.profile:
         res["profile"] = profile_decode(llm, prompts, SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True),
@@ -165,7 +165,7 @@ def profile_decode(llm, prompts, sp, trace: Path, batches=(1, 64)) -> dict:
     timeline of 8 batch-1 decode steps written to ``trace`` (where a step's time goes between
     kernels). Needs the engine in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by
     ``--profile``)."""
-    from torch.autograd import DeviceType
+    from harness import kernel_rows
     from torch.profiler import ProfilerActivity, profile
     from vllm import SamplingParams
 
@@ -175,9 +175,7 @@ def profile_decode(llm, prompts, sp, trace: Path, batches=(1, 64)) -> dict:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             llm.generate(prompts[:b], sp, use_tqdm=False)
         steps = sp.max_tokens - 1  # the decode steps; the one prefill is in the totals too
-        rows = [(e.key, e.count, e.device_time_total) for e in prof.key_averages()
-                if e.device_type == DeviceType.CUDA and e.device_time_total > 0]  # kernels, memcpys
-        rows.sort(key=lambda r: -r[2])
+        rows = kernel_rows(prof)
         out[str(b)] = {"step_kernel_us": round(sum(r[2] for r in rows) / steps, 1),
                        "step_launches": round(sum(r[1] for r in rows) / steps, 1),
                        "top": [{"kernel": k[:120], "per_step": round(n / steps, 2), "us_per_step": round(t / steps, 1)}
@@ -224,6 +222,7 @@ def profile_prefill(llm, prompts, out: Path) -> dict:
     import io
     import pstats
 
+    from harness import kernel_rows
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
     from vllm import SamplingParams
@@ -248,9 +247,7 @@ def profile_prefill(llm, prompts, out: Path) -> dict:
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         llm.generate(prompts[:1], first, use_tqdm=False)
     prof.export_chrome_trace(str(out) + ".json.gz")
-    rows = [(e.key, e.count, e.device_time_total) for e in prof.key_averages()
-            if e.device_type == DeviceType.CUDA and e.device_time_total > 0]
-    rows.sort(key=lambda r: -r[2])
+    rows = kernel_rows(prof)
     host = sorted(((e.key, e.count, e.self_cpu_time_total) for e in prof.key_averages()
                    if e.device_type == DeviceType.CPU), key=lambda r: -r[2])
     return {"wall_ms": round(sorted(walls)[2] * 1e3, 3), "kernel_us": round(sum(r[2] for r in rows), 1),
