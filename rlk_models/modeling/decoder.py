@@ -185,12 +185,16 @@ class _Rebuild:
         self.fn = fn
 
 
-def rebuild_saved(target: torch.Tensor, rebuild: Callable[[], torch.Tensor]):
+def rebuild_saved(target: torch.Tensor, rebuild: Callable[[], torch.Tensor], on: bool = True):
     """``saved_tensors_hooks`` under which a tensor that an op saves for its backward and that *is*
     ``target`` (its storage, offset, shape, strides and dtype: e.g. a linear's reshape of its
     input) is not kept but rebuilt by ``rebuild()``, under no_grad, when the backward reads it.
     ``rebuild`` must rerun the deterministic op that made ``target``, so the backward sees the
-    same bits; every other saved tensor is kept as usual."""
+    same bits; every other saved tensor is kept as usual. A no-op context unless ``on``, this
+    forward records a graph (``rebuilding``) and ``target`` is part of it."""
+    if not (target.requires_grad and rebuilding(on)):
+        return contextlib.nullcontext()
+
     def layout(t: torch.Tensor) -> tuple | None:
         try:
             return t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride(), t.dtype, t.device
@@ -245,10 +249,8 @@ class MLP(nn.Module):
         ops = get_backend(self.backend)
         gate_up = self.gate_up_proj(x_TD)
         act = ops.silu_mul(gate_up)
-        if not (rebuilding(self.rebuild_act) and act.requires_grad):
-            return self.down_proj(act)
         gu = gate_up.detach()
-        with rebuild_saved(act, lambda: ops.silu_mul(gu)):
+        with rebuild_saved(act, lambda: ops.silu_mul(gu), self.rebuild_act):
             return self.down_proj(act)
 
 
@@ -286,10 +288,9 @@ class DecoderLayer(GradientCheckpointingLayer):
     def _rebuilt(self, normed_TD: torch.Tensor, norm: RMSNorm, stream_TD: torch.Tensor):
         """Hooks that drop ``normed_TD`` (= norm(stream)) where the next projection saves it; the
         norm's weight is read when the backward rebuilds it (FSDP2 has gathered it again then)."""
-        if not (rebuilding(self.rebuild_norms) and normed_TD.requires_grad):
-            return contextlib.nullcontext()
         stream = stream_TD.detach()
-        return rebuild_saved(normed_TD, lambda: get_backend(norm.backend).rms_norm(stream, norm.weight, norm.eps))
+        return rebuild_saved(normed_TD, lambda: get_backend(norm.backend).rms_norm(stream, norm.weight, norm.eps),
+                             self.rebuild_norms)
 
 
 class Decoder(nn.Module):
