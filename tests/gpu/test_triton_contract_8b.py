@@ -278,3 +278,38 @@ def test_head_graphs_give_the_eager_heads_bits():
                 got = graphs(head, h, w).clone()
             assert torch.equal(got, head(h)), (update, t)
     assert sorted(graphs.graphs) == [1, 2, 4, 8, 16, 32, 64]  # every size, captured at the first call
+
+
+_FRESH_THREADS = """
+import json, threading
+import torch
+from rlk_models.ops.triton.matmul import _tma_ok, linear, mm
+
+g = torch.Generator(device="cuda").manual_seed(0)
+x = torch.randn(256, 512, device="cuda", generator=g).bfloat16().requires_grad_()
+w = torch.randn(1024, 512, device="cuda", generator=g).bfloat16().requires_grad_()
+dy = torch.randn(256, 1024, device="cuda", generator=g).bfloat16()
+y = linear(x, w)
+# autograd's device thread has done nothing yet: the first op of this backward is the TMA dx product
+dx, dw = torch.autograd.grad(y, [x, w], dy)
+out = {}
+def plain_thread():  # a Python thread whose first CUDA work is a TMA product
+    out["thread"] = mm(x.detach(), w.detach())
+t = threading.Thread(target=plain_thread)
+t.start()
+t.join()
+print(json.dumps({"tma": _tma_ok(dy, w.detach(), x.detach()),
+                  "dx": torch.equal(dx, mm(dy, w.detach(), b_kn=True)),
+                  "thread": torch.equal(out["thread"], y.detach())}))
+"""
+
+
+def test_tma_products_on_threads_that_never_touched_cuda():
+    """Triton fills TMA descriptors before its launcher binds the CUDA context: a fresh process's
+    first backward (whose first op is our dx product) and a new thread's first product used to
+    fail with "invalid device context"; ``bind_cuda_context`` binds it. A fresh process, so no
+    earlier test has bound autograd's thread already."""
+    from tests.vllm.conftest import run_json
+
+    (r,) = run_json(["-c", _FRESH_THREADS], timeout=300)
+    assert r == {"tma": True, "dx": True, "thread": True}, r

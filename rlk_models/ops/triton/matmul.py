@@ -58,7 +58,7 @@ import triton.language as tl
 
 from ..canonical import LINEAR_K_GROUPS as K_GROUPS
 from ..checks import check_linear
-from .utils import BLOCK_K, dot_k_range, fit_stages, num_sms
+from .utils import BLOCK_K, bind_cuda_context, dot_k_range, fit_stages, num_sms
 
 HALF = K_GROUPS // 2  # groups per half: the run folded in order before the halves are added
 
@@ -382,6 +382,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     if use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
+        bind_cuda_context(a.device)
         a_d = TensorDescriptor.from_tensor(a, [BLOCK_K, bm] if a_km else [bm, BLOCK_K])
         b_d = TensorDescriptor.from_tensor(b, [BLOCK_K, bn] if b_kn else [bn, BLOCK_K])
         c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if split else [bn, bm] if swap else [bm, bn])

@@ -4,6 +4,7 @@ and the pipeline depth that fits shared memory."""
 from __future__ import annotations
 
 import functools
+import threading
 
 import torch
 import triton
@@ -34,6 +35,27 @@ def num_sms(device: torch.device) -> int:
     if device.type != "cuda":
         return 4
     return _sms(device.index if device.index is not None else torch.cuda.current_device())
+
+
+_bound = threading.local()
+
+
+def bind_cuda_context(device: torch.device) -> None:
+    """Make ``device``'s primary CUDA context current on this thread before a TMA descriptor is
+    made. Triton fills host-side descriptors (``cuTensorMapEncodeTiled``) in Python before its
+    launcher binds the context, and a thread that never touched CUDA has none: autograd's device
+    thread when the first op of a backward is a TMA matmul fails with "invalid device context"
+    (pytorch/pytorch#124565). One CUDA runtime call per thread and device binds it;
+    ``cudaMemGetInfo`` is no stream operation, so it is allowed while a CUDA graph is captured."""
+    if device.type != "cuda":  # the interpreter: host tensors, no context
+        return
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    seen = getattr(_bound, "devices", None)
+    if seen is None:
+        seen = _bound.devices = set()
+    if index not in seen:
+        torch.cuda.mem_get_info(index)
+        seen.add(index)
 
 
 def fit_stages(rows: int, elem_size: int, stages: int, out_bytes: int = 0, budget: int = 216 * 1024) -> int:
