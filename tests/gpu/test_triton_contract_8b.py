@@ -313,3 +313,25 @@ def test_tma_products_on_threads_that_never_touched_cuda():
 
     (r,) = run_json(["-c", _FRESH_THREADS], timeout=300)
     assert r == {"tma": True, "dx": True, "thread": True}, r
+
+
+def test_a_step_size_compiles_no_new_matmul():
+    """A step's token count must not select a compiled kernel (an engine's prefill and mixed steps
+    bring nearly every M; each new kernel is a JIT stall mid-rollout): over 42 sizes M = 520..2037,
+    column- and row-parallel, the kernels compiled number at most one per (launch, M % 16 == 0) --
+    Triton's own specialization of an int argument -- not one per tile count."""
+    from rlk_models.ops.triton.matmul import _mm_tma_kernel, k_groups, launch_for, matmul
+
+    g = gen(3)
+    x = torch.randn(2048, 2048, device="cuda", generator=g).bfloat16()
+    w_col = torch.randn(3072, 2048, device="cuda", generator=g).bfloat16()
+    w_row = torch.randn(2048, 2048, device="cuda", generator=g).bfloat16()
+    cache = _mm_tma_kernel.device_caches[torch.cuda.current_device()][0]
+    before = len(cache)
+    sizes = range(520, 2048, 37)
+    for m in sizes:
+        matmul(x[:m], w_col)
+        matmul(x[:m], w_row, row_parallel=True)
+    allowed = {(launch_for(m, 3072, 1), m % 16 == 0) for m in sizes} | {
+        (launch_for(m, 2048, k_groups(2048)), m % 16 == 0) for m in sizes}
+    assert len(cache) - before <= len(allowed), (len(cache) - before, len(allowed))

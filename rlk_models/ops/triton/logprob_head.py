@@ -174,13 +174,13 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats):
     if t and n_tiles:
         block_m, warps = (next(c for bound, c in STATS_CONFIG.items() if t <= bound) if h.dtype == torch.bfloat16
                           else STATS_CONFIG_OTHER)
-        progs = triton.cdiv(t, block_m) * n_tiles
-        progs = min(progs, 4 * num_sms(dev))
+        stride = 4 * num_sms(dev)  # the loop's constexpr stride: fixed, not the grid (a kernel per row count)
+        progs = min(triton.cdiv(t, block_m) * n_tiles, stride)
         tg = targets.contiguous() if targets is not None else torch.full((t,), -1, dtype=torch.int64, device=dev)
         _head_stats_kernel[(progs,)](h.contiguous(), w_real.contiguous(), tg, m, s, e, tgt, logits, t, v, k,
                                      n_tiles, n_stats, WITH_E=with_entropy,
                                      KEEP=keep_logits, BLOCK_M=block_m, BLOCK_V=VOCAB_TILE, BLOCK_K=BLOCK_K,
-                                     NUM_PROGS=progs, num_warps=warps,
+                                     NUM_PROGS=stride, num_warps=warps,
                                      num_stages=fit_stages(block_m + VOCAB_TILE, h.element_size(), 3))
     return m, s, e, tgt, logits
 

@@ -58,7 +58,7 @@ import triton.language as tl
 
 from ..canonical import LINEAR_K_GROUPS as K_GROUPS
 from ..checks import check_linear
-from .utils import BLOCK_K, bind_cuda_context, dot_k_range, fit_stages, num_sms
+from .utils import BLOCK_K, ONE_PASS, bind_cuda_context, dot_k_range, fit_stages, num_sms
 
 HALF = K_GROUPS // 2  # groups per half: the run folded in order before the halves are added
 
@@ -372,7 +372,14 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         out_bytes = bm * bn * (4 if split else out.element_size())
     stages = fit_stages(bm + bn, a.element_size(), stages, out_bytes)
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    progs = min(sms, tiles) if launch.persistent and not split and not launch.flat else tiles  # flat: a tile each
+    persistent = launch.persistent and not split and not launch.flat  # flat: a tile each
+    progs = min(sms, tiles) if persistent else tiles
+    # the tile loop's stride, a constexpr: the SM count (a persistent grid; programs past the last tile run no
+    # iteration) or ONE_PASS (a program a tile) -- never the grid itself, which would compile a kernel for
+    # every tile count, i.e. for nearly every M a step brings (a JIT stall in the middle of a rollout)
+    stride = sms if persistent else ONE_PASS
+    if tiles > ONE_PASS:
+        raise ValueError(f"matmul: {m} x {n} in tiles of {bm} x {bn} is more than {ONE_PASS} tiles")
     kg = k // groups if grouped else k
     parts = groups // split if split else 0
     c = torch.empty(parts, m, n, dtype=torch.float32, device=a.device) if split else out
@@ -387,14 +394,14 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         b_d = TensorDescriptor.from_tensor(b, [BLOCK_K, bn] if b_kn else [bn, BLOCK_K])
         c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if split else [bn, bm] if swap else [bm, bn])
         _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, run_of(groups), split,
-                             a_km, b_kn, bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages, C_T=swap,
+                             a_km, b_kn, bm, bn, BLOCK_K, 8, stride, num_warps=warps, num_stages=stages, C_T=swap,
                              FLAT=launch.flat)
     else:
         sam, sak = (a.stride(1), a.stride(0)) if a_km else (a.stride(0), a.stride(1))
         sbn, sbk = (b.stride(1), b.stride(0)) if b_kn else (b.stride(0), b.stride(1))
         scm, scn = (1, m) if swap else (n, 1)  # out is [M, N] of the caller: transposed when swapped
         _mm_kernel[grid](a, b, c, bias_arg, m, n, k, kg, sam, sak, sbn, sbk, scm, scn, bias is not None, groups,
-                         run_of(groups), split, bm, bn, BLOCK_K, 8, progs, num_warps=warps, num_stages=stages,
+                         run_of(groups), split, bm, bn, BLOCK_K, 8, stride, num_warps=warps, num_stages=stages,
                          C_T=swap)
     if split:  # the runs' partials, folded as the fused kernel folds the groups
         block = 1024

@@ -11,6 +11,9 @@ import triton
 import triton.language as tl
 
 BLOCK_K = 64  # every dot product walks K in tiles of this size, in order: part of the contract
+# A tile loop's stride when every program takes one tile: any constant above the tile count gives one pass. A
+# stride is a constexpr, so it must not follow the step's size (a compiled kernel per size).
+ONE_PASS = 1 << 24
 
 
 @triton.jit
