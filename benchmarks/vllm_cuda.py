@@ -81,7 +81,8 @@ def stage_engine(a) -> dict:
 
     rlk = a.kind.startswith("rlk")
     kw = dict(model=a.model, dtype="bfloat16", seed=0, max_model_len=a.prompt_len + a.max_tokens + 16,
-              gpu_memory_utilization=0.85, max_num_seqs=a.max_num_seqs or a.n, tensor_parallel_size=a.tp)
+              gpu_memory_utilization=0.85, max_num_seqs=a.max_num_seqs or a.n, tensor_parallel_size=a.tp,
+              disable_log_stats=False)  # the scheduler's counters (preemptions) for engine_stats
     if rlk:
         kw.update(logprobs_mode="raw_logits", **engine_graph_options(True, a.kind != "rlk_eager"))
         if a.kind == "rlk_full":  # full graphs of mixed prefill/decode steps too (the backend's ALWAYS support)
@@ -97,20 +98,28 @@ def stage_engine(a) -> dict:
     res = {"init_s": round(time.time() - t0, 1)}
     cc = llm.llm_engine.vllm_config.compilation_config
     res["cudagraph_mode"], res["compile_mode"] = str(cc.cudagraph_mode), str(cc.mode)
+    res["engine"] = engine_facts(llm)
     rng = random.Random(0)
     prompts = [" ".join(f"w{rng.randrange(2, VOCAB)}" for _ in range(a.prompt_len)) for _ in range(a.n)]
     sp = SamplingParams(temperature=1.0, max_tokens=a.max_tokens, ignore_eos=True, logprobs=0, seed=None)
     if a.varied:  # each request its own length: finished sequences make room for waiting ones (mixed steps)
         sp = [SamplingParams(temperature=1.0, max_tokens=rng.randint(a.max_tokens // 8, a.max_tokens), ignore_eos=True,
                              logprobs=0, seed=None) for _ in prompts]
-    llm.generate(prompts[:16], SamplingParams(max_tokens=16, ignore_eos=True), use_tqdm=False)  # warm-up
+    # warm-up: the measured workload once, untimed. An rlk engine compiles a Triton kernel the first time a step
+    # falls in a launch bucket it has not met (stock vLLM compiles at start); on a fresh machine (empty Triton
+    # cache) that is seconds, and with full graphs of every step up to 512 tokens a short warm-up leaves the
+    # larger eager steps' buckets to the timed run (session 12's 8B figures: FULL 0.67x stock, first on fresh
+    # machines)
+    llm.generate(prompts, sp, use_tqdm=False)
     if a.profile_prefill:
         return {**res, "prefill_profile": profile_prefill(llm, prompts, Path(a.out) / f"prefill_{a.kind}")}
+    preempted = counter(llm, "vllm:num_preemptions")
     t = time.time()
     outs = llm.generate(prompts, sp, use_tqdm=False)
     dt = time.time() - t
     ntok = sum(len(o.outputs[0].token_ids) for o in outs)
-    res["throughput"] = {"s": round(dt, 2), "tokens": ntok, "tok_per_s": round(ntok / dt, 1)}
+    res["throughput"] = {"s": round(dt, 2), "tokens": ntok, "tok_per_s": round(ntok / dt, 1),
+                         "preemptions": counter(llm, "vllm:num_preemptions") - preempted}
     one = SamplingParams(temperature=1.0, max_tokens=128, ignore_eos=True)
     first = SamplingParams(temperature=1.0, max_tokens=1, ignore_eos=True)
     llm.generate(prompts[:1], one, use_tqdm=False)
@@ -156,6 +165,21 @@ def stage_engine(a) -> dict:
                     "logprobs": [[lp[t].logprob for lp, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids)]
                                  for o in outs]}, a.save)
     return res
+
+
+def engine_facts(llm) -> dict:
+    """What the engine chose that moves a throughput figure: its KV-cache capacity in tokens, the
+    step's token budget and the largest step a CUDA graph serves."""
+    cfg = llm.llm_engine.vllm_config
+    blocks = cfg.cache_config.num_gpu_blocks
+    return {"kv_cache_tokens": blocks * cfg.cache_config.block_size if blocks else None,
+            "max_num_batched_tokens": cfg.scheduler_config.max_num_batched_tokens,
+            "max_cudagraph_capture_size": cfg.compilation_config.max_cudagraph_capture_size}
+
+
+def counter(llm, name: str) -> int:
+    """A vLLM Prometheus counter summed over its label sets (0 where the engine has none)."""
+    return int(sum(m.value for m in llm.get_metrics() if m.name == name and hasattr(m, "value")))
 
 
 def profile_decode(llm, prompts, sp, trace: Path, batches=(1, 64)) -> dict:
