@@ -231,7 +231,7 @@ def _backward(h, w, targets, lse, mean_l, vocab_size, g_logp, g_ent, need_dw):
                 h, w, targets, lse, mean_l, g_logp, g_ent, dlc, t, c, k, a, WITH_E=with_e,
                 BLOCK_M=64, BLOCK_V=128, BLOCK_K=BLOCK_K, num_warps=4,
                 num_stages=fit_stages(64 + 128, h.element_size(), 3))
-        dh += mm(dlc, w[a:b], b_kn=True, out_dtype=torch.float32, groups=1)
+        mm(dlc, w[a:b], b_kn=True, groups=1, out=dh, accumulate=True)  # dh + the chunk's product, in place
         if dw is not None:
             mm(dlc, h, a_km=True, b_kn=True, groups=1, out=dw[a:b])
     return dh.to(h.dtype), dw

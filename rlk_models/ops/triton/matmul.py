@@ -86,10 +86,10 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, s
                HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr, RUN: tl.constexpr, SPLIT: tl.constexpr,
                BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr,
-               C_T: tl.constexpr = False):
+               C_T: tl.constexpr = False, ACC: tl.constexpr = False):
     """Pointer loads (any strides; runs in the interpreter); the TMA kernel's two forms. C_T (swap
     launch): A is the weight and B the tokens, c's strides address the [tokens, weight rows]
-    output, and the bias runs along M."""
+    output, and the bias runs along M. ACC: c = c + the product (``mm(..., accumulate=True)``)."""
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     for tile in range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGS):
@@ -135,6 +135,8 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, s
                     acc += tl.load(bias_ptr + rm, mask=rm < M, other=0.0).to(tl.float32)[:, None]
                 else:
                     acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+            if ACC:
+                acc = tl.load(c_ptr + c_off, mask=c_mask, other=0.0).to(tl.float32) + acc
             tl.store(c_ptr + c_off, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
@@ -174,7 +176,7 @@ def _group_tma(a_desc, b_desc, pid_m, pid_n, k_lo, k_hi, KG, part, A_KM: tl.cons
 def _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS: tl.constexpr,
                  GROUPS: tl.constexpr, RUN: tl.constexpr, SPLIT: tl.constexpr, A_KM: tl.constexpr,
                  B_KN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 C_T: tl.constexpr, FLAT: tl.constexpr):
+                 C_T: tl.constexpr, FLAT: tl.constexpr, ACC: tl.constexpr):
     """One output tile (``_mm_tma_kernel``). FLAT: the group loops carry ``flatten``; with no tile
     loop around them (one tile per program) each heads its own loop nest, and Triton fuses it with
     its K loop into one pipelined loop, so the TMA loads run on across group boundaries instead of
@@ -221,6 +223,13 @@ def _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_B
         if C_T:
             c_desc.store([pid_n * BLOCK_N, pid_m * BLOCK_M], tl.trans(acc).to(c_desc.dtype))
         else:
+            if ACC:  # out's tile by pointer loads straight to registers (no shared-memory buffer beside the store's);
+                #       no bias with ACC, so bias_ptr is out itself (mm passes out when there is no bias)
+                rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+                rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+                old = tl.load(bias_ptr + rm[:, None].to(tl.int64) * N + rn[None, :],
+                              mask=(rm[:, None] < M) & (rn[None, :] < N), other=0.0)
+                acc = old.to(tl.float32) + acc
             c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
 
 
@@ -229,7 +238,7 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
                    RUN: tl.constexpr, SPLIT: tl.constexpr, A_KM: tl.constexpr, B_KN: tl.constexpr,
                    BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr,
-                   C_T: tl.constexpr = False, FLAT: tl.constexpr = False):
+                   C_T: tl.constexpr = False, FLAT: tl.constexpr = False, ACC: tl.constexpr = False):
     """TMA tensor descriptors (Hopper). SPLIT (> 0): program axis 1 is a run of SPLIT groups and
     c_desc is the [GROUPS / SPLIT, M, N] fp32 partial buffer. C_T (swap launch, SPLIT = 0): A is
     the weight, B the tokens; each tile is stored transposed into the [tokens, weight rows]
@@ -240,12 +249,12 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
     if FLAT:
         pid_m, pid_n = _tile_coords(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
         _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS, GROUPS, RUN, SPLIT, A_KM,
-                     B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT)
+                     B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT, ACC)
     else:
         for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGS, flatten=True):
             pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
             _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS, GROUPS, RUN, SPLIT,
-                         A_KM, B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT)
+                         A_KM, B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT, ACC)
 
 
 @triton.jit
@@ -338,28 +347,32 @@ def _tma_ok(*ts: torch.Tensor) -> bool:
 
 def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
        a_km: bool = False, b_kn: bool = False, groups: int = 1, launch: Launch | None = None,
-       tma: bool | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+       tma: bool | None = None, out: torch.Tensor | None = None, accumulate: bool = False) -> torch.Tensor:
     """The contract's product C[M, N] = A @ B^T over K, with A given as [M, K] (``a_km``: as
     [K, M]) and B as [N, K] (``b_kn``: as [K, N]), K reduced in ``groups`` canonical groups (1:
     the plain K order). ``launch``/``tma`` override the choices made by shape (every choice gives
-    the same bits); ``out`` (contiguous [M, N]) receives the result."""
+    the same bits); ``out`` (contiguous [M, N]) receives the result -- with ``accumulate``, ``out
+    + C`` rounded once to out's dtype, the bits of ``out + mm(...)`` in fp32 (plain K, no bias), one
+    pass over ``out`` instead of a product buffer and an add."""
     m, k = (a.shape[1], a.shape[0]) if a_km else a.shape
     n = b.shape[1] if b_kn else b.shape[0]
     if (b.shape[0] if b_kn else b.shape[1]) != k:
         raise ValueError(f"matmul: A {tuple(a.shape)} and B {tuple(b.shape)} disagree on K")
+    if accumulate and (out is None or out.dtype != torch.float32 or groups > 1 or bias is not None):
+        raise ValueError("matmul: accumulate=True adds a plain-K product without bias into a given fp32 out")
     if out is None:
         out = torch.empty(m, n, dtype=out_dtype or a.dtype, device=a.device)
     if m == 0 or n == 0:
         return out
     explicit = launch is not None
     launch = launch or launch_for(m, n, groups)
-    if launch.swap and (a_km or b_kn) and not explicit:  # a table's swap default serves forward layouts only
+    if launch.swap and (a_km or b_kn or accumulate) and not explicit:  # a table's swap serves forward layouts only
         launch = launch._replace(swap=False)
     swap = launch.swap
     if swap:  # the tiles of B @ A^T: B's rows on the kernel's M side, each tile stored transposed into out
-        if groups > 1 or a_km or b_kn or launch.split:
-            raise ValueError("matmul: a swap launch computes a plain-K forward product (no K-groups, split-K or "
-                             "transposed operands)")
+        if groups > 1 or a_km or b_kn or launch.split or accumulate:
+            raise ValueError("matmul: a swap launch computes a plain-K forward product (no K-groups, split-K, "
+                             "transposed operands or accumulation)")
         a, b, m, n = b, a, n, m
     (bm, bn, warps, stages), sms = launch.config, num_sms(a.device)
     grouped = groups > 1
@@ -383,7 +396,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     kg = k // groups if grouped else k
     parts = groups // split if split else 0
     c = torch.empty(parts, m, n, dtype=torch.float32, device=a.device) if split else out
-    bias_arg = bias if bias is not None else out
+    bias_arg = bias if bias is not None else out  # without a bias: out (the accumulate epilogue reads it there)
     grid = (progs, parts) if split else (progs,)
     use_tma = _tma_ok(a, b, out) if tma is None else tma
     if use_tma:
@@ -395,14 +408,14 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if split else [bn, bm] if swap else [bm, bn])
         _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, run_of(groups), split,
                              a_km, b_kn, bm, bn, BLOCK_K, 8, stride, num_warps=warps, num_stages=stages, C_T=swap,
-                             FLAT=launch.flat)
+                             FLAT=launch.flat, ACC=accumulate)
     else:
         sam, sak = (a.stride(1), a.stride(0)) if a_km else (a.stride(0), a.stride(1))
         sbn, sbk = (b.stride(1), b.stride(0)) if b_kn else (b.stride(0), b.stride(1))
         scm, scn = (1, m) if swap else (n, 1)  # out is [M, N] of the caller: transposed when swapped
         _mm_kernel[grid](a, b, c, bias_arg, m, n, k, kg, sam, sak, sbn, sbk, scm, scn, bias is not None, groups,
                          run_of(groups), split, bm, bn, BLOCK_K, 8, stride, num_warps=warps, num_stages=stages,
-                         C_T=swap)
+                         C_T=swap, ACC=accumulate)
     if split:  # the runs' partials, folded as the fused kernel folds the groups
         block = 1024
         _fold_kernel[(triton.cdiv(m * n, block),)](c, out, bias_arg, m, n, bias is not None, parts,

@@ -111,6 +111,30 @@ def test_matmul_tma_kernel_is_the_pointer_kernel(row_parallel):
         assert torch.equal(mm.matmul(x, w, b, row_parallel=row_parallel, launch=lc, tma=True), first), lc
 
 
+def test_matmul_accumulate_is_out_plus_the_product():
+    """``accumulate=True`` gives the bits of ``out + mm(...)`` in fp32 -- the head backward's dh
+    over vocab chunks -- in both kernels and launch forms, at a ragged M, and refuses what it does
+    not cover (no out, bf16 out, K-groups, bias)."""
+    mm = _mod("matmul")
+    g = torch.Generator().manual_seed(5)
+    # dlogits [T, c] and the chunk of the weight [c, K]
+    dl, w = bitwise_data(g, 37, 96, dtype=torch.bfloat16), bitwise_data(g, 96, 64, dtype=torch.bfloat16)
+    dh0 = bitwise_data(g, 37, 64, dtype=torch.float32)
+    want = dh0 + mm.mm(dl, w, b_kn=True, out_dtype=torch.float32, tma=False)
+    for tma in (False, True):
+        for f in (dict(), dict(persistent=False), dict(flat=True)):
+            got = dh0.clone()
+            out = mm.mm(dl, w, b_kn=True, out=got, accumulate=True, launch=mm.Launch((16, 32, 4, 3), **f), tma=tma)
+            assert out is got and torch.equal(got, want), (tma, f)
+    got = dh0.clone()
+    mm.mm(dl, w, b_kn=True, out=got, accumulate=True)  # the shape's default launch
+    assert torch.equal(got, want)
+    for bad in (dict(), dict(out=dh0.bfloat16()), dict(out=dh0.clone(), groups=8),
+                dict(out=dh0.clone(), bias=torch.zeros(64))):
+        with pytest.raises(ValueError, match="accumulate"):
+            mm.mm(dl, w, b_kn=True, accumulate=True, **bad)
+
+
 def test_matmul_k_order_is_the_layers():
     """Row-parallel K-groups and the plain order are different sums: a product whose plain fp32
     sum rounds differently from the grouped one tells them apart (the kind really reaches the
