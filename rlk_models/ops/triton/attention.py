@@ -78,7 +78,7 @@ def _query_block(cu_ptr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.const
 
 
 @triton.jit
-def _varlen_fwd(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_ptr, qk_scale, T, sq, sk, so,
+def _varlen_fwd(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_ptr, qk_scale, T, sq, sk, sv, so,
                 GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     start, L, h, kvh, row0, rm, rd, row_ok = _query_block(cu_ptr, GROUP, D, BLOCK_M)
     if row0 < L:
@@ -92,9 +92,9 @@ def _varlen_fwd(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_ptr, qk_scale, T, sq, sk
         for n0 in range(0, hi, BLOCK_N):
             rn = n0 + tl.arange(0, BLOCK_N)
             stored = rn < L
-            kv_off = (start + rn).to(tl.int64)[:, None] * sk + kvh * D + rd[None, :]
-            k = tl.load(k_ptr + kv_off, mask=stored[:, None], other=0.0)
-            v = tl.load(v_ptr + kv_off, mask=stored[:, None], other=0.0)
+            tok = (start + rn).to(tl.int64)[:, None]
+            k = tl.load(k_ptr + tok * sk + kvh * D + rd[None, :], mask=stored[:, None], other=0.0)
+            v = tl.load(v_ptr + tok * sv + kvh * D + rd[None, :], mask=stored[:, None], other=0.0)
             m_i, l_i, acc = _tile_update(q, k, v, m_i, l_i, acc, rn[None, :] <= q_pos[:, None], qk_scale)
         o = acc / l_i[:, None]
         tl.store(o_ptr + (start + rm).to(tl.int64)[:, None] * so + h * D + rd[None, :], o.to(o_ptr.dtype.element_ty),
@@ -185,7 +185,8 @@ def _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale):
 
 @triton.jit
 def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_ptr, qk_scale, sm_scale, T,
-              sq, sk, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+              sq, sk, sv, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """dK and dV of a key block; v read at its own token stride ``sv``, dv stored at dk's."""
     pid_n, seq, kvh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(cu_ptr + seq)
     L = tl.load(cu_ptr + seq + 1) - start
@@ -195,7 +196,8 @@ def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, c
         key_ok = rn < L
         kv_off = (start + rn).to(tl.int64)[:, None] * sk + kvh * D + rd[None, :]
         k = tl.load(k_ptr + kv_off, mask=key_ok[:, None], other=0.0)
-        v = tl.load(v_ptr + kv_off, mask=key_ok[:, None], other=0.0)
+        v = tl.load(v_ptr + (start + rn).to(tl.int64)[:, None] * sv + kvh * D + rd[None, :], mask=key_ok[:, None],
+                    other=0.0)
         dk = tl.zeros((BLOCK_N, D), tl.float32)
         dv = tl.zeros((BLOCK_N, D), tl.float32)
         for g in range(GROUP):  # the group's query heads, in order
@@ -212,7 +214,7 @@ def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, c
 
 
 @triton.jit
-def _bwd_dq(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_ptr, qk_scale, sm_scale, T, sq, sk,
+def _bwd_dq(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_ptr, qk_scale, sm_scale, T, sq, sk, sv,
             GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     start, L, h, kvh, row0, rm, rd, row_ok = _query_block(cu_ptr, GROUP, D, BLOCK_M)
     if row0 < L:
@@ -221,9 +223,9 @@ def _bwd_dq(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_ptr, qk_
         for n0 in range(0, tl.minimum(row0 + BLOCK_M, L), BLOCK_N):  # key tiles, in order
             rn = n0 + tl.arange(0, BLOCK_N)
             key_ok = rn < L
-            kv_off = (start + rn).to(tl.int64)[:, None] * sk + kvh * D + rd[None, :]
-            k = tl.load(k_ptr + kv_off, mask=key_ok[:, None], other=0.0)
-            v = tl.load(v_ptr + kv_off, mask=key_ok[:, None], other=0.0)
+            tok = (start + rn).to(tl.int64)[:, None]
+            k = tl.load(k_ptr + tok * sk + kvh * D + rd[None, :], mask=key_ok[:, None], other=0.0)
+            v = tl.load(v_ptr + tok * sv + kvh * D + rd[None, :], mask=key_ok[:, None], other=0.0)
             _, ds = _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale)
             dq = tl.dot(ds.to(k.dtype), k, dq)
         tl.store(dq_ptr + q_off, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
@@ -237,7 +239,8 @@ def _check_head_dim(d: int) -> None:
 class _VarlenAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, cu_seqlens, scale, config):
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        # v is read in place at its token stride (in a model, a slice of the qkv projection's rows: no copy)
+        q, k, v = q.contiguous(), k.contiguous(), v if v.stride()[1:] == (v.shape[2], 1) else v.contiguous()
         t, hq, d = q.shape
         cu = cu_seqlens.to(device=q.device, dtype=torch.int32)
         # one host read per forward, not per layer: every layer passes the same cu_seqlens
@@ -247,7 +250,7 @@ class _VarlenAttention(torch.autograd.Function):
         if t and max_len:
             block_m, warps, stages = config
             grid = (triton.cdiv(max_len, block_m), cu.numel() - 1, hq)
-            _varlen_fwd[grid](q, k, v, o, lse, cu, scale * LOG2E, t, q.stride(0), k.stride(0), o.stride(0),
+            _varlen_fwd[grid](q, k, v, o, lse, cu, scale * LOG2E, t, q.stride(0), k.stride(0), v.stride(0), o.stride(0),
                               GROUP=hq // k.shape[1], D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N,
                               num_warps=warps, num_stages=stages)
         ctx.save_for_backward(q, k, v, o, lse, cu)
@@ -260,7 +263,7 @@ class _VarlenAttention(torch.autograd.Function):
         t, hq, d = q.shape
         hkv = k.shape[1]
         do = do.contiguous()
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(k)  # dv: dk's layout
         if t and ctx.max_len:
             delta = torch.empty(hq, t, dtype=torch.float32, device=q.device)
             _bwd_delta[(triton.cdiv(t * hq, 64),)](o, do, delta, t, hq, D=d, BLOCK=64)
@@ -269,10 +272,10 @@ class _VarlenAttention(torch.autograd.Function):
             bb, warps, stages = BWD_CONFIG
             blocks = triton.cdiv(ctx.max_len, bb)
             _bwd_dkdv[(blocks, n_seq, hkv)](q, k, v, do, *args, dk, dv, cu, ctx.scale * LOG2E, ctx.scale, t,
-                                            q.stride(0), k.stride(0), GROUP=hq // hkv, D=d, BLOCK_M=bb,
+                                            q.stride(0), k.stride(0), v.stride(0), GROUP=hq // hkv, D=d, BLOCK_M=bb,
                                             BLOCK_N=bb, num_warps=warps, num_stages=stages)
             _bwd_dq[(blocks, n_seq, hq)](q, k, v, do, *args, dq, cu, ctx.scale * LOG2E, ctx.scale, t,
-                                         q.stride(0), k.stride(0), GROUP=hq // hkv, D=d, BLOCK_M=bb,
+                                         q.stride(0), k.stride(0), v.stride(0), GROUP=hq // hkv, D=d, BLOCK_M=bb,
                                          BLOCK_N=bb, num_warps=warps, num_stages=stages)
         else:
             dq.zero_(), dk.zero_(), dv.zero_()

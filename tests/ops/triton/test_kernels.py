@@ -520,6 +520,27 @@ def test_attention_close_to_reference_and_backward_deterministic(dtype):
         assert rel_err(a, c) < 10 * TOL[dtype]
 
 
+def test_attention_reads_v_in_place():
+    """v given as a slice of a qkv row buffer (as the model passes it) is read at its token stride:
+    the output and all three gradients equal those of a contiguous v, bit for bit."""
+    att = _mod("attention")
+    g = torch.Generator().manual_seed(8)
+    t = sum(LENS)
+    qkv = rand(g, t, (HQ + 2 * HKV) * D, dtype=torch.float16)
+    q, k, v = (x.reshape(t, -1, D) for x in qkv.split([HQ * D, HKV * D, HKV * D], dim=-1))
+    assert not v.is_contiguous()
+    cu = torch.tensor([0] + torch.tensor(LENS).cumsum(0).tolist(), device=DEV)
+    do = rand(g, t, HQ, D, dtype=torch.float16)
+    outs = []
+    for vv in (v, v.contiguous()):
+        qr, kr, vr = q.contiguous().requires_grad_(), k.contiguous().requires_grad_(), vv.detach().requires_grad_()
+        o = att.varlen_attention(qr, kr, vr, cu, D ** -0.5)
+        assert o.grad_fn.saved_tensors[2].data_ptr() == vr.data_ptr(), "v was copied"
+        outs.append((o, *torch.autograd.grad(o, [qr, kr, vr], do)))
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_write_kv_equals_reference_and_skips_padding(dtype):
     from rlk_models.ops.paged import write_kv as write_kv_ref
