@@ -97,9 +97,11 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, D, H
 
 
 @triton.jit
-def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, M, D, CHUNK: tl.constexpr, ROWS: tl.constexpr,
-             BLOCK_D: tl.constexpr, DW: tl.constexpr):
-    """dx of rows [chunk * CHUNK, +CHUNK), ROWS at a time, and (DW) this chunk's fp32 dw partial."""
+def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, M, D, heads, sx, CHUNK: tl.constexpr,
+             ROWS: tl.constexpr, BLOCK_D: tl.constexpr, DW: tl.constexpr):
+    """dx of rows [chunk * CHUNK, +CHUNK), ROWS at a time, and (DW) this chunk's fp32 dw partial.
+    Row r of x is head r % heads of token r // heads, tokens ``sx`` apart (x read in place: per-head
+    norms of a slice of the qkv rows); dy and dx are [M, D] rows."""
     chunk = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
     cmask = cols < D
@@ -110,7 +112,8 @@ def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, M, D, CHUNK: tl.co
         rmask = rows < M
         ok = rmask[:, None] & cmask[None, :]
         off = rows.to(tl.int64)[:, None] * D + cols[None, :]
-        x = tl.load(x_ptr + off, mask=ok, other=0.0).to(tl.float32)
+        x_off = (rows // heads).to(tl.int64)[:, None] * sx + ((rows % heads) * D)[:, None] + cols[None, :]
+        x = tl.load(x_ptr + x_off, mask=ok, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + off, mask=ok, other=0.0).to(tl.float32)
         rstd = tl.load(rstd_ptr + rows, mask=rmask, other=0.0)
         n = x * rstd[:, None]
@@ -188,7 +191,11 @@ def _norm_rope_backward(dy, x, w, rstd, want_dw: bool, rope=()):
     table): rope's backward first -- over x's rows (``_rms_fwd``'s order)."""
     if rope:
         dy = rope_backward(dy, *rope)
-    dx, dw = _backward(dy, x.reshape(-1, x.shape[-1]).contiguous(), w, rstd, want_dw)
+    d = x.shape[-1]
+    if x.dim() == 3 and x.stride(2) == 1 and x.stride(1) == d:  # heads of wider rows (q, k of qkv): in place
+        dx, dw = _backward(dy, x, w, rstd, want_dw, heads=x.shape[1], sx=x.stride(0))
+    else:
+        dx, dw = _backward(dy, x.reshape(-1, d).contiguous(), w, rstd, want_dw)
     return dx.view(dy.shape), dw
 
 
@@ -235,20 +242,23 @@ def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None
     return (y, rstd) if second is None else (y, rstd, y2, rstd2)
 
 
-def _backward(dy, x2, w, rstd, want_dw: bool, tile: tuple[int, int, int] | None = None):
+def _backward(dy, x2, w, rstd, want_dw: bool, tile: tuple[int, int, int] | None = None, heads: int = 1,
+              sx: int | None = None):
     """(dx [M, D], dw or None) of y = RMSNorm(x2) given dy; ``tile`` (rows per step, rows per
     program, warps) overrides ``_bwd_tile`` (benchmarks: a tiling is deterministic, and a
-    different one sums dw in a different order)."""
-    m, d = x2.shape
+    different one sums dw in a different order). x2: [M, D] rows, or with ``heads`` > 1 a
+    [T, heads, D] view whose tokens lie ``sx`` apart."""
+    d = x2.shape[-1]
+    m = x2.numel() // d
     block = _block(d)[0]
     rows, chunk, warps = tile or _bwd_tile(d)
-    dx = torch.empty_like(x2)
+    dx = torch.empty(m, d, dtype=x2.dtype, device=x2.device)
     chunks = max(1, triton.cdiv(m, chunk))
     dwp = torch.zeros(chunks if want_dw else 1, d, dtype=torch.float32, device=x2.device)
     if m:
         dy2 = dy.reshape(m, d).contiguous()
-        _rms_bwd[(chunks,)](dy2, x2, w, rstd, dx, dwp, m, d, CHUNK=chunk, ROWS=rows, BLOCK_D=block, DW=want_dw,
-                            num_warps=warps)
+        _rms_bwd[(chunks,)](dy2, x2, w, rstd, dx, dwp, m, d, heads, d * heads if sx is None else sx, CHUNK=chunk,
+                            ROWS=rows, BLOCK_D=block, DW=want_dw, num_warps=warps)
     dw = None
     if want_dw:
         dw = torch.empty_like(w)

@@ -256,12 +256,13 @@ def test_rms_norm_reads_heads_in_place(dtype):
         assert view.stride(0) == 512
         y = tri.rms_norm(view, w, 1e-6)
         assert torch.equal(y, tri.rms_norm(view.contiguous(), w, 1e-6))
-    base = qkv.clone().requires_grad_()
+    base, w1 = qkv.clone().requires_grad_(), w.clone().requires_grad_()
     k_view = base[:, 256:384].view(11, 2, 64)
-    dk_view, = torch.autograd.grad(tri.rms_norm(k_view, w, 1e-6), base, gy)
-    k_copy = qkv[:, 256:384].view(11, 2, 64).contiguous().requires_grad_()
-    dk_copy, = torch.autograd.grad(tri.rms_norm(k_copy, w, 1e-6), k_copy, gy)
+    dk_view, dw_view = torch.autograd.grad(tri.rms_norm(k_view, w1, 1e-6), (base, w1), gy)  # backward in place too
+    k_copy, w2 = qkv[:, 256:384].view(11, 2, 64).contiguous().requires_grad_(), w.clone().requires_grad_()
+    dk_copy, dw_copy = torch.autograd.grad(tri.rms_norm(k_copy, w2, 1e-6), (k_copy, w2), gy)
     assert torch.equal(dk_view[:, 256:384].view(11, 2, 64), dk_copy) and not dk_view[:, :256].any()
+    assert torch.equal(dw_view, dw_copy)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
