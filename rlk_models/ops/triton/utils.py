@@ -48,15 +48,15 @@ def bind_cuda_context(device: torch.device) -> None:
     made. Triton fills host-side descriptors (``cuTensorMapEncodeTiled``) in Python before its
     launcher binds the context, and a thread that never touched CUDA has none: autograd's device
     thread when the first op of a backward is a TMA matmul fails with "invalid device context"
-    (pytorch/pytorch#124565). One CUDA runtime call per thread and device binds it;
-    ``cudaMemGetInfo`` is no stream operation, so it is allowed while a CUDA graph is captured."""
+    (pytorch/pytorch#124565). One CUDA runtime call per thread and device binds it
+    (``cudaMemGetInfo``), made outside stream capture only, where it could not upset a capture."""
     if device.type != "cuda":  # the interpreter: host tensors, no context
         return
     index = device.index if device.index is not None else torch.cuda.current_device()
     seen = getattr(_bound, "devices", None)
     if seen is None:
         seen = _bound.devices = set()
-    if index not in seen:
+    if index not in seen and not torch.cuda.is_current_stream_capturing():
         torch.cuda.mem_get_info(index)
         seen.add(index)
 
