@@ -135,6 +135,44 @@ def test_matmul_accumulate_is_out_plus_the_product():
             mm.mm(dl, w, b_kn=True, accumulate=True, **bad)
 
 
+def test_matmul_constexprs_follow_the_launch_not_m():
+    """What becomes a compiled kernel's constexprs (tile loop stride included) depends on the
+    launch alone, never on M: on the GPU each distinct set is a JIT compile, and a set that
+    followed M compiled a kernel for nearly every step size an engine met (session 12). Over M
+    in one bucket and across buckets, plain and K-grouped, both kernels."""
+    import inspect
+
+    import triton.language as tl
+
+    mm = _mod("matmul")
+    g = torch.Generator().manual_seed(9)
+    seen, real = [], {}
+    for kern in (mm._mm_kernel, mm._mm_tma_kernel):
+        fn = getattr(kern, "fn", kern)
+        params = list(inspect.signature(fn).parameters.values())
+        const = [i for i, p in enumerate(params) if p.annotation in (tl.constexpr, "tl.constexpr")]
+        real[kern] = kern.run
+
+        def spy(*args, kern=kern, const=const, **kw):
+            fixed = tuple(args[i] for i in const if i < len(args))
+            seen.append((fixed, tuple(sorted((k, v) for k, v in kw.items() if k.isupper()))))
+            return real[kern](*args, **kw)
+
+        kern.run = spy
+    try:
+        for k, rp in ((64, False), (512, True)):
+            w = bitwise_data(g, 256, k, dtype=torch.bfloat16)
+            for tma in (False, True):
+                for ms in ((300, 333, 460), (1100, 1500, 1999)):  # one launch bucket each
+                    seen.clear()
+                    for m in ms:
+                        mm.matmul(bitwise_data(g, m, k, dtype=torch.bfloat16), w, row_parallel=rp, tma=tma)
+                    assert len(seen) == len(ms) and len(set(seen)) == 1, (k, tma, ms, set(seen))
+    finally:
+        for kern, run in real.items():
+            kern.run = run
+
+
 def test_matmul_k_order_is_the_layers():
     """Row-parallel K-groups and the plain order are different sums: a product whose plain fp32
     sum rounds differently from the grouped one tells them apart (the kind really reaches the
