@@ -7,6 +7,12 @@ tensor-parallel shards (canonical K-groups, vocab groups) reproduce TP=1 -- and 
 ``reference`` backend within stated tolerances only (its own reduction trees and
 transcendentals). Runs on CUDA; the kernels' logic also runs on CPU under ``TRITON_INTERPRET=1``
 (tests only: fp32/fp16, slow).
+
+A rule for every kernel here: no constexpr may follow a step's size (token or request count, tile
+count) beyond a small bounded set (a power of two, a launch bucket). Each distinct constexpr set
+is a JIT compile on the GPU, and an engine meets nearly every step size: a loop stride equal to
+the grid compiled a matmul per size (session 12). Sizes are runtime arguments;
+``test_matmul_constexprs_follow_the_launch_not_m`` guards the matmul.
 """
 
 from __future__ import annotations
