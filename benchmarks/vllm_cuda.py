@@ -82,7 +82,7 @@ def stage_engine(a) -> dict:
     rlk = a.kind.startswith("rlk")
     kw = dict(model=a.model, dtype="bfloat16", seed=0, max_model_len=a.prompt_len + a.max_tokens + 16,
               gpu_memory_utilization=0.85, max_num_seqs=a.max_num_seqs or a.n, tensor_parallel_size=a.tp,
-              disable_log_stats=False)  # the scheduler's counters (preemptions) for engine_stats
+              disable_log_stats=False)  # the scheduler's counters: the throughput run's preemptions (counter)
     if rlk:
         kw.update(logprobs_mode="raw_logits", **engine_graph_options(True, a.kind != "rlk_eager"))
         if a.kind == "rlk_full":  # full graphs of mixed prefill/decode steps too (the backend's ALWAYS support)

@@ -194,10 +194,10 @@ def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, c
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         rd = tl.arange(0, D)
         key_ok = rn < L
-        kv_off = (start + rn).to(tl.int64)[:, None] * sk + kvh * D + rd[None, :]
+        tok = (start + rn).to(tl.int64)[:, None]
+        kv_off = tok * sk + kvh * D + rd[None, :]
         k = tl.load(k_ptr + kv_off, mask=key_ok[:, None], other=0.0)
-        v = tl.load(v_ptr + (start + rn).to(tl.int64)[:, None] * sv + kvh * D + rd[None, :], mask=key_ok[:, None],
-                    other=0.0)
+        v = tl.load(v_ptr + tok * sv + kvh * D + rd[None, :], mask=key_ok[:, None], other=0.0)
         dk = tl.zeros((BLOCK_N, D), tl.float32)
         dv = tl.zeros((BLOCK_N, D), tl.float32)
         for g in range(GROUP):  # the group's query heads, in order

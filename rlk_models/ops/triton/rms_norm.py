@@ -137,6 +137,12 @@ def _fold_chunks(dwp_ptr, dw_ptr, n_chunks, D, BLOCK_C: tl.constexpr):
     tl.store(dw_ptr + cols, acc.to(dw_ptr.dtype.element_ty), mask=cols < D)
 
 
+def _heads_in_place(x: torch.Tensor) -> bool:
+    """x is [T, H, D] with each head's row contiguous (a slice of wider rows, e.g. q or k inside
+    the qkv projection's): the kernels read it in place by token stride and head."""
+    return x.dim() == 3 and x.stride(2) == 1 and x.stride(1) == x.shape[2]
+
+
 class _RMSNorm(torch.autograd.Function):
     """RMSNorm, and with (positions, table) the rope of it in the same kernel (``rms_norm_rope``);
     the backward is rope's (the transposed rotation) and then the norm's."""
@@ -144,7 +150,7 @@ class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, eps, positions=None, table=None):
         d = x.shape[-1]
-        if x.dim() == 3 and x.stride(2) == 1 and x.stride(1) == d and x.shape[0] > 0:
+        if _heads_in_place(x) and x.shape[0] > 0:
             x2, heads, sx = x, x.shape[1], x.stride(0)  # per-head norm of a slice of wider rows: in place
         else:
             x2 = x.reshape(-1, d).contiguous()  # rope: rows of a contiguous [T, H, D]
@@ -191,11 +197,10 @@ def _norm_rope_backward(dy, x, w, rstd, want_dw: bool, rope=()):
     table): rope's backward first -- over x's rows (``_rms_fwd``'s order)."""
     if rope:
         dy = rope_backward(dy, *rope)
-    d = x.shape[-1]
-    if x.dim() == 3 and x.stride(2) == 1 and x.stride(1) == d:  # heads of wider rows (q, k of qkv): in place
+    if _heads_in_place(x):
         dx, dw = _backward(dy, x, w, rstd, want_dw, heads=x.shape[1], sx=x.stride(0))
     else:
-        dx, dw = _backward(dy, x.reshape(-1, d).contiguous(), w, rstd, want_dw)
+        dx, dw = _backward(dy, x.reshape(-1, x.shape[-1]).contiguous(), w, rstd, want_dw)
     return dx.view(dy.shape), dw
 
 

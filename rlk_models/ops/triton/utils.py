@@ -33,11 +33,15 @@ def _sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def _cuda_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def num_sms(device: torch.device) -> int:
     """SMs of ``device`` (4 under the interpreter): sizes persistent grids, never the K order."""
     if device.type != "cuda":
         return 4
-    return _sms(device.index if device.index is not None else torch.cuda.current_device())
+    return _sms(_cuda_index(device))
 
 
 _bound = threading.local()
@@ -52,7 +56,7 @@ def bind_cuda_context(device: torch.device) -> None:
     (``cudaMemGetInfo``), made outside stream capture only, where it could not upset a capture."""
     if device.type != "cuda":  # the interpreter: host tensors, no context
         return
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = _cuda_index(device)
     seen = getattr(_bound, "devices", None)
     if seen is None:
         seen = _bound.devices = set()
