@@ -86,6 +86,31 @@ def test_matmul_rows_and_launch_choices(name):
     assert all(torch.equal(a, b) for a, b in zip(g1, g2)), "backward run to run"
 
 
+def test_matmul_accumulate_at_the_head_backward_shape():
+    """dh += dlogits @ w_chunk at the 8B head's backward shape (2048 rows, a 2048-wide vocab chunk,
+    K = 4096, fp32 out): more tiles than SMs, so a persistent program accumulates several tiles
+    (the CPU test's tiny shapes never do); equal to ``out + mm(...)`` in every launch form."""
+    import triton
+
+    from rlk_models.ops.triton.matmul import CANDIDATE_CONFIGS, Launch, mm
+
+    g = gen(4)
+    dl, w = randn(2048, 2048, g=g), randn(2048, 4096, g=g, scale=0.02)
+    dh0 = torch.randn(2048, 4096, device="cuda", generator=g)
+    want = dh0 + mm(dl, w, b_kn=True, out_dtype=torch.float32)
+    got = dh0.clone()
+    mm(dl, w, b_kn=True, out=got, accumulate=True)
+    assert torch.equal(got, want), "default launch"
+    for c in CANDIDATE_CONFIGS:
+        for f in (dict(), dict(persistent=False), dict(flat=True, persistent=False)):
+            got = dh0.clone()
+            try:
+                mm(dl, w, b_kn=True, out=got, accumulate=True, launch=Launch(c, **f))
+            except triton.runtime.errors.OutOfResources:
+                continue
+            assert torch.equal(got, want), f"config {c} {f}"
+
+
 def test_logprob_head_rows_full_logprobs_and_backward():
     head = importlib.import_module("rlk_models.ops.triton.logprob_head")
     kdim, vocab = 4096, 151936

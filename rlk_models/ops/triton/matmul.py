@@ -379,10 +379,13 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     # a split program folds one group or one whole half: the fused order's pieces (a run of 2 would
     # give (p0 + p1) + (p2 + p3) where the fold computes ((p0 + p1) + p2) + p3); int32 buffer offsets
     split = int(launch.split) if grouped and launch.split in (1, HALF) and groups * m * n < 2 ** 31 else 0
-    out_bytes = bm * bn * (4 if split else out.element_size())
+    # epilogue shared memory: the store's staging tile, and with accumulate as much again (the compiler converts
+    # the pointer-loaded tile of out through shared memory; the H200 found 256 KiB asked of 227 at 128 x 128)
+    epilogue = (4 if split else out.element_size()) * (2 if accumulate else 1)
+    out_bytes = bm * bn * epilogue
     if out_bytes > 64 * 1024 and not explicit:  # a big fp32 epilogue tile would starve the pipeline
-        bm, bn, warps, stages = 128, 128, 8, 4
-        out_bytes = bm * bn * (4 if split else out.element_size())
+        bm, bn, warps, stages = (128, 64, 4, 4) if accumulate else (128, 128, 8, 4)
+        out_bytes = bm * bn * epilogue
     stages = fit_stages(bm + bn, a.element_size(), stages, out_bytes)
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     persistent = launch.persistent and not split and not launch.flat  # flat: a tile each
