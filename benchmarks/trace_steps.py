@@ -25,8 +25,8 @@ def load(path: str) -> list[dict]:
 
 def totals(path: str, top: int = 12) -> dict:
     """A trace as a few numbers: its span from the first to the last kernel, the kernels' busy
-    time in it (so the GPU's idle time), kernel launches and CUDA-graph replays, and the kernels
-    by total time -- small enough to bring back instead of the trace."""
+    time in it (so the GPU's idle time), kernel launches and CUDA-graph replays, and the ``top``
+    kernels by total time (0: all) -- small enough to bring back instead of the trace."""
     ev = load(path)
     kernels = [e for e in ev if e.get("cat") == "kernel"]
     if not kernels:
@@ -40,7 +40,21 @@ def totals(path: str, top: int = 12) -> dict:
     return {"span_us": round(b - a), "busy_us": round(busy), "idle_us": round(b - a - busy),
             "kernels": len(kernels), "graph_replays": sum(1 for e in ev if e.get("cat") == "cuda_runtime"
                                                         and "GraphLaunch" in e["name"]),
-            "top": [{"kernel": k[:100], "n": len(d), "us": round(sum(d))} for k, d in rows[:top]]}
+            "steps": step_spans(ev),
+            "top": [{"kernel": k[:100], "n": len(d), "us": round(sum(d))} for k, d in (rows[:top] if top else rows)]}
+
+
+def step_spans(ev: list[dict], top: int = 8) -> dict:
+    """vLLM's own step annotations on the GPU timeline (``execute_context_<requests>(<tokens>)_generation_
+    <requests>(<tokens>)``, one per engine step, the prefill/decode mix in its name): per name, the
+    steps and their mean GPU span in microseconds, the most frequent first -- a decode step's GPU
+    time read straight from the trace, whatever else the traced run held."""
+    by: dict[str, list[float]] = {}
+    for e in ev:
+        if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("execute_context"):
+            by.setdefault(e["name"], []).append(e["dur"])
+    rows = sorted(by.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:top]
+    return {k: {"n": len(d), "us": round(sum(d) / len(d), 1)} for k, d in rows}
 
 
 def summarize(path: str, min_us: float) -> None:

@@ -15,14 +15,16 @@ timeline of 8 batch-1 decode steps (``$OUT/trace_<engine>_b1.json.gz``, chrome:/
 stacks) and of 32 without them (``trace_<engine>_b1_light.json.gz``: near the real host speed); with
 ``--profile-prefill``, only where a batch-1 first token's time goes (the Python under cProfile, to
 ``$OUT/prefill_<engine>.txt``, and the kernels, engine in-process; no throughput or parity); with
-``--engine-profile``, 32 decode steps at batch 64 and 256 traced by vLLM's own profiler inside the
-default engine, each trace summed into the results (``engine_profile``: span, kernel busy and idle
-time, graph replays, top kernels; ``trace_steps.totals``) and deleted. Engines:
+``--engine-profile``, the decode steps at batch 64 and 256 traced by vLLM's own profiler inside the
+default engine: a run of 1 token (prefill and first sample) and one of 33 tokens, each trace summed
+(``trace_steps.totals``, every kernel) and deleted, and their difference per decode step reported
+(``engine_profile``: span, kernel busy and idle time, launches, graph replays, kernels by time per
+step -- the prefill, which a 256-prompt batch runs eagerly, cancels out). Engines:
 ``stock`` (vLLM's defaults: torch.compile, FULL_AND_PIECEWISE graphs, FA3), ``stock_bi`` (the
-same with ``VLLM_BATCH_INVARIANT=1``, vLLM's own batch-invariant mode), ``rlk`` (CUDA graphs of
-uniform decode steps, ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``), ``rlk_full`` (full CUDA
-graphs of every step up to the capture sizes, mixed prefill/decode ones included:
-``cudagraph_mode=FULL``), ``rlk_compile`` (the decoder compiled by vLLM, ``rlk_compile``, with
+same with ``VLLM_BATCH_INVARIANT=1``, vLLM's own batch-invariant mode), ``rlk`` (the default: full CUDA
+graphs of every step up to the capture sizes, mixed prefill/decode ones included,
+``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``), ``rlk_decode_only`` (graphs of uniform decode steps
+only: ``cudagraph_mode=FULL_DECODE_ONLY``), ``rlk_compile`` (the decoder compiled by vLLM, ``rlk_compile``, with
 FULL_AND_PIECEWISE graphs), ``rlk_eager`` and
 ``rlk_allreduce`` (``--tp`` > 1: row-parallel layers all-reduce rounded partials like stock vLLM
 instead of the canonical all-gather + combine -- the cost of the contract's reduction; not
@@ -85,8 +87,8 @@ def stage_engine(a) -> dict:
               disable_log_stats=False)  # the scheduler's counters: the throughput run's preemptions (counter)
     if rlk:
         kw.update(logprobs_mode="raw_logits", **engine_graph_options(True, a.kind != "rlk_eager"))
-        if a.kind == "rlk_full":  # full graphs of mixed prefill/decode steps too (the backend's ALWAYS support)
-            kw.update(compilation_config={"cudagraph_mode": "FULL"})
+        if a.kind == "rlk_decode_only":  # graphs of uniform decode steps only; prefill and mixed steps eager
+            kw.update(compilation_config={"cudagraph_mode": "FULL_DECODE_ONLY"})
         if a.kind == "rlk_compile":  # vLLM's compilation path, piecewise graphs for prefill/mixed steps
             kw.update(hf_overrides={"rlk_compile": True}, compilation_config={"cudagraph_mode": "FULL_AND_PIECEWISE"})
     traces = Path(a.out) / f"engine_trace_{a.kind}"
@@ -155,12 +157,16 @@ def stage_engine(a) -> dict:
             t = time.time()
             llm.generate(prompts[:b], one, use_tqdm=False)
             res["decode_step_ms"][str(b)] = round((time.time() - t - t1) / 127 * 1e3, 3)
-            if a.engine_profile:  # the same run again, traced (its time is not the figure above)
-                llm.start_profile(f"{a.kind}_b{b}")
-                llm.generate(prompts[:b], SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True),
-                             use_tqdm=False)
-                llm.stop_profile()
-                res.setdefault("engine_profile", {})[str(b)] = engine_trace_totals(traces, f"{a.kind}_b{b}")
+            if a.engine_profile:  # the same runs again, traced (their time is not the figure above)
+                runs = {}
+                for n in (1, 33):
+                    llm.start_profile(f"{a.kind}_b{b}_{n}")
+                    llm.generate(prompts[:b], SamplingParams(temperature=1.0, max_tokens=n, ignore_eos=True),
+                                 use_tqdm=False)
+                    llm.stop_profile()
+                    runs[n] = engine_trace_totals(traces, f"{a.kind}_b{b}_{n}")
+                res.setdefault("engine_profile", {})[str(b)] = (
+                    per_step(runs[33], runs[1], 32) if all("error" not in r for r in runs.values()) else runs)
     if a.profile:
         res["profile"] = profile_decode(llm, prompts, SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True),
                                         Path(a.out) / f"trace_{a.kind}_b1.json.gz")
@@ -232,13 +238,33 @@ def engine_trace_totals(folder: Path, what: str, wait_s: float = 60) -> dict:
         found = sorted(folder.glob("*.json*"))
         if found:
             time.sleep(2)  # the writer may still be flushing it
-            out = totals(str(found[0]))
+            out = totals(str(found[0]), top=0)  # every kernel: per_step subtracts two runs by name
             for f in found:
                 f.unlink()
             return {"run": what, **out}
         time.sleep(1)
     return {"error": f"no trace for {what} in {folder} after {wait_s:.0f} s",
             "files": sorted(p.name for p in folder.glob("*"))[:10] if folder.exists() else []}
+
+
+def per_step(long: dict, short: dict, steps: int, top: int = 15) -> dict:
+    """What ``steps`` more decode steps added to a traced run (``long`` minus ``short``, the same
+    batch), per step: span, kernel busy and idle time, launches, graph replays, kernels by time; and
+    the long run's step annotations (``step_spans``). The subtraction assumes both runs schedule the
+    prefill alike; where the scheduler cut it differently the differences drift (session 13 at 8B,
+    b=256: 34.9 launches of a once-per-layer kernel per step for 36 layers), and ``step_spans``,
+    read per step from vLLM's own annotations, is the figure to quote."""
+    by: dict[str, list[float]] = {}  # (launches, us) by name (names cut to 100 characters may coincide)
+    for run, sign in ((long, 1), (short, -1)):
+        for r in run["top"]:
+            acc = by.setdefault(r["kernel"], [0.0, 0.0])
+            acc[0] += sign * r["n"] / steps
+            acc[1] += sign * r["us"] / steps
+    rows = sorted(((k, n, us) for k, (n, us) in by.items()), key=lambda r: -r[2])
+    return {"steps": steps, **{k: round((long[k] - short[k]) / steps, 1)
+                               for k in ("span_us", "busy_us", "idle_us", "kernels", "graph_replays")},
+            "step_spans": long.get("steps", {}),  # vLLM's per-step annotations of the long run: no subtraction
+            "top": [{"kernel": k, "n": round(n, 2), "us": round(us, 1)} for k, n, us in rows[:top]]}
 
 
 def profile_prefill(llm, prompts, out: Path) -> dict:

@@ -1,0 +1,45 @@
+"""The trace summaries the GPU benchmarks bring back instead of traces (benchmarks/trace_steps.py,
+benchmarks/vllm_cuda.py --engine-profile), on a synthetic torch-profiler trace."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from trace_steps import totals  # noqa: E402
+from vllm_cuda import per_step  # noqa: E402
+
+
+def _trace(path: Path, steps: int) -> str:
+    """One 8-token prefill step (a 'gemm' of 50 us, 'attn' of 20 us), then ``steps`` decode steps of two
+    kernels ('gemm' 10 us, 'attn' 5 us) inside vLLM's GPU step annotation, 5 us apart."""
+    ev, t = [], 0.0
+
+    def step(name: str, kernels: list[tuple[str, float]]) -> None:
+        nonlocal t
+        start = t
+        for k, d in kernels:
+            ev.append({"ph": "X", "cat": "kernel", "name": k, "ts": t, "dur": d})
+            t += d
+        ev.append({"ph": "X", "cat": "gpu_user_annotation", "name": name, "ts": start, "dur": t - start})
+        t += 5
+
+    step("execute_context_1(8)_generation_0(0)", [("gemm", 50), ("attn", 20)])
+    for _ in range(steps):
+        step("execute_context_0(0)_generation_1(1)", [("gemm", 10), ("attn", 5)])
+    path.write_text(json.dumps({"traceEvents": ev}))
+    return str(path)
+
+
+def test_totals_and_per_step_isolate_decode_steps(tmp_path):
+    short, long = totals(_trace(tmp_path / "a.json", 0), top=0), totals(_trace(tmp_path / "b.json", 4), top=0)
+    assert long["steps"] == {"execute_context_0(0)_generation_1(1)": {"n": 4, "us": 15.0},
+                             "execute_context_1(8)_generation_0(0)": {"n": 1, "us": 70.0}}
+    assert long["busy_us"] == 70 + 4 * 15 and long["span_us"] == 70 + 4 * 20
+    d = per_step(long, short, 4)
+    assert (d["busy_us"], d["span_us"], d["idle_us"], d["kernels"]) == (15.0, 20.0, 5.0, 2.0)
+    assert d["top"] == [{"kernel": "gemm", "n": 1.0, "us": 10.0}, {"kernel": "attn", "n": 1.0, "us": 5.0}]
+    assert d["step_spans"]["execute_context_0(0)_generation_1(1)"] == {"n": 4, "us": 15.0}
