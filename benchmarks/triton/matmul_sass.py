@@ -93,6 +93,8 @@ def forms() -> dict[str, tuple[Launch, int, dict]]:
                 out[name + "/ws"] = (lc._replace(flat=True, persistent=False, ws=True), 1, {})
             if kind == "groups" and lc.split in (0, HALF):
                 out[name + "/flat"] = (lc._replace(flat=True, persistent=False), groups, {})
+    # a candidate: one K-group a program (split=1), warp-specialised (no grouped default is a ws_ok config)
+    out["groups/split1/ws"] = (Launch((64, 128, 4, 4), split=1, flat=True, persistent=False, ws=True), K_GROUPS, {})
     return out
 
 

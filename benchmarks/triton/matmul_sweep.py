@@ -64,8 +64,9 @@ def candidates(m: int, grouped: bool) -> list[Launch]:
     cfgs = [c for c in CANDIDATE_CONFIGS if c[0] <= 2 * max(16, m) and not (m >= 1024 and c[0] < 64)]
     out = [Launch(c, **f) for c in cfgs for f in forms
            if not (f.get("split") == 1 and m > 256) and not (f.get("split") == HALF and m > 1024)]
-    if not grouped:  # one tile a program, its K loop warp-specialised (the configs Triton builds that way)
-        out += [Launch(c, flat=True, persistent=False, ws=True) for c in cfgs if ws_ok(c)]
+    # one tile a program, its K loop warp-specialised (the configs Triton builds that way); grouped: per group
+    if not grouped or m <= 256:
+        out += [Launch(c, split=1 if grouped else 0, flat=True, persistent=False, ws=True) for c in cfgs if ws_ok(c)]
     if not grouped and m <= 256:
         swaps = [c for c in CANDIDATE_CONFIGS if c[0] >= 64 and c[1] <= 2 * max(16, m)]
         out += [Launch(c, swap=True) for c in swaps]

@@ -67,7 +67,7 @@ def test_matmul_rows_and_launch_choices(name):
     x, w = randn(8192, k, g=g), randn(n, k, g=g, scale=0.02)
     assert_rows(lambda a: matmul(a, w, row_parallel=rp), x)
     flat = [dict(split=HALF, flat=True, persistent=False), dict(flat=True, persistent=False)]
-    forms = ([dict(split=1), dict(split=HALF), dict(), *flat]
+    forms = ([dict(split=1), dict(split=HALF), dict(), *flat, dict(split=1, flat=True, persistent=False, ws=True)]
              if rp and k_groups(k) > 1
              else [dict(persistent=False), dict(), dict(swap=True), dict(flat=True, persistent=False),
                    dict(flat=True, persistent=False, ws=True), dict(swap=True, flat=True, persistent=False, ws=True)])

@@ -32,8 +32,9 @@ Contract
     its K loop; a candidate, not yet timed.) For plain K a
     *swap* launch computes the same tiles as w @ x^T -- the weight's rows on the tile's M side, the
     MMA's 64/128-row side, the tokens on its N side, as cuBLAS's small-M kernels do -- and stores
-    each tile transposed: the same products summed over the same K-tiles in the same order. A plain
-    flat tile (one per program) may also run *warp-specialised* (``Launch.ws``): Triton splits its K
+    each tile transposed: the same products summed over the same K-tiles in the same order. A flat
+    tile (one per program) of plain K, or of one K-group (``split=1``), may also run
+    *warp-specialised* (``Launch.ws``): Triton splits its K
     loop into a TMA producer warpgroup and wgmma consumer warpgroups that hand tiles over through
     shared-memory barriers -- who issues which instruction when, not what is added to what. Which
     form, tile config and grid run is chosen by M and N (``launch_for``); every choice gives the
@@ -292,9 +293,10 @@ class Launch(NamedTuple):
     #                     config = (weight rows, tokens, warps, stages); tiles stored transposed
     flat: bool = False  # TMA kernel: one tile per program (persistent ignored); grouped K: group and K-tile
     #                     loops that Triton fuses into one pipelined loop (``_mm_tma_tile``)
-    ws: bool = False  # plain K, flat: the K loop warp-specialised by Triton (sm_90: a TMA producer warpgroup
-    #                   beside two wgmma consumer warpgroups, 12 warps for the config's 4) -- scheduling only,
-    #                   the same K order; Triton 3.6 builds it for 64-row, 4-warp tiles up to 128 wide (WS_OK)
+    ws: bool = False  # flat, plain K or split=1 (a program per K-group: one simple K loop either way): the K
+    #                   loop warp-specialised by Triton (sm_90: a TMA producer warpgroup beside two wgmma
+    #                   consumer warpgroups, 12 warps for the config's 4) -- scheduling only, the same K order;
+    #                   Triton 3.6 builds it for 64-row, 4-warp tiles up to 128 wide (``ws_ok``)
 
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
@@ -383,9 +385,9 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     launch = launch or launch_for(m, n, groups)
     if launch.swap and (a_km or b_kn or accumulate) and not explicit:  # a table's swap serves forward layouts only
         launch = launch._replace(swap=False, ws=False)
-    if launch.ws and (groups > 1 or not launch.flat or not ws_ok(launch.config)):
-        raise ValueError(f"matmul: a warp-specialised launch is a plain-K flat one of a config ws_ok accepts "
-                         f"(groups={groups}, {launch})")
+    if launch.ws and not (launch.flat and ws_ok(launch.config) and (groups == 1 or launch.split == 1)):
+        raise ValueError(f"matmul: a warp-specialised launch is a flat one, plain K or split per K-group, of a "
+                         f"config ws_ok accepts (groups={groups}, {launch})")
     swap = launch.swap
     if swap:  # the tiles of B @ A^T: B's rows on the kernel's M side, each tile stored transposed into out
         if groups > 1 or a_km or b_kn or launch.split or accumulate:
@@ -405,7 +407,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         bm, bn, warps, stages = (128, 64, 4, 4) if accumulate else (128, 128, 8, 4)
         out_bytes = bm * bn * epilogue
     stages = fit_stages(bm + bn, a.element_size(), stages, out_bytes)
-    ws = launch.ws and ws_ok((bm, bn, warps, stages))  # not where the epilogue rule above swapped the tile
+    # not where the epilogue rule above swapped the tile, nor a grouped product whose split was dropped
+    ws = launch.ws and ws_ok((bm, bn, warps, stages)) and (not grouped or split == 1)
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     persistent = launch.persistent and not split and not launch.flat  # flat: a tile each
     progs = min(sms, tiles) if persistent else tiles
