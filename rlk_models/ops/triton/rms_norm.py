@@ -49,6 +49,13 @@ BWD_TILE_CANDIDATES = [(r, c, w) for r in (1, 2, 4) for c in (8, 16, 32, 64) for
 
 
 @triton.jit
+def _head_row(row, H, SX, D):
+    """Where x's row ``row`` starts (a scalar or a vector of rows): head ``row % H`` of token ``row // H``,
+    tokens SX elements apart -- a [T, H, D] view read in place (H = 1, SX = D: plain rows)."""
+    return (row // H).to(tl.int64) * SX + (row % H) * D
+
+
+@triton.jit
 def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, D, H, SX, eps, HALF, w2_ptr, y2_ptr,
              rstd2_ptr, H1, BLOCK_D: tl.constexpr, RES: tl.constexpr, ROPE: tl.constexpr, BLOCK_HALF: tl.constexpr,
              TWO: tl.constexpr):
@@ -64,7 +71,7 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, D, H
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
     mask = cols < D
-    x = tl.load(x_ptr + (row // H) * SX + (row % H) * D + cols, mask=mask, other=0.0)
+    x = tl.load(x_ptr + _head_row(row, H, SX, D) + cols, mask=mask, other=0.0)
     out = row  # this row's index in y/rstd (or, TWO, in y2/rstd2 below)
     if TWO:
         if row % H >= H1:
@@ -112,8 +119,7 @@ def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, M, D, heads, sx, C
         rmask = rows < M
         ok = rmask[:, None] & cmask[None, :]
         off = rows.to(tl.int64)[:, None] * D + cols[None, :]
-        x_off = (rows // heads).to(tl.int64)[:, None] * sx + ((rows % heads) * D)[:, None] + cols[None, :]
-        x = tl.load(x_ptr + x_off, mask=ok, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + _head_row(rows, heads, sx, D)[:, None] + cols[None, :], mask=ok, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + off, mask=ok, other=0.0).to(tl.float32)
         rstd = tl.load(rstd_ptr + rows, mask=rmask, other=0.0)
         n = x * rstd[:, None]
