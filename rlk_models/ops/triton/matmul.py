@@ -34,9 +34,9 @@ Contract
     MMA's 64/128-row side, the tokens on its N side, as cuBLAS's small-M kernels do -- and stores
     each tile transposed: the same products summed over the same K-tiles in the same order. A flat
     tile (one per program) of plain K, or of one K-group (``split=1``), may also run
-    *warp-specialised* (``Launch.ws``): Triton splits its K
-    loop into a TMA producer warpgroup and wgmma consumer warpgroups that hand tiles over through
-    shared-memory barriers -- who issues which instruction when, not what is added to what. Which
+    *warp-specialised* (``Launch.ws``): Triton splits its K loop into a TMA producer warpgroup and
+    wgmma consumer warpgroups that hand tiles over through shared-memory barriers -- who issues
+    which instruction when, not what is added to what (not yet timed on the GPU). Which
     form, tile config and grid run is chosen by M and N (``launch_for``); every choice gives the
     same bits, which the tests (interpreter: tests/ops/triton; H200:
     tests/gpu/test_triton_contract_8b.py) check. The groups are also the tensor-parallel unit: a
