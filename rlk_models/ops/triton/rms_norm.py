@@ -104,11 +104,13 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, D, H
 
 
 @triton.jit
-def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, M, D, heads, sx, CHUNK: tl.constexpr,
-             ROWS: tl.constexpr, BLOCK_D: tl.constexpr, DW: tl.constexpr):
+def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, ds_ptr, M, D, heads, sx, CHUNK: tl.constexpr,
+             ROWS: tl.constexpr, BLOCK_D: tl.constexpr, DW: tl.constexpr, DS: tl.constexpr):
     """dx of rows [chunk * CHUNK, +CHUNK), ROWS at a time, and (DW) this chunk's fp32 dw partial.
     Row r of x is head r % heads of token r // heads, tokens ``sx`` apart (x read in place: per-head
-    norms of a slice of the qkv rows); dy and dx are [M, D] rows."""
+    norms of a slice of the qkv rows); dy and dx are [M, D] rows. DS: dx is the norm's gradient
+    rounded to x's dtype plus ds (the gradient that reaches the fused add's sum directly), rounded
+    again -- the bits of that rounded gradient and a separate elementwise add, one pass fewer."""
     chunk = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
     cmask = cols < D
@@ -125,8 +127,11 @@ def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, M, D, heads, sx, C
         n = x * rstd[:, None]
         g = dy * w[None, :]
         dot = tl.sum(g * n, axis=1) / D
-        dx = rstd[:, None] * (g - n * dot[:, None])
-        tl.store(dx_ptr + off, dx.to(dx_ptr.dtype.element_ty), mask=ok)
+        dx = (rstd[:, None] * (g - n * dot[:, None])).to(dx_ptr.dtype.element_ty)
+        if DS:
+            dx = (dx.to(tl.float32) + tl.load(ds_ptr + off, mask=ok, other=0.0).to(tl.float32)).to(
+                dx_ptr.dtype.element_ty)
+        tl.store(dx_ptr + off, dx, mask=ok)
         if DW:
             acc += tl.sum(dy * n, axis=0)
     if DW:
@@ -226,9 +231,7 @@ class _AddRMSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, ds):
         s2, w, rstd = ctx.saved_tensors
-        dx, dw = _backward(torch.zeros_like(s2) if dy is None else dy, s2, w, rstd, ctx.needs_input_grad[2])
-        if ds is not None:
-            dx = dx + ds.reshape(dx.shape)
+        dx, dw = _backward(torch.zeros_like(s2) if dy is None else dy, s2, w, rstd, ctx.needs_input_grad[2], ds=ds)
         shape = (dy if dy is not None else ds).shape
         return dx.view(shape), dx.view(shape), dw, None
 
@@ -254,11 +257,12 @@ def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None
 
 
 def _backward(dy, x2, w, rstd, want_dw: bool, tile: tuple[int, int, int] | None = None, heads: int = 1,
-              sx: int | None = None):
+              sx: int | None = None, ds: torch.Tensor | None = None):
     """(dx [M, D], dw or None) of y = RMSNorm(x2) given dy; ``tile`` (rows per step, rows per
     program, warps) overrides ``_bwd_tile`` (benchmarks: a tiling is deterministic, and a
     different one sums dw in a different order). x2: [M, D] rows, or with ``heads`` > 1 a
-    [T, heads, D] view whose tokens lie ``sx`` apart."""
+    [T, heads, D] view whose tokens lie ``sx`` apart. ``ds``: added to dx in the kernel (the bits
+    of ``dx + ds``)."""
     d = x2.shape[-1]
     m = x2.numel() // d
     block = _block(d)[0]
@@ -268,8 +272,9 @@ def _backward(dy, x2, w, rstd, want_dw: bool, tile: tuple[int, int, int] | None 
     dwp = torch.zeros(chunks if want_dw else 1, d, dtype=torch.float32, device=x2.device)
     if m:
         dy2 = dy.reshape(m, d).contiguous()
-        _rms_bwd[(chunks,)](dy2, x2, w, rstd, dx, dwp, m, d, heads, d * heads if sx is None else sx, CHUNK=chunk,
-                            ROWS=rows, BLOCK_D=block, DW=want_dw, num_warps=warps)
+        ds2 = ds.reshape(m, d).contiguous() if ds is not None else dx
+        _rms_bwd[(chunks,)](dy2, x2, w, rstd, dx, dwp, ds2, m, d, heads, d * heads if sx is None else sx,
+                            CHUNK=chunk, ROWS=rows, BLOCK_D=block, DW=want_dw, DS=ds is not None, num_warps=warps)
     dw = None
     if want_dw:
         dw = torch.empty_like(w)
