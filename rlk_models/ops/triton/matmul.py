@@ -165,13 +165,14 @@ def _group_tma(a_desc, b_desc, pid_m, pid_n, k_lo, k_hi, KG, part, A_KM: tl.cons
     """part += the K-tiles of [k_lo, k_hi) (k_hi = k_lo + KG) in increasing order; TMA zero-fills
     the K tail. FLAT: the same tiles by a loop whose bounds (0, KG) do not move with the enclosing
     group loop -- one of the two conditions under which Triton fuses the group and K loops into one
-    software-pipelined loop (``_mm_tma_tile``). WS: the K loop warp-specialised (``Launch.ws``)."""
+    software-pipelined loop (``_mm_tma_tile``). WS (flat only, ``Launch.ws``): that K loop
+    warp-specialised."""
     if FLAT:
         for kk in tl.range(0, KG, BLOCK_K, warp_specialize=WS):
             a, b = _load_ab(a_desc, b_desc, pid_m, pid_n, k_lo + kk, A_KM, B_KN, BLOCK_M, BLOCK_N)
             part = tl.dot(a, b, part)
     else:
-        for k0 in tl.range(k_lo, k_hi, BLOCK_K, warp_specialize=WS):
+        for k0 in range(k_lo, k_hi, BLOCK_K):
             a, b = _load_ab(a_desc, b_desc, pid_m, pid_n, k0, A_KM, B_KN, BLOCK_M, BLOCK_N)
             part = tl.dot(a, b, part)
     return part
