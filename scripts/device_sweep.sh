@@ -6,7 +6,8 @@
 #
 #   PART=tests  bash scripts/device_sweep.sh   # pytest -m gpu + the kernel/contract tests natively (TESTS, K: -k)
 #   PART=vllm   bash scripts/device_sweep.sh   # benchmarks/vllm_cuda.py (SHAPE, ENGINES, TP, VLLM_ARGS)
-#   PART=sweep  bash scripts/device_sweep.sh   # the Triton benchmarks (SKIP_ATTN/OPS/HEAD/MATMUL=1; args -> matmul,
+#   PART=sweep  bash scripts/device_sweep.sh   # the Triton benchmarks (SKIP_ATTN/OPS/HEAD/MATMUL=1; ATTN_ARGS=--decode:
+#                                              # paged decode at rollout shapes vs FA3; args -> matmul,
 #                                              # OPS_ARGS=--search -> ops_sweep: the RMSNorm backward tilings)
 #   PART=fsdp   bash scripts/device_sweep.sh   # nvidia-h200-x2: FSDP2 checks over NCCL (rlk_models.testing.fsdp_check)
 #                                              # and one GRPO step TP=2 rollout + FSDP2 (rlk_models.testing.grpo_tp2)
@@ -55,7 +56,7 @@ vllm)
 sweep)
     python3 -c "from rlk_models.ops.selftest import self_test; print('selftest triton:', self_test('triton', use_cache=False))" \
         2>&1 | tee "$OUT/selftest.log"
-    [ "${SKIP_ATTN:-0}" = 1 ] || python3 benchmarks/triton/attention_sweep.py 2>&1 | tee "$OUT/attention_sweep.log"
+    [ "${SKIP_ATTN:-0}" = 1 ] || python3 benchmarks/triton/attention_sweep.py ${ATTN_ARGS:-} 2>&1 | tee "$OUT/attention_sweep.log"
     [ "${SKIP_OPS:-0}" = 1 ] || python3 benchmarks/triton/ops_sweep.py ${OPS_ARGS:-} 2>&1 | tee "$OUT/ops_sweep.log"
     [ "${SKIP_HEAD:-0}" = 1 ] || python3 benchmarks/triton/head_sweep.py 2>&1 | tee "$OUT/head_sweep.log"
     [ "${SKIP_MATMUL:-0}" = 1 ] || python3 benchmarks/triton/matmul_sweep.py "$@" 2>&1 | tee "$OUT/matmul_sweep.log"

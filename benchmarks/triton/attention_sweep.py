@@ -5,9 +5,15 @@ chunked steps for every candidate config, and of the whole model, is tests/gpu):
 1. accuracy of forward and backward vs float64 (sequences of 1..1000 tokens);
 2. speed vs ``scaled_dot_product_attention`` (flash) at B=8, S=4096: forward for every training
    candidate, forward + backward; paged decode at batch 64 x 4096 context for every paged
-   candidate: effective TB/s (K+V bytes read).
+   candidate: effective TB/s (K+V bytes read);
+3. ``--decode``: paged decode at the rollout engine's shapes (batch 64 and 256, contexts 288 to 8192,
+   block size 16) for every paged candidate, each checked bitwise against the default and timed
+   under CUDA graphs, against vLLM's FA3 (``vllm.vllm_flash_attn``, where importable) on the same
+   contexts in its own cache layout. Session 14's 8B engine profile: a 256-sequence decode step
+   costs 1.05x stock vLLM's GPU time at context ~65 and 1.12x at ~288, the difference growing with
+   the context -- this is the kernel-level view of that.
 
-    python benchmarks/triton/attention_sweep.py [--skip-accuracy]
+    python benchmarks/triton/attention_sweep.py [--skip-accuracy] [--decode]
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import torch.nn.functional as F
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import bench, info, log, rel_err, save  # noqa: E402
+from harness import bench, bench_graph, info, log, rel_err, save  # noqa: E402
 
 from rlk_models.ops.triton import attention as attn  # noqa: E402
 from rlk_models.ops.triton.attention import PAGED_CANDIDATES, TRAIN_CANDIDATES  # noqa: E402
@@ -111,12 +117,84 @@ def speed(res):
     res["bench"] = r
 
 
+def fa3():
+    """vLLM's FA3 varlen entry point, or None where vLLM (CUDA) is not importable."""
+    try:
+        from vllm.vllm_flash_attn import flash_attn_varlen_func
+    except ImportError as e:
+        log(f"no FA3 to compare with: {e}")
+        return None
+    return flash_attn_varlen_func
+
+
+DECODE_SHAPES = [(256, 288), (256, 544), (256, 2048), (64, 288), (64, 2048), (64, 8192)]
+
+
+def decode(res, block_size: int = 16):
+    """Paged decode (one query token per sequence) at rollout shapes: every paged candidate (bits
+    equal to the default's, then time under CUDA graphs) and FA3 on the same contexts."""
+    fa = fa3()
+    g = torch.Generator(device="cuda").manual_seed(11)
+    gen = torch.Generator().manual_seed(12)
+    out = {}
+    for nseq, ctx in DECODE_SHAPES:
+        key = f"b{nseq}_ctx{ctx}"
+        bt, nb = random_block_table([ctx] * nseq, block_size, gen, spare=5, device="cuda")
+        cache = torch.randn(nb, HKV, block_size, 2 * D, device="cuda", generator=g).bfloat16()
+        q = torch.randn(nseq, HQ, D, device="cuda", generator=g).bfloat16()
+        lens = torch.full((nseq,), ctx, device="cuda", dtype=torch.int32)
+        qsl = torch.arange(nseq + 1, device="cuda", dtype=torch.int32)
+        nbytes = nseq * ctx * HKV * 2 * D * 2
+        want = attn.paged_attention(q, cache, bt, lens, qsl, SCALE)
+        row = {"kv_bytes": nbytes, "ours": {}}
+        for c in [attn.PAGED_CONFIG] + [c for c in PAGED_CANDIDATES if c != attn.PAGED_CONFIG]:
+            try:
+                if not torch.equal(attn.paged_attention(q, cache, bt, lens, qsl, SCALE, config=c), want):
+                    log(f"BITS DIFFER decode {key} {c}")
+                    row["ours"][str(c)] = "bits differ"
+                    continue
+                t = bench_graph(lambda: attn.paged_attention(q, cache, bt, lens, qsl, SCALE, config=c))
+            except triton.runtime.errors.OutOfResources:
+                continue
+            row["ours"][str(c)] = {"ms": t, "TB_per_s": nbytes / t / 1e9}
+        if fa is not None:
+            # vLLM's FA layout: K and V caches [num_blocks, block_size, Hkv, D], the same values
+            kc = cache[..., :D].transpose(1, 2).contiguous()
+            vc = cache[..., D:].transpose(1, 2).contiguous()
+            o = torch.empty_like(q)
+
+            def run_fa():
+                fa(q, kc, vc, max_seqlen_q=1, cu_seqlens_q=qsl, max_seqlen_k=ctx, seqused_k=lens, causal=True,
+                   softmax_scale=SCALE, block_table=bt, out=o, fa_version=3)
+
+            run_fa()
+            t = bench_graph(run_fa)
+            row["fa3"] = {"ms": t, "TB_per_s": nbytes / t / 1e9,
+                          "max_abs_diff_vs_ours": (o.float() - want.float()).abs().max().item()}
+            del kc, vc
+        best = min((k for k, v in row["ours"].items() if isinstance(v, dict)), key=lambda k: row["ours"][k]["ms"])
+        default = row["ours"][str(attn.PAGED_CONFIG)]["ms"]
+        row["best"] = best
+        fa_ms = row.get("fa3", {}).get("ms")
+        log(f"decode {key}: default {default * 1e3:.1f} us, best {best} {row['ours'][best]['ms'] * 1e3:.1f} us "
+            f"({row['ours'][best]['TB_per_s']:.2f} TB/s)" + (f"; FA3 {fa_ms * 1e3:.1f} us "
+            f"({row['fa3']['TB_per_s']:.2f} TB/s), default/FA3 {default / fa_ms:.2f}x" if fa_ms else ""))
+        out[key] = row
+        del cache
+    res["decode"] = out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--skip-accuracy", action="store_true")
+    ap.add_argument("--decode", action="store_true", help="only the paged decode at rollout shapes (3.)")
     args = ap.parse_args()
     res = {"info": info()}
     log(res["info"])
+    if args.decode:
+        decode(res)
+        save("attention_decode", res)
+        return
     if not args.skip_accuracy:
         accuracy(res)
     speed(res)
