@@ -24,7 +24,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from rlk_models.ops.triton.matmul import BLOCK_K, HALF, K_GROUPS, LAUNCHES, Launch, _mm_tma_kernel, run_of, ws_ok
+from rlk_models.ops.triton.matmul import BLOCK_K, HALF, K_GROUPS, LAUNCHES, Launch, _mm_tma_kernel, run_of
 from rlk_models.ops.triton.utils import ONE_PASS
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -48,7 +48,7 @@ def compile_form(launch: Launch, groups: int, a_km: bool = False, b_kn: bool = F
     args = dict(a_desc=f"tensordesc<bf16[{a_block}]>", b_desc=f"tensordesc<bf16[{b_block}]>", c_desc=c_desc,
                 bias_ptr="*bf16", M="i32", N="i32", K="i32", KG="i32")
     consts = dict(HAS_BIAS=bias, GROUPS=groups, RUN=run_of(groups), SPLIT=split, A_KM=a_km, B_KN=b_kn, BLOCK_M=bm,
-                  BLOCK_N=bn, BLOCK_K=BLOCK_K, GROUP_M=8, C_T=c_t, FLAT=launch.flat, WS=launch.ws,
+                  BLOCK_N=bn, BLOCK_K=BLOCK_K, GROUP_M=8, C_T=c_t, FLAT=launch.flat,
                   NUM_PROGS=132 if launch.persistent and not split and not launch.flat else ONE_PASS)
     names = _mm_tma_kernel.arg_names
     sig = {n: args.get(n, "constexpr") for n in names}
@@ -69,15 +69,12 @@ def describe(kernel) -> dict:
     reg, stack = (int(re.search(rf"{k}:(\d+)", usage).group(1)) for k in ("REG", "STACK"))
     return {"sass": hashlib.sha1("\n".join(code).encode()).hexdigest()[:12], "instructions": len(code),
             "registers": reg, "spill_stack_bytes": stack, "shared_bytes": kernel.metadata.shared,
-            "loops": kernel.asm["ttgir"].count("scf.for"),
-            # warp specialisation: partitions made (0: none) and the warps the kernel runs with
-            "warp_specialized": kernel.asm["ttgir"].count("ttg.warp_specialize"), "warps": kernel.metadata.num_warps}
+            "loops": kernel.asm["ttgir"].count("scf.for")}
 
 
 def forms() -> dict[str, tuple[Launch, int, dict]]:
     """Every default launch (forward; and the plain ones as the two backward layouts), plus the
-    flat form of each grouped default that is fused or split by halves, and the warp-specialised
-    form of each plain default whose config Triton builds that way."""
+    flat form of each grouped default that is fused or split by halves."""
     out = {}
     for (kind, width), table in LAUNCHES.items():
         if table is LAUNCHES["groups", "narrow"] and width == "wide":
@@ -89,12 +86,8 @@ def forms() -> dict[str, tuple[Launch, int, dict]]:
             if kind == "plain" and not lc.swap:
                 out[name + "/dx"] = (lc, 1, dict(b_kn=True))
                 out[name + "/dw"] = (lc, 1, dict(a_km=True))
-            if kind == "plain" and ws_ok(lc.config):
-                out[name + "/ws"] = (lc._replace(flat=True, persistent=False, ws=True), 1, {})
             if kind == "groups" and lc.split in (0, HALF):
                 out[name + "/flat"] = (lc._replace(flat=True, persistent=False), groups, {})
-    # a candidate: one K-group a program (split=1), warp-specialised (no grouped default is a ws_ok config)
-    out["groups/split1/ws"] = (Launch((64, 128, 4, 4), split=1, flat=True, persistent=False, ws=True), K_GROUPS, {})
     return out
 
 

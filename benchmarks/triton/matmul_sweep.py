@@ -39,7 +39,6 @@ from rlk_models.ops.triton.matmul import (  # noqa: E402
     linear,
     matmul,
     mm,
-    ws_ok,
 )
 
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "down": (12288, 4096),
@@ -56,21 +55,15 @@ M_SEARCH = [1, 4, 16, 64, 256, 1024, 4096]
 
 def candidates(m: int, grouped: bool) -> list[Launch]:
     # grouped: split-K per group (decode sizes), per half (2 programs per tile, up to M=1024), fused, and
-    # the last two with flat K loops; plain: also warp-specialised flat tiles, and at M <= 256 swap launches,
-    # config (weight rows, tokens, ...), plain and warp-specialised
+    # the last two with flat K loops; plain, M <= 256: also swap launches, config (weight rows, tokens, ...)
     flat = [dict(split=HALF, flat=True, persistent=False), dict(flat=True, persistent=False)]
     forms = ([dict(split=1), dict(split=HALF), dict(), *flat] if grouped
              else [dict(persistent=False), dict()])
     cfgs = [c for c in CANDIDATE_CONFIGS if c[0] <= 2 * max(16, m) and not (m >= 1024 and c[0] < 64)]
     out = [Launch(c, **f) for c in cfgs for f in forms
            if not (f.get("split") == 1 and m > 256) and not (f.get("split") == HALF and m > 1024)]
-    # one tile a program, its K loop warp-specialised (the configs Triton builds that way); grouped: per group
-    if not grouped or m <= 256:
-        out += [Launch(c, split=1 if grouped else 0, flat=True, persistent=False, ws=True) for c in cfgs if ws_ok(c)]
     if not grouped and m <= 256:
-        swaps = [c for c in CANDIDATE_CONFIGS if c[0] >= 64 and c[1] <= 2 * max(16, m)]
-        out += [Launch(c, swap=True) for c in swaps]
-        out += [Launch(c, swap=True, flat=True, persistent=False, ws=True) for c in swaps if ws_ok(c)]
+        out += [Launch(c, swap=True) for c in CANDIDATE_CONFIGS if c[0] >= 64 and c[1] <= 2 * max(16, m)]
     return out
 
 

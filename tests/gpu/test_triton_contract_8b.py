@@ -3,9 +3,8 @@ H200 sweeps made before they became measurement-only (benchmarks/triton/*_sweep.
 
 - matmul, every shape with its layer's K order (o, down: row-parallel K-groups): row 0 equal at
   every M (each M with its own launch), the M=8192 product equal to batches of 7, run to run,
-  every candidate config in every form (grouped: fused, split-K per group or per half; plain: persistent
-  or not, swap, flat, warp-specialised) equal to the default at M=1 and M=1024, pointer kernel equal to
-  TMA; backward run to run;
+  every candidate config in every form (grouped: fused, split-K per group or per half; plain: persistent or
+  not, swap, flat) equal to the default at M=1 and M=1024, pointer kernel equal to TMA; backward run to run;
 - log-prob head (V=151,936): the same row checks, ``full_logprobs`` at the target equals the head,
   backward run to run;
 - RMSNorm, SiLU-mul, RoPE, embedding: the same row checks, backward run to run;
@@ -59,7 +58,7 @@ def assert_rows(fn, x: torch.Tensor, *extra):
 def test_matmul_rows_and_launch_choices(name):
     import triton
 
-    from rlk_models.ops.triton.matmul import CANDIDATE_CONFIGS, HALF, Launch, k_groups, linear, matmul, ws_ok
+    from rlk_models.ops.triton.matmul import CANDIDATE_CONFIGS, HALF, Launch, k_groups, linear, matmul
 
     k, n = SHAPES[name]
     rp = name in ROW_PARALLEL
@@ -67,16 +66,13 @@ def test_matmul_rows_and_launch_choices(name):
     x, w = randn(8192, k, g=g), randn(n, k, g=g, scale=0.02)
     assert_rows(lambda a: matmul(a, w, row_parallel=rp), x)
     flat = [dict(split=HALF, flat=True, persistent=False), dict(flat=True, persistent=False)]
-    forms = ([dict(split=1), dict(split=HALF), dict(), *flat, dict(split=1, flat=True, persistent=False, ws=True)]
+    forms = ([dict(split=1), dict(split=HALF), dict(), *flat]
              if rp and k_groups(k) > 1
-             else [dict(persistent=False), dict(), dict(swap=True), dict(flat=True, persistent=False),
-                   dict(flat=True, persistent=False, ws=True), dict(swap=True, flat=True, persistent=False, ws=True)])
+             else [dict(persistent=False), dict(), dict(swap=True), dict(flat=True, persistent=False)])
     for m in (1, 1024):
         ref = matmul(x[:m], w, row_parallel=rp)
         for c in CANDIDATE_CONFIGS:
             for f in forms:
-                if f.get("ws") and not ws_ok(c):
-                    continue  # Triton does not warp-specialise it (matmul refuses it)
                 try:
                     got = matmul(x[:m], w, row_parallel=rp, launch=Launch(c, **f))
                 except triton.runtime.errors.OutOfResources:

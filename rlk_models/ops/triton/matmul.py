@@ -32,11 +32,7 @@ Contract
     its K loop; a candidate, not yet timed.) For plain K a
     *swap* launch computes the same tiles as w @ x^T -- the weight's rows on the tile's M side, the
     MMA's 64/128-row side, the tokens on its N side, as cuBLAS's small-M kernels do -- and stores
-    each tile transposed: the same products summed over the same K-tiles in the same order. A flat
-    tile (one per program) of plain K, or of one K-group (``split=1``), may also run
-    *warp-specialised* (``Launch.ws``): Triton splits its K loop into a TMA producer warpgroup and
-    wgmma consumer warpgroups that hand tiles over through shared-memory barriers -- who issues
-    which instruction when, not what is added to what (not yet timed on the GPU). Which
+    each tile transposed: the same products summed over the same K-tiles in the same order. Which
     form, tile config and grid run is chosen by M and N (``launch_for``); every choice gives the
     same bits, which the tests (interpreter: tests/ops/triton; H200:
     tests/gpu/test_triton_contract_8b.py) check. The groups are also the tensor-parallel unit: a
@@ -160,15 +156,13 @@ def _load_ab(a_desc, b_desc, pid_m, pid_n, k0, A_KM: tl.constexpr, B_KN: tl.cons
 
 @triton.jit
 def _group_tma(a_desc, b_desc, pid_m, pid_n, k_lo, k_hi, KG, part, A_KM: tl.constexpr, B_KN: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FLAT: tl.constexpr,
-               WS: tl.constexpr = False):
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FLAT: tl.constexpr):
     """part += the K-tiles of [k_lo, k_hi) (k_hi = k_lo + KG) in increasing order; TMA zero-fills
     the K tail. FLAT: the same tiles by a loop whose bounds (0, KG) do not move with the enclosing
     group loop -- one of the two conditions under which Triton fuses the group and K loops into one
-    software-pipelined loop (``_mm_tma_tile``). WS (flat only, ``Launch.ws``): that K loop
-    warp-specialised."""
+    software-pipelined loop (``_mm_tma_tile``)."""
     if FLAT:
-        for kk in tl.range(0, KG, BLOCK_K, warp_specialize=WS):
+        for kk in range(0, KG, BLOCK_K):
             a, b = _load_ab(a_desc, b_desc, pid_m, pid_n, k_lo + kk, A_KM, B_KN, BLOCK_M, BLOCK_N)
             part = tl.dot(a, b, part)
     else:
@@ -182,7 +176,7 @@ def _group_tma(a_desc, b_desc, pid_m, pid_n, k_lo, k_hi, KG, part, A_KM: tl.cons
 def _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS: tl.constexpr,
                  GROUPS: tl.constexpr, RUN: tl.constexpr, SPLIT: tl.constexpr, A_KM: tl.constexpr,
                  B_KN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 C_T: tl.constexpr, FLAT: tl.constexpr, ACC: tl.constexpr, WS: tl.constexpr = False):
+                 C_T: tl.constexpr, FLAT: tl.constexpr, ACC: tl.constexpr):
     """One output tile (``_mm_tma_kernel``). FLAT: the group loops carry ``flatten``; with no tile
     loop around them (one tile per program) each heads its own loop nest, and Triton fuses it with
     its K loop into one pipelined loop, so the TMA loads run on across group boundaries instead of
@@ -191,7 +185,7 @@ def _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_B
         g = tl.program_id(1)
         part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, KG, part, A_KM, B_KN, BLOCK_M,
-                          BLOCK_N, BLOCK_K, FLAT, WS)
+                          BLOCK_N, BLOCK_K, FLAT)
         c_desc.store([g, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(part, (1, BLOCK_M, BLOCK_N)))
     elif SPLIT:  # program axis 1: a run of SPLIT consecutive groups, folded in order from zero
         r = tl.program_id(1)
@@ -199,7 +193,7 @@ def _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_B
         for g in tl.range(r * SPLIT, r * SPLIT + SPLIT, flatten=FLAT):
             part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, KG, part, A_KM, B_KN, BLOCK_M,
-                              BLOCK_N, BLOCK_K, FLAT, WS)
+                              BLOCK_N, BLOCK_K, FLAT)
             run = run + part
         c_desc.store([r, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(run, (1, BLOCK_M, BLOCK_N)))
     else:
@@ -208,7 +202,7 @@ def _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_B
             for g in tl.range(GROUPS, flatten=FLAT):
                 part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
                 part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, KG, part, A_KM, B_KN,
-                                  BLOCK_M, BLOCK_N, BLOCK_K, FLAT, WS)
+                                  BLOCK_M, BLOCK_N, BLOCK_K, FLAT)
                 acc = acc + part
         else:  # the halves: each run folded from zero, the runs' sums added in order
             for r in tl.static_range(GROUPS // RUN):
@@ -216,7 +210,7 @@ def _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_B
                 for g in tl.range(r * RUN, r * RUN + RUN, flatten=FLAT):
                     part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
                     part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, KG, part, A_KM, B_KN,
-                                      BLOCK_M, BLOCK_N, BLOCK_K, FLAT, WS)
+                                      BLOCK_M, BLOCK_N, BLOCK_K, FLAT)
                     run = run + part
                 acc = acc + run
         if HAS_BIAS:
@@ -244,8 +238,7 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
                    RUN: tl.constexpr, SPLIT: tl.constexpr, A_KM: tl.constexpr, B_KN: tl.constexpr,
                    BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr,
-                   C_T: tl.constexpr = False, FLAT: tl.constexpr = False, ACC: tl.constexpr = False,
-                   WS: tl.constexpr = False):
+                   C_T: tl.constexpr = False, FLAT: tl.constexpr = False, ACC: tl.constexpr = False):
     """TMA tensor descriptors (Hopper). SPLIT (> 0): program axis 1 is a run of SPLIT groups and
     c_desc is the [GROUPS / SPLIT, M, N] fp32 partial buffer. C_T (swap launch, SPLIT = 0): A is
     the weight, B the tokens; each tile is stored transposed into the [tokens, weight rows]
@@ -256,12 +249,12 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
     if FLAT:
         pid_m, pid_n = _tile_coords(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
         _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS, GROUPS, RUN, SPLIT, A_KM,
-                     B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT, ACC, WS)
+                     B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT, ACC)
     else:
         for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGS, flatten=True):
             pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
             _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS, GROUPS, RUN, SPLIT,
-                         A_KM, B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT, ACC, WS)
+                         A_KM, B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT, ACC)
 
 
 @triton.jit
@@ -294,10 +287,6 @@ class Launch(NamedTuple):
     #                     config = (weight rows, tokens, warps, stages); tiles stored transposed
     flat: bool = False  # TMA kernel: one tile per program (persistent ignored); grouped K: group and K-tile
     #                     loops that Triton fuses into one pipelined loop (``_mm_tma_tile``)
-    ws: bool = False  # flat, plain K or split=1 (a program per K-group: one simple K loop either way): the K
-    #                   loop warp-specialised by Triton (sm_90: a TMA producer warpgroup beside two wgmma
-    #                   consumer warpgroups, 12 warps for the config's 4) -- scheduling only, the same K order;
-    #                   Triton 3.6 builds it for 64-row, 4-warp tiles up to 128 wide (``ws_ok``)
 
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
@@ -349,13 +338,6 @@ CANDIDATE_CONFIGS = sorted({lc.config for table in LAUNCHES.values() for _, lc i
     (16, 16, 2, 8), (16, 32, 2, 8), (32, 32, 2, 6)})
 
 
-def ws_ok(config: tuple[int, int, int, int]) -> bool:
-    """Whether Triton 3.6 warp-specialises the K loop of a flat tile of this config on sm_90 (others fail
-    to compile or are built without it: benchmarks/triton/matmul_sass.py's ``ws`` forms)."""
-    bm, bn, warps, _ = config
-    return bm == 64 and bn <= 128 and warps == 4
-
-
 def launch_for(m: int, n: int, groups: int) -> Launch:
     table = LAUNCHES[("groups" if groups > 1 else "plain", "narrow" if n <= 8192 else "wide")]
     return next(lc for bound, lc in table if m <= bound)
@@ -388,10 +370,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     explicit = launch is not None
     launch = launch or launch_for(m, n, groups)
     if launch.swap and (a_km or b_kn or accumulate) and not explicit:  # a table's swap serves forward layouts only
-        launch = launch._replace(swap=False, ws=False)
-    if launch.ws and not (launch.flat and ws_ok(launch.config) and (groups == 1 or launch.split == 1)):
-        raise ValueError(f"matmul: a warp-specialised launch is a flat one, plain K or split per K-group, of a "
-                         f"config ws_ok accepts (groups={groups}, {launch})")
+        launch = launch._replace(swap=False)
     swap = launch.swap
     if swap:  # the tiles of B @ A^T: B's rows on the kernel's M side, each tile stored transposed into out
         if groups > 1 or a_km or b_kn or launch.split or accumulate:
@@ -411,8 +390,6 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         bm, bn, warps, stages = (128, 64, 4, 4) if accumulate else (128, 128, 8, 4)
         out_bytes = bm * bn * epilogue
     stages = fit_stages(bm + bn, a.element_size(), stages, out_bytes)
-    # not where the epilogue rule above swapped the tile, nor a grouped product whose split was dropped
-    ws = launch.ws and ws_ok((bm, bn, warps, stages)) and (not grouped or split == 1)
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     persistent = launch.persistent and not split and not launch.flat  # flat: a tile each
     progs = min(sms, tiles) if persistent else tiles
@@ -437,7 +414,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if split else [bn, bm] if swap else [bm, bn])
         _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, run_of(groups), split,
                              a_km, b_kn, bm, bn, BLOCK_K, 8, stride, num_warps=warps, num_stages=stages, C_T=swap,
-                             FLAT=launch.flat, ACC=accumulate, WS=ws)
+                             FLAT=launch.flat, ACC=accumulate)
     else:
         sam, sak = (a.stride(1), a.stride(0)) if a_km else (a.stride(0), a.stride(1))
         sbn, sbk = (b.stride(1), b.stride(0)) if b_kn else (b.stride(0), b.stride(1))

@@ -106,27 +106,9 @@ def test_matmul_tma_kernel_is_the_pointer_kernel(row_parallel):
     first = mm.matmul(x, w, b, row_parallel=row_parallel, tma=False)
     forms = ([dict(), dict(flat=True), dict(split=1, flat=True), dict(split=mm.HALF), dict(split=mm.HALF, flat=True)]
              if row_parallel else [dict(), dict(flat=True), dict(persistent=False), dict(swap=True)])
-    launches = [mm.Launch((16, 32, 4, 3), **f) for f in forms]
-    # warp-specialised K loops (64-row, 4-warp flat tiles; on the GPU 12 warps): plain, swapped, per K-group
-    launches += ([mm.Launch((64, 32, 4, 3), split=1, flat=True, ws=True)] if row_parallel else
-                 [mm.Launch((64, 32, 4, 3), flat=True, ws=True), mm.Launch((64, 16, 4, 3), flat=True, ws=True,
-                                                                           swap=True)])
-    for lc in launches:
+    for f in forms:
+        lc = mm.Launch((16, 32, 4, 3), **f)
         assert torch.equal(mm.matmul(x, w, b, row_parallel=row_parallel, launch=lc, tma=True), first), lc
-
-
-def test_matmul_refuses_a_warp_specialised_launch_it_cannot_build():
-    """``Launch.ws`` is a flat tile, plain K or one K-group (``split=1``), of a config Triton
-    warp-specialises (``ws_ok``); anything else is refused by name, not sent to a compiler that fails
-    or silently drops it."""
-    mm = _mod("matmul")
-    x, w = torch.ones(8, 1024, dtype=torch.bfloat16), torch.ones(16, 1024, dtype=torch.bfloat16)
-    assert mm.ws_ok((64, 128, 4, 4)) and not mm.ws_ok((128, 128, 8, 4)) and not mm.ws_ok((64, 256, 4, 3))
-    for lc, kw in ((mm.Launch((64, 32, 4, 3), ws=True), {}),  # not flat
-                   (mm.Launch((128, 32, 4, 3), flat=True, ws=True), {}),  # not a config ws_ok accepts
-                   (mm.Launch((64, 32, 4, 3), flat=True, ws=True), dict(row_parallel=True))):  # K-groups fused
-        with pytest.raises(ValueError, match="warp-specialised"):
-            mm.matmul(x, w, launch=lc, **kw)
 
 
 def test_matmul_accumulate_is_out_plus_the_product():
