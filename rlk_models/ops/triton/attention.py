@@ -47,7 +47,9 @@ PAGED_CONFIG = (64, 4, 5)
 BWD_CONFIG = (64, 4, 2)
 # The tuning spaces the H200 sweep times (BLOCK_M >= 64 only); tests/gpu proves each gives the bits above.
 TRAIN_CANDIDATES = [(64, 4, 3), (128, 8, 2), (64, 4, 2), (128, 8, 3), (64, 4, 4), (64, 8, 3)]
-PAGED_CANDIDATES = [(64, 4, 2), (128, 8, 2), (64, 4, 3), (64, 4, 4), (64, 4, 5), (64, 8, 3), (64, 8, 4)]
+# (64, 4, 7): a deeper K/V prefetch for decode steps (attention_sweep.py --decode). Shared memory a program,
+# Triton 3.6 for sm_90: stages 3-4 82 KB (two programs an SM), 5-6 115 KB and 7 148 KB (one).
+PAGED_CANDIDATES = [(64, 4, 2), (128, 8, 2), (64, 4, 3), (64, 4, 4), (64, 4, 5), (64, 4, 7), (64, 8, 3), (64, 8, 4)]
 LOG2E = 1.4426950408889634
 
 
