@@ -47,8 +47,11 @@ PAGED_CONFIG = (64, 4, 5)
 BWD_CONFIG = (64, 4, 2)
 # The tuning spaces the H200 sweep times (BLOCK_M >= 64 only); tests/gpu proves each gives the bits above.
 TRAIN_CANDIDATES = [(64, 4, 3), (128, 8, 2), (64, 4, 2), (128, 8, 3), (64, 4, 4), (64, 8, 3)]
-# (64, 4, 7): a deeper K/V prefetch for decode steps (attention_sweep.py --decode). Shared memory a program,
-# Triton 3.6 for sm_90: stages 3-4 82 KB (two programs an SM), 5-6 115 KB and 7 148 KB (one).
+# What Triton 3.6 builds for sm_90 (BLOCK_M 64, 4 warps): stages 3-4 82 KB of shared memory, 5-6 115 KB, 194-204
+# registers -- two programs an SM either way (2 x (115 + 1) KB is the H200's 227 KB exactly), 8 warps, two a
+# scheduler; (64, 4, 7) 148 KB: one program, a deeper K/V prefetch but half the warps (attention_sweep.py
+# --decode times it). At 64 x 4096 the default runs a 64-key tile in ~2,750 cycles an SM (3.1 TB/s): latency
+# of one warp per scheduler, not bandwidth.
 PAGED_CANDIDATES = [(64, 4, 2), (128, 8, 2), (64, 4, 3), (64, 4, 4), (64, 4, 5), (64, 4, 7), (64, 8, 3), (64, 8, 4)]
 LOG2E = 1.4426950408889634
 
