@@ -4,7 +4,8 @@ class on the GPU.
 
 Each engine runs in its own process (a finished engine's GPU memory is only freed with its
 process). Per engine: start time, output tokens/s of ``--n`` prompts x ``--max-tokens`` at
-temperature 1 with ``logprobs=0`` (after a warm-up; ``--varied``: each request its own length, and with
+temperature 1 with ``logprobs=0`` (the median of three runs after a warm-up; ``--varied``: each request
+its own length, and with
 ``--n`` above ``--max-num-seqs`` prefills then mix with decodes as in RL rollouts), batch-1
 latency per token (median of 5: ``batch1_itl_ms`` with the prefill and first token, ``batch1_tpot_ms``
 without them) and the decode-step
@@ -19,7 +20,9 @@ stacks) and of 32 without them (``trace_<engine>_b1_light.json.gz``: near the re
 default engine: a run of 1 token (prefill and first sample) and one of 33 tokens, each trace summed
 (``trace_steps.totals``, every kernel) and deleted, and their difference per decode step reported
 (``engine_profile``: span, kernel busy and idle time, launches, graph replays, kernels by time per
-step -- the prefill, which a 256-prompt batch runs eagerly, cancels out). Engines:
+step -- the prefill, which a 256-prompt batch runs eagerly, cancels out), and a 33-token run of ``--n``
+sequences at context ``prompt_len + max_tokens / 2`` (the throughput run's middle), its step annotations
+beside the throughput run's wall time a step. Engines:
 ``stock`` (vLLM's defaults: torch.compile, FULL_AND_PIECEWISE graphs, FA3), ``stock_bi`` (the
 same with ``VLLM_BATCH_INVARIANT=1``, vLLM's own batch-invariant mode), ``rlk`` (the default: full CUDA
 graphs of every step up to the capture sizes, mixed prefill/decode ones included,
