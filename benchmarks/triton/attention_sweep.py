@@ -167,10 +167,14 @@ def decode(res, block_size: int = 16):
                 fa(q, kc, vc, max_seqlen_q=1, cu_seqlens_q=qsl, max_seqlen_k=ctx, seqused_k=lens, causal=True,
                    softmax_scale=SCALE, block_table=bt, out=o, fa_version=3)
 
-            run_fa()
-            t = bench_graph(run_fa)
-            row["fa3"] = {"ms": t, "TB_per_s": nbytes / t / 1e9,
-                          "max_abs_diff_vs_ours": (o.float() - want.float()).abs().max().item()}
+            try:
+                run_fa()
+                t = bench_graph(run_fa)
+                row["fa3"] = {"ms": t, "TB_per_s": nbytes / t / 1e9,
+                              "max_abs_diff_vs_ours": (o.float() - want.float()).abs().max().item()}
+            except Exception as e:  # our rows still count; the log says why FA3 has none
+                log(f"FA3 failed at {key}: {type(e).__name__}: {e}")
+                fa = None
             del kc, vc
         best = min((k for k, v in row["ours"].items() if isinstance(v, dict)), key=lambda k: row["ours"][k]["ms"])
         default = row["ours"][str(attn.PAGED_CONFIG)]["ms"]
