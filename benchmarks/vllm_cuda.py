@@ -167,13 +167,9 @@ def stage_engine(a) -> dict:
             llm.generate(prompts[:b], one, use_tqdm=False)
             res["decode_step_ms"][str(b)] = round((time.time() - t - t1) / 127 * 1e3, 3)
             if a.engine_profile:  # the same runs again, traced (their time is not the figure above)
-                runs = {}
-                for n in (1, 33):
-                    llm.start_profile(f"{a.kind}_b{b}_{n}")
-                    llm.generate(prompts[:b], SamplingParams(temperature=1.0, max_tokens=n, ignore_eos=True),
-                                 use_tqdm=False)
-                    llm.stop_profile()
-                    runs[n] = engine_trace_totals(traces, f"{a.kind}_b{b}_{n}")
+                runs = {n: traced_totals(llm, traces, f"{a.kind}_b{b}_{n}", prompts[:b],
+                                         SamplingParams(temperature=1.0, max_tokens=n, ignore_eos=True))
+                        for n in (1, 33)}
                 res.setdefault("engine_profile", {})[str(b)] = (
                     per_step(runs[33], runs[1], 32) if all("error" not in r for r in runs.values()) else runs)
         if a.engine_profile and b == a.n:
@@ -184,12 +180,11 @@ def stage_engine(a) -> dict:
             ctx = a.prompt_len + a.max_tokens // 2
             ids = [{"prompt_token_ids": [rng.randrange(2, VOCAB) for _ in range(ctx)]} for _ in range(b)]
             llm.generate(ids, SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)  # warm-up
-            llm.start_profile(f"{a.kind}_b{b}_ctx{ctx}")
-            llm.generate(ids, SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True), use_tqdm=False)
-            llm.stop_profile()
-            tot = engine_trace_totals(traces, f"{a.kind}_b{b}_ctx{ctx}")
-            res["engine_profile"][f"{b}_ctx{ctx}"] = {k: v for k, v in tot.items() if k != "top"} | {
-                "top": tot.get("top", [])[:15], "wall_step_ms_in_throughput_run": round(dt / a.max_tokens * 1e3, 3)}
+            tot = traced_totals(llm, traces, f"{a.kind}_b{b}_ctx{ctx}", ids,
+                                SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True))
+            wall_step_ms = round(dt / a.max_tokens * 1e3, 3)
+            res["engine_profile"][f"{b}_ctx{ctx}"] = {**tot, "top": tot.get("top", [])[:15],
+                                                      "wall_step_ms_in_throughput_run": wall_step_ms}
     if a.profile:
         res["profile"] = profile_decode(llm, prompts, SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True),
                                         Path(a.out) / f"trace_{a.kind}_b1.json.gz")
@@ -248,6 +243,14 @@ def profile_decode(llm, prompts, sp, trace: Path, batches=(1, 64)) -> dict:
         llm.generate(prompts[:1], SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True), use_tqdm=False)
     prof.export_chrome_trace(str(trace).replace("_b1.", "_b1_light."))
     return out
+
+
+def traced_totals(llm, traces: Path, what: str, prompts, sp) -> dict:
+    """``llm.generate(prompts, sp)`` under vLLM's profiler, its trace summed (``engine_trace_totals``)."""
+    llm.start_profile(what)
+    llm.generate(prompts, sp, use_tqdm=False)
+    llm.stop_profile()
+    return engine_trace_totals(traces, what)
 
 
 def engine_trace_totals(folder: Path, what: str, wait_s: float = 60) -> dict:

@@ -106,6 +106,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true",
                     help="with --search: time the default and cuBLAS at the searched M only, no eager or backward rows")
     args = ap.parse_args()
+    search_ms = [int(v) for v in args.m.split(",")] if args.search else []
     dev = torch.device("cuda")
     res = {"info": info(), "shapes": {}}
     log(res["info"])
@@ -120,7 +121,7 @@ def main() -> None:
         r = {"row_parallel": rp, "rel_err_vs_fp64_M128": rel_err(matmul(x[:128], w, row_parallel=rp), ref64),
              "cublas_rel_err_vs_fp64_M128": rel_err(F.linear(x[:128], w), ref64), "graph": {}, "eager": {},
              "search": {}}
-        for m in ([int(v) for v in args.m.split(",")] if args.quick else M_ALL):
+        for m in (search_ms if args.quick else M_ALL):
             xm = x[:m]
             t_cu = bench_graph(lambda: F.linear(xm, w))
             t_ours = bench_graph(lambda: matmul(xm, w, row_parallel=rp))
@@ -134,7 +135,7 @@ def main() -> None:
             r["eager"][m] = {"cublas_ms": t_cu, "ours_ms": t_ours, "ratio": t_ours / t_cu}
             log(f"{name:8} M={m:5} eager: cuBLAS {t_cu * 1e3:8.1f} us  ours {t_ours * 1e3:8.1f} us "
                 f"({t_ours / t_cu:5.2f}x)")
-        for m in ([int(v) for v in args.m.split(",")] if args.search else []):
+        for m in search_ms:
             xm = x[:m]
             t_cu = r["graph"][m]["cublas_ms"]
             want = matmul(xm, w, row_parallel=rp)
