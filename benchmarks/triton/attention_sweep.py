@@ -13,7 +13,7 @@ chunked steps for every candidate config, and of the whole model, is tests/gpu):
    costs 1.05x stock vLLM's GPU time at context ~65 and 1.12x at ~288, the difference growing with
    the context -- this is the kernel-level view of that.
 
-    python benchmarks/triton/attention_sweep.py [--skip-accuracy] [--decode]
+    python benchmarks/triton/attention_sweep.py [--skip-accuracy] [--decode | --with-decode]
 """
 
 from __future__ import annotations
@@ -192,6 +192,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--skip-accuracy", action="store_true")
     ap.add_argument("--decode", action="store_true", help="only the paged decode at rollout shapes (3.)")
+    ap.add_argument("--with-decode", action="store_true", help="1., 2. and 3.")
     args = ap.parse_args()
     res = {"info": info()}
     log(res["info"])
@@ -202,6 +203,8 @@ def main() -> None:
     if not args.skip_accuracy:
         accuracy(res)
     speed(res)
+    if args.with_decode:
+        decode(res)
     save("attention_sweep", res)
 
 

@@ -38,35 +38,55 @@ import triton.language as tl
 from ..checks import check_attention, check_paged_attention, read_cu_seqlens
 
 BLOCK_N = 64                # the KV tile: part of the contract
-# (BLOCK_M, num_warps, num_stages): launch choices. On the H200 every BLOCK_M >= 64 gives the
-# same bits in both kernels (Hopper wgmma); BLOCK_M 16/32 (mma.sync) gives different bits, so it
-# is never used (benchmarks/triton/attention_sweep.py checks each candidate). Training: BLOCK_M
-# consecutive tokens of one head; paged: BLOCK_M (token, group head) pairs.
-TRAIN_CONFIG = (64, 4, 3)
-PAGED_CONFIG = (64, 4, 5)
+# Launch choices: (BLOCK_M, num_warps, num_stages) for training, (BLOCK_M, num_warps, num_stages,
+# swap_stages) for paged (swap_stages: the pipeline depth of the key loop of a request of <= SWAP_N
+# rows, ``_paged_rows_n``). On the H200 every BLOCK_M >= 64 gives the same bits in both kernels
+# (Hopper wgmma), and so does the paged kernel's swapped form (rows on the N side: wgmma
+# m64n16k16, or m64n8k16 at 8 warps); BLOCK_M 16/32 (mma.sync) gives different bits, so it is never
+# used (tests/gpu checks each candidate). Training: BLOCK_M consecutive tokens of one head; paged:
+# BLOCK_M (token, group head) pairs.
+TRAIN_CONFIG = (64, 4, 2)
+PAGED_CONFIG = (64, 4, 3, 5)
 BWD_CONFIG = (64, 4, 2)
 # The tuning spaces the H200 sweep times (BLOCK_M >= 64 only); tests/gpu proves each gives the bits above.
-TRAIN_CANDIDATES = [(64, 4, 3), (128, 8, 2), (64, 4, 2), (128, 8, 3), (64, 4, 4), (64, 8, 3)]
-# What Triton 3.6 builds for sm_90 (BLOCK_M 64, 4 warps): stages 3-4 82 KB of shared memory, 5-6 115 KB, 194-204
-# registers -- two programs an SM either way (2 x (115 + 1) KB is the H200's 227 KB exactly), 8 warps, two a
-# scheduler; (64, 4, 7) 148 KB: one program, a deeper K/V prefetch but half the warps (attention_sweep.py
-# --decode times it). At 64 x 4096 the default runs a 64-key tile in ~2,750 cycles an SM (3.1 TB/s): latency
-# of one warp per scheduler, not bandwidth.
-PAGED_CANDIDATES = [(64, 4, 2), (128, 8, 2), (64, 4, 3), (64, 4, 4), (64, 4, 5), (64, 4, 7), (64, 8, 3), (64, 8, 4)]
+# What Triton 3.6 builds for sm_90 (shared memory; programs an SM, at most 113 KB each for two): training
+# (64, 4, 2) 82 KB, 2; (64, 4, 3) 114 KB, 1 (the row-sum operand's 2 KB put it over); (128, 8, 3) 130 KB, 1.
+TRAIN_CANDIDATES = [(64, 4, 2), (64, 4, 3), (128, 8, 2), (128, 8, 3), (64, 4, 4), (64, 8, 3)]
+# Paged, BLOCK_M 64: num_stages 2-4 with swap_stages 3-4 84 KB; swap_stages 5-6 105 KB (three K/V buffers, one
+# tile loading while one is used: with two the next tile's load is issued only after this one's dots) -- 2
+# programs an SM, 180-188 registers at 4 warps, 127 at 8; swap_stages 7 137 KB, 1.
+PAGED_CANDIDATES = [(64, 4, 3, 5), (64, 4, 2, 5), (64, 4, 4, 5), (64, 4, 3, 3), (64, 4, 3, 6), (64, 8, 3, 5),
+                    (64, 8, 2, 5), (64, 4, 3, 7), (128, 8, 2, 5)]
 LOG2E = 1.4426950408889634
+SWAP_N = 16                 # paged: a request of <= 16 (token, group head) rows runs them on the dots' N side
 
 
 @triton.jit
-def _tile_update(q, k, v, m_i, l_i, acc, visible, qk_scale):
+def _tile_update(q, k, v, m_i, l_acc, acc, visible, qk_scale, ones):
+    """One key tile, rows on M: q [M, D], k/v [BLOCK_N, D], l_acc [M, 16] (16 equal columns)."""
     s = tl.dot(q, tl.trans(k)) * qk_scale
     s = tl.where(visible, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.math.exp2(m_i - m_new)
-    p = tl.math.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None]
-    acc = tl.dot(p.to(v.dtype), v, acc)
-    return m_new, l_i, acc
+    p = tl.math.exp2(s - m_new[:, None]).to(v.dtype)
+    l_acc = tl.dot(p, ones, l_acc * alpha[:, None])
+    acc = tl.dot(p, v, acc * alpha[:, None])
+    return m_new, l_acc, acc
+
+
+@triton.jit
+def _tile_update_t(k, q_t, v, m_i, l_acc, acc, visible, qk_scale, ones):
+    """``_tile_update`` with the operands swapped, rows on N (for a tile of <= 16 rows): q_t
+    [D, N], k/v [BLOCK_N, D], l_acc [64, N] (64 equal rows), acc [D, N]. Every element is the
+    same dot of the same products in the same key order, so the same bits."""
+    s = tl.dot(k, q_t) * qk_scale
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 0))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[None, :]).to(v.dtype)
+    l_acc = tl.dot(ones, p, l_acc * alpha[None, :])
+    acc = tl.dot(tl.trans(v), p, acc * alpha[None, :])
+    return m_new, l_acc, acc
 
 
 @triton.jit
@@ -91,8 +111,9 @@ def _varlen_fwd(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_ptr, qk_scale, T, sq, sk
                     other=0.0)
         q_pos = tl.where(row_ok, rm, 0)
         m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-        l_i = tl.zeros((BLOCK_M,), tl.float32)
+        l_acc = tl.zeros((BLOCK_M, 16), tl.float32)
         acc = tl.zeros((BLOCK_M, D), tl.float32)
+        ones = tl.full((BLOCK_N, 16), 1.0, v_ptr.dtype.element_ty)
         hi = tl.minimum(row0 + BLOCK_M, L)
         for n0 in range(0, hi, BLOCK_N):
             rn = n0 + tl.arange(0, BLOCK_N)
@@ -100,59 +121,126 @@ def _varlen_fwd(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_ptr, qk_scale, T, sq, sk
             tok = (start + rn).to(tl.int64)[:, None]
             k = tl.load(k_ptr + tok * sk + kvh * D + rd[None, :], mask=stored[:, None], other=0.0)
             v = tl.load(v_ptr + tok * sv + kvh * D + rd[None, :], mask=stored[:, None], other=0.0)
-            m_i, l_i, acc = _tile_update(q, k, v, m_i, l_i, acc, rn[None, :] <= q_pos[:, None], qk_scale)
+            m_i, l_acc, acc = _tile_update(q, k, v, m_i, l_acc, acc, rn[None, :] <= q_pos[:, None], qk_scale, ones)
+        l_i = tl.max(l_acc, 1)
         o = acc / l_i[:, None]
         tl.store(o_ptr + (start + rm).to(tl.int64)[:, None] * so + h * D + rd[None, :], o.to(o_ptr.dtype.element_ty),
                  mask=row_ok[:, None])
         tl.store(lse_ptr + h * T + start + rm, m_i + tl.math.log2(l_i), mask=row_ok)
 
 
+@triton.jit
+def _paged_keys(kv_ptr, bt_ptr, n0, seq_len, block_size, s_blk, s_head, s_off, kvh, BLOCK_N: tl.constexpr):
+    """Key tile [n0, n0 + BLOCK_N) of a request (its block-table row at bt_ptr): the positions,
+    which are stored, and each position's K offset in the cache (V is D further)."""
+    rn = n0 + tl.arange(0, BLOCK_N)
+    stored = rn < seq_len
+    blk = tl.load(bt_ptr + rn // block_size, mask=stored, other=0).to(tl.int64)
+    return rn, stored, blk * s_blk + kvh * s_head + (rn % block_size) * s_off
+
+
+@triton.jit
+def _paged_rows_n(q_ptr, kv_ptr, o_ptr, bt_row, qk_scale, sq, so, s_blk, s_head, s_off, block_size, q0, nq, seq_len,
+                  kvh, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr, SWAP_N: tl.constexpr,
+                  SWAP_STAGES: tl.constexpr):
+    """A request's <= SWAP_N (token, group head) rows on the dots' N side (``_tile_update_t``),
+    the key loop pipelined SWAP_STAGES deep (its own: a decode is a stream of K/V loads)."""
+    rd = tl.arange(0, D)
+    c = tl.arange(0, SWAP_N)
+    row_ok = c < nq * GROUP
+    tok = c // GROUP
+    h = kvh * GROUP + c % GROUP
+    q_t = tl.load(q_ptr + (q0 + tok).to(tl.int64)[None, :] * sq + h[None, :] * D + rd[:, None],
+                  mask=row_ok[None, :], other=0.0)
+    q_pos = tl.where(row_ok, seq_len - nq + tok, 0)
+    m_i = tl.full((SWAP_N,), float("-inf"), tl.float32)
+    l_acc = tl.zeros((BLOCK_N, SWAP_N), tl.float32)
+    acc = tl.zeros((D, SWAP_N), tl.float32)
+    ones = tl.full((BLOCK_N, BLOCK_N), 1.0, kv_ptr.dtype.element_ty)
+    for n0 in tl.range(0, seq_len, BLOCK_N, num_stages=SWAP_STAGES):
+        rn, stored, base = _paged_keys(kv_ptr, bt_row, n0, seq_len, block_size, s_blk, s_head, s_off, kvh,
+                                       BLOCK_N)
+        k = tl.load(kv_ptr + base[:, None] + rd[None, :], mask=stored[:, None], other=0.0)
+        v = tl.load(kv_ptr + base[:, None] + D + rd[None, :], mask=stored[:, None], other=0.0)
+        m_i, l_acc, acc = _tile_update_t(k, q_t, v, m_i, l_acc, acc, rn[:, None] <= q_pos[None, :],
+                                         qk_scale, ones)
+    o = acc / tl.max(l_acc, 0)[None, :]
+    o_off = (q0 + tok).to(tl.int64)[None, :] * so + h[None, :] * D + rd[:, None]
+    tl.store(o_ptr + o_off, o.to(o_ptr.dtype.element_ty), mask=row_ok[None, :])
+
+
+@triton.jit
+def _paged_rows_m(q_ptr, kv_ptr, o_ptr, bt_row, qk_scale, sq, so, s_blk, s_head, s_off, block_size, q0, nq, seq_len,
+                  kvh, mb, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Tile mb of a request's (token, group head) rows, BLOCK_M of them on the dots' M side."""
+    rd = tl.arange(0, D)
+    r = mb * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = r < nq * GROUP
+    tok = r // GROUP
+    h = kvh * GROUP + r % GROUP
+    q_off = (q0 + tok).to(tl.int64)[:, None] * sq + h[:, None] * D + rd[None, :]
+    q = tl.load(q_ptr + q_off, mask=row_ok[:, None], other=0.0)
+    q_pos = tl.where(row_ok, seq_len - nq + tok, 0)
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_acc = tl.zeros((BLOCK_M, 16), tl.float32)
+    acc = tl.zeros((BLOCK_M, D), tl.float32)
+    ones = tl.full((BLOCK_N, 16), 1.0, kv_ptr.dtype.element_ty)
+    last_tok = tl.minimum((mb * BLOCK_M + BLOCK_M - 1) // GROUP, nq - 1)
+    hi = seq_len - nq + last_tok + 1
+    for n0 in range(0, hi, BLOCK_N):
+        rn, stored, base = _paged_keys(kv_ptr, bt_row, n0, seq_len, block_size, s_blk, s_head, s_off, kvh,
+                                       BLOCK_N)
+        k = tl.load(kv_ptr + base[:, None] + rd[None, :], mask=stored[:, None], other=0.0)
+        v = tl.load(kv_ptr + base[:, None] + D + rd[None, :], mask=stored[:, None], other=0.0)
+        m_i, l_acc, acc = _tile_update(q, k, v, m_i, l_acc, acc, rn[None, :] <= q_pos[:, None], qk_scale,
+                                       ones)
+    o = acc / tl.max(l_acc, 1)[:, None]
+    o_off = (q0 + tok).to(tl.int64)[:, None] * so + h[:, None] * D + rd[None, :]
+    tl.store(o_ptr + o_off, o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
 @triton.jit(do_not_specialize=["n_req"])  # one compiled kernel for every request count of a R_PAD
 def _paged_fwd(q_ptr, kv_ptr, o_ptr, bt_ptr, seq_lens_ptr, qsl_ptr, qk_scale, sq, so, s_blk, s_head, s_off,
                s_bt, block_size, n_req, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, R_PAD: tl.constexpr):
+               BLOCK_N: tl.constexpr, R_PAD: tl.constexpr, SWAP_N: tl.constexpr, SWAP_STAGES: tl.constexpr):
     """Program (p, kvh): one BLOCK_M tile of (token, group head) rows of one request. The schedule
-    is read on the device: request r owns programs [start_r, start_r + cdiv(nq_r * GROUP, BLOCK_M))
-    of axis 0 (start_r: the sum of the earlier requests' counts, from query_start_loc), and
-    programs past the last request's exit. So the grid only needs host-known sizes (tokens,
-    requests) -- a CUDA graph captured for T tokens and R requests serves any mix of prefill
-    chunks and decodes that fits -- and each tile holds the rows it would in any other schedule."""
+    is read on the device: program r < R runs request r's first tile; programs R, R + 1, ... run
+    the further tiles (cdiv(nq_r * GROUP, BLOCK_M) - 1 of request r, from query_start_loc) in
+    request order, and programs past the last exit. So the grid only needs host-known sizes
+    (tokens, requests) -- a CUDA graph captured for T tokens and R requests serves any mix of
+    prefill chunks and decodes that fits -- and each tile holds the rows it would in any other
+    schedule.
+
+    A request of <= SWAP_N rows (a decode: GROUP rows) runs ``_tile_update_t``, its rows on the
+    dots' N side: the same bits at a quarter of the tensor-core work and registers of 64 padded
+    rows (the wgmma M side is at least 64)."""
     pid, kvh = tl.program_id(0), tl.program_id(1)
-    ri = tl.arange(0, R_PAD)
-    live = ri < n_req
-    lo = tl.load(qsl_ptr + ri, mask=live, other=0)
-    n_blocks = ((tl.load(qsl_ptr + ri + 1, mask=live, other=0) - lo) * GROUP + BLOCK_M - 1) // BLOCK_M
-    ends = tl.cumsum(n_blocks, 0)
-    req = tl.sum((ends <= pid).to(tl.int32), 0)  # the request whose programs include pid (n_req: none)
+    if pid < n_req:  # a request's first tile: no schedule to read (every program of a decode step)
+        req = pid
+        mb = 0
+    else:  # the requests' further tiles, in request order
+        ri = tl.arange(0, R_PAD)
+        live = ri < n_req
+        lo = tl.load(qsl_ptr + ri, mask=live, other=0)
+        n_rows = (tl.load(qsl_ptr + ri + 1, mask=live, other=0) - lo) * GROUP
+        n_more = tl.maximum((n_rows + BLOCK_M - 1) // BLOCK_M - 1, 0)
+        ends = tl.cumsum(n_more, 0)
+        e = pid - n_req
+        req = tl.sum((ends <= e).to(tl.int32), 0)  # the request whose further tiles include e (n_req: none)
+        mb = 1 + e - tl.sum(tl.where(ri == req, ends - n_more, 0), 0)
     if req < n_req:
-        mb = pid - tl.sum(tl.where(ri == req, ends - n_blocks, 0), 0)  # this request's tile index
         q0 = tl.load(qsl_ptr + req)
         nq = tl.load(qsl_ptr + req + 1) - q0
         seq_len = tl.load(seq_lens_ptr + req)
-        r = mb * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = r < nq * GROUP
-        tok = r // GROUP
-        h = kvh * GROUP + r % GROUP
-        rd = tl.arange(0, D)
-        q_off = (q0 + tok).to(tl.int64)[:, None] * sq + h[:, None] * D + rd[None, :]
-        q = tl.load(q_ptr + q_off, mask=row_ok[:, None], other=0.0)
-        q_pos = tl.where(row_ok, seq_len - nq + tok, 0)
-        m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-        l_i = tl.zeros((BLOCK_M,), tl.float32)
-        acc = tl.zeros((BLOCK_M, D), tl.float32)
-        last_tok = tl.minimum((mb * BLOCK_M + BLOCK_M - 1) // GROUP, nq - 1)
-        hi = seq_len - nq + last_tok + 1
-        for n0 in range(0, hi, BLOCK_N):
-            rn = n0 + tl.arange(0, BLOCK_N)
-            stored = rn < seq_len
-            blk = tl.load(bt_ptr + req * s_bt + rn // block_size, mask=stored, other=0).to(tl.int64)
-            base = blk * s_blk + kvh * s_head + (rn % block_size) * s_off
-            k = tl.load(kv_ptr + base[:, None] + rd[None, :], mask=stored[:, None], other=0.0)
-            v = tl.load(kv_ptr + base[:, None] + D + rd[None, :], mask=stored[:, None], other=0.0)
-            m_i, l_i, acc = _tile_update(q, k, v, m_i, l_i, acc, rn[None, :] <= q_pos[:, None], qk_scale)
-        o = acc / l_i[:, None]
-        o_off = (q0 + tok).to(tl.int64)[:, None] * so + h[:, None] * D + rd[None, :]
-        tl.store(o_ptr + o_off, o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+        bt_row = bt_ptr + req * s_bt
+        if nq == 0:  # a padding request of a captured graph
+            pass
+        elif nq * GROUP <= SWAP_N:  # then one tile (mb == 0)
+            _paged_rows_n(q_ptr, kv_ptr, o_ptr, bt_row, qk_scale, sq, so, s_blk, s_head, s_off, block_size, q0, nq,
+                          seq_len, kvh, GROUP, D, BLOCK_N, SWAP_N, SWAP_STAGES)
+        else:
+            _paged_rows_m(q_ptr, kv_ptr, o_ptr, bt_row, qk_scale, sq, so, s_blk, s_head, s_off, block_size, q0, nq,
+                          seq_len, kvh, mb, GROUP, D, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -298,7 +386,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
                     query_start_loc: torch.Tensor, scale: float, out: torch.Tensor | None = None,
-                    config: tuple[int, int, int] | None = None) -> torch.Tensor:
+                    config: tuple[int, int, int, int] | None = None) -> torch.Tensor:
     """Attention of the tokens scheduled in one step (decode tokens and prefill chunks mixed)
     against vLLM's paged cache.
 
@@ -322,14 +410,15 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     if t == 0 or n_req == 0:
         return out
     group = hq // hkv
-    block_m, warps, stages = config or PAGED_CONFIG
-    # sum over requests of cdiv(nq_r * group, block_m) <= cdiv(T * group, block_m) + R - 1
+    block_m, warps, stages, swap_stages = config or PAGED_CONFIG
+    # R first tiles + sum over requests of (cdiv(nq_r * group, block_m) - 1) <= R + cdiv(T * group, block_m)
     grid = (triton.cdiv(t * group, block_m) + n_req, hkv)
     _paged_fwd[grid](q, kv_cache, out, block_table, seq_lens.to(device=q.device, dtype=torch.int32),
                      query_start_loc.to(device=q.device, dtype=torch.int32), scale * LOG2E, q.stride(0),
                      out.stride(0), kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
                      block_table.stride(0), bs, n_req, GROUP=group, D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N,
-                     R_PAD=max(16, triton.next_power_of_2(n_req)), num_warps=warps, num_stages=stages)
+                     R_PAD=max(16, triton.next_power_of_2(n_req)), SWAP_N=SWAP_N, SWAP_STAGES=swap_stages,
+                     num_warps=warps, num_stages=stages)
     return out
 
 
