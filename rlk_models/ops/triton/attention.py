@@ -7,22 +7,27 @@ What it computes
     ``o_i = sum_j p_ij v_j / sum_j p_ij``, ``p_ij = 2^(s_ij - m_i)``,
     ``s_ij = (scale * log2 e) * (q_i . k_j)``. Query head h reads KV head h // (Hq / Hkv).
 
-Contract (one row function, ``_tile_update``, shared by both kernels)
+Contract (one row function, ``_tile_update``, shared by both kernels; ``_tile_update_t`` is
+the same per element with the operands swapped)
     Keys are walked in tiles of ``BLOCK_N`` = 64 positions *of the sequence* (tile j holds
     positions 64j .. 64j+63, wherever they are stored), in increasing order, starting at
     position 0. Per tile: ``s = tl.dot(q, k^T) * qk_scale``, masked to -inf past the row's
     position; online softmax ``m' = max(m, rowmax s)``, ``alpha = 2^(m - m')``,
-    ``p = 2^(s - m')``, ``l = l * alpha + rowsum p``, ``acc = acc * alpha + tl.dot(p, v)`` (p
-    rounded to the input dtype for the dot). Finally ``o = acc / l``, rounded once. A tile past
-    a row's position is an exact no-op for that row (alpha = 1, p = 0), so how far a kernel walks
-    (to the end of the query block or of the sequence) never changes a row's bits; keys that are
-    not stored (past the context) load as exact zeros. No split-KV.
+    ``p = 2^(s - m')`` rounded to the input dtype, ``l = tl.dot(p, 1, l * alpha)``,
+    ``acc = tl.dot(p, v, acc * alpha)``. Finally ``o = acc / l``, rounded once. The row sum is a
+    dot, not ``tl.sum``: a reduction's order follows the register layout, which differs between
+    rows on M and rows on N, while a wgmma sums each element's products in key order either way.
+    A tile past a row's position is an exact no-op for that row (alpha = 1, p = 0), so how far a
+    kernel walks (to the end of the query block or of the sequence) never changes a row's bits;
+    keys that are not stored (past the context) load as exact zeros. No split-KV.
 
     The training kernel puts BLOCK_M consecutive tokens of one head on the rows; the paged
-    kernel puts (token, head-of-the-KV-group) pairs on the rows. Rows of one ``tl.dot`` never
-    mix, and the H200 sweep (``benchmarks/triton/attention_sweep.py``) checks that the row
-    composition and BLOCK_M do not change a row's bits: they do not for BLOCK_M >= 64 (wgmma),
-    they do for 16 and 32 (another MMA instruction) -- so paged BLOCK_M is at least 64.
+    kernel puts (token, head-of-the-KV-group) pairs on the rows, or, for a request of <= 16 such
+    rows (a decode), on the dots' N side (``_paged_rows_n``: wgmma's M side is at least 64, so
+    rows on M would be 94% padding at GROUP 4). Rows of one ``tl.dot`` never mix, and the H200
+    tests (``tests/gpu/test_triton_contract_8b.py``) check that the row composition, the side
+    and BLOCK_M do not change a row's bits: they do not for BLOCK_M >= 64 (wgmma), they do for
+    16 and 32 (another MMA instruction) -- so paged BLOCK_M is at least 64.
 
 Backward (deterministic, no atomics): ``delta = rowsum(o * do)``; one kernel per KV tile and KV
 head walks the group's query heads in order and their query tiles in order (dK, dV); another per
