@@ -23,7 +23,10 @@ default engine: a run of 1 token (prefill and first sample) and one of 33 tokens
 step -- the prefill, which a 256-prompt batch runs eagerly, cancels out), and a 33-token run of ``--n``
 sequences at context ``prompt_len + max_tokens / 2`` (the throughput run's middle), its step annotations
 beside the throughput run's wall time a step. Engines:
-``stock`` (vLLM's defaults: torch.compile, FULL_AND_PIECEWISE graphs, FA3), ``stock_bi`` (the
+``stock`` (vLLM's defaults: torch.compile, FULL_AND_PIECEWISE graphs, FA3), ``stock_after`` (the
+same engine again, listed last: the baseline's drift within the call -- session 15's stock runs spread
+22% -- as ``stock_drift``, and each rlk engine's throughput against the two stock runs' mean as
+``throughput_vs_stock_pair``), ``stock_bi`` (the
 same with ``VLLM_BATCH_INVARIANT=1``, vLLM's own batch-invariant mode), ``rlk`` (the default: full CUDA
 graphs of every step up to the capture sizes, mixed prefill/decode ones included,
 ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``), ``rlk_decode_only`` (graphs of uniform decode steps
@@ -36,6 +39,7 @@ bitwise, its parity figures show by how much). ``--tp N`` runs every engine at
 go to ``$OUT/vllm_cuda_<shape>[_tpN].json`` as they come.
 
     python benchmarks/vllm_cuda.py --shape small --engines stock,rlk,rlk_eager
+    python benchmarks/vllm_cuda.py --shape 8b --engines stock,rlk,stock_after
     python benchmarks/vllm_cuda.py --shape 8b --tp 2 --engines rlk,rlk_allreduce     # 2 GPUs
 """
 
@@ -429,6 +433,13 @@ def main() -> None:
         if "decode_step_ms" in stock and "decode_step_ms" in r:
             r["decode_step_vs_stock"] = {b: round(ms / stock["decode_step_ms"][b], 3)
                                          for b, ms in r["decode_step_ms"].items() if b in stock["decode_step_ms"]}
+    after = summary.get("stock_after", {}).get("throughput", {}).get("tok_per_s")
+    if base and after:  # the baseline measured twice, around the others
+        summary["stock_drift"] = round(after / base, 3)
+        for kind in a.engines.split(","):
+            r = summary.get(kind, {})
+            if kind.startswith("rlk") and "throughput" in r:
+                r["throughput_vs_stock_pair"] = round(r["throughput"]["tok_per_s"] / ((base + after) / 2), 3)
     rlk, plain = summary.get("rlk", {}), summary.get("rlk_allreduce", {})
     if "throughput" in rlk and "throughput" in plain:  # the canonical reduction's cost (time ratio)
         summary["canonical_vs_all_reduce"] = {
