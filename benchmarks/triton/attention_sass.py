@@ -1,0 +1,88 @@
+"""The attention kernels compiled for the H200 (sm_90) on any machine, no GPU needed: per launch
+config its MMA instructions, registers, spill stack, shared memory and the programs an SM that
+those allow (``matmul_sass.describe``).
+
+What it is for: the bits of a row do not depend on the tile's shape or on which side of the dot
+the rows sit as long as every ``tl.dot`` is a wgmma (Hopper's warpgroup MMA); an mma.sync
+(BLOCK_M 16/32, or a dot Triton cannot map to wgmma) gives other bits (tests/gpu shows both).
+And the speed of the paged decode is set by how many programs share an SM and how deep the K/V
+prefetch is (session 15: two programs an SM need at most 113 KB of shared memory each). Speed
+still needs the GPU (attention_sweep.py); this is the check between device sessions.
+
+    python benchmarks/triton/attention_sass.py       # JSON; not under TRITON_INTERPRET=1 (it compiles)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import triton
+from triton.compiler import ASTSource
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from matmul_sass import TARGET, describe  # noqa: E402
+
+from rlk_models.ops.triton.attention import (  # noqa: E402
+    BLOCK_N, PAGED_CANDIDATES, PAGED_CONFIG, SWAP_N, TRAIN_CANDIDATES, TRAIN_CONFIG, _paged_fwd, _varlen_fwd)
+
+SM_SHARED, CTA_RESERVED, SM_REGS, SM_THREADS = 228 * 1024, 1024, 65536, 2048  # sm_90 per SM
+_I32 = ("sq", "so", "s_blk", "s_head", "s_off", "s_bt", "block_size", "sk", "sv")  # strides: multiples of 16
+
+
+def _compile(fn, types: dict, consts: dict, warps: int, stages: int):
+    names = fn.arg_names
+    sig = {n: types.get(n, "constexpr") for n in names}
+    # pointers and strides divisible by 16, as vLLM's cache and torch's allocations give: without it
+    # the compiler cannot vectorise the loads and does not pipeline them
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names
+             if types.get(n, "").startswith("*") or n in _I32}
+    src = ASTSource(fn, sig, {(names.index(n),): v for n, v in consts.items()}, attrs)
+    return triton.compile(src, target=TARGET, options=dict(num_warps=warps, num_stages=stages))
+
+
+def paged(config: tuple[int, int, int, int], group: int = 4, d: int = 128):
+    block_m, warps, stages, swap_stages = config
+    types = dict(q_ptr="*bf16", kv_ptr="*bf16", o_ptr="*bf16", bt_ptr="*i32", seq_lens_ptr="*i32", qsl_ptr="*i32",
+                 qk_scale="fp32", sq="i32", so="i32", s_blk="i32", s_head="i32", s_off="i32", s_bt="i32",
+                 block_size="i32", n_req="i32")
+    consts = dict(GROUP=group, D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N, R_PAD=256, SWAP_N=SWAP_N,
+                  SWAP_STAGES=swap_stages)
+    return _compile(_paged_fwd, types, consts, warps, stages)
+
+
+def training(config: tuple[int, int, int], group: int = 4, d: int = 128):
+    block_m, warps, stages = config
+    types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", o_ptr="*bf16", lse_ptr="*fp32", cu_ptr="*i32",
+                 qk_scale="fp32", T="i32", sq="i32", sk="i32", sv="i32", so="i32")
+    return _compile(_varlen_fwd, types, dict(GROUP=group, D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N), warps, stages)
+
+
+def mma(kernel) -> dict:
+    """The MMA instructions in the kernel's PTX: wgmma shapes, and how many mma.sync."""
+    ptx = kernel.asm["ptx"]
+    return {"wgmma": sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))),
+            "mma_sync": len(re.findall(r"\bmma\.sync\b", ptx))}
+
+
+def report(kernel, warps: int) -> dict:
+    r = {**describe(kernel), **mma(kernel)}
+    r["programs_per_sm"] = min(SM_SHARED // (r["shared_bytes"] + CTA_RESERVED),
+                               SM_REGS // (r["registers"] * 32 * warps), SM_THREADS // (32 * warps))
+    return r
+
+
+def main() -> None:
+    """JSON: every training and paged candidate at the Qwen3-8B heads (GROUP 4), and the paged
+    default at GROUP 1 and 16 (MHA, and the largest group whose decode rows sit on the N side)."""
+    res = {"training": {str(c): report(training(c), c[1]) for c in TRAIN_CANDIDATES},
+           "paged": {str(c): report(paged(c), c[1]) for c in PAGED_CANDIDATES},
+           "paged_default_by_group": {str(g): report(paged(PAGED_CONFIG, group=g), PAGED_CONFIG[1]) for g in (1, 16)},
+           "defaults": {"training": str(TRAIN_CONFIG), "paged": str(PAGED_CONFIG)}}
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""What Triton builds for the H200 (sm_90), checked on any machine (no GPU: the compiler and
+cuobjdump ship with the triton wheel; ``benchmarks/triton/attention_sass.py``, run in its own
+process because this suite's kernels run under ``TRITON_INTERPRET=1``).
+
+- Every attention launch candidate maps each ``tl.dot`` to a wgmma. The per-row bits the GPU
+  tests prove (any BLOCK_M >= 64, rows on the M or the N side) hold for wgmma; an mma.sync gives
+  other bits (BLOCK_M 16/32 on the H200), so a kernel change that made Triton fall back to it
+  would break the paged == training contract on the GPU.
+- The paged default keeps two programs an SM, unspilled, with three K/V buffers in its decode
+  loop: session 15 measured decode at 1.01-1.14x FA3's time that way and 1.5-1.7x with one
+  program an SM (a kernel change that adds shared memory shows here before a device session)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def built() -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "triton" / "attention_sass.py")], env=env,
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
+def test_every_candidate_builds_wgmma_only(built):
+    kernels = {**{f"training {c}": r for c, r in built["training"].items()},
+               **{f"paged {c}": r for c, r in built["paged"].items()},
+               **{f"paged default, GROUP {g}": r for g, r in built["paged_default_by_group"].items()}}
+    assert len(kernels) >= 10
+    bad = {name: (r["wgmma"], r["mma_sync"]) for name, r in kernels.items() if not r["wgmma"] or r["mma_sync"]}
+    assert not bad, f"a tl.dot not built as wgmma (wgmma shapes, mma.sync count): {bad}"
+
+
+def test_paged_default_runs_two_programs_an_sm_unspilled(built):
+    r = built["paged"][built["defaults"]["paged"]]
+    assert r["programs_per_sm"] >= 2 and r["spill_stack_bytes"] == 0, r
