@@ -26,7 +26,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from matmul_sass import TARGET, describe  # noqa: E402
 
 from rlk_models.ops.triton.attention import (  # noqa: E402
-    BLOCK_N, PAGED_CANDIDATES, PAGED_CONFIG, SWAP_N, TRAIN_CANDIDATES, TRAIN_CONFIG, _paged_fwd, _varlen_fwd)
+    BLOCK_N,
+    PAGED_CANDIDATES,
+    PAGED_CONFIG,
+    SWAP_N,
+    TRAIN_CANDIDATES,
+    TRAIN_CONFIG,
+    _paged_fwd,
+    _varlen_fwd,
+)
 
 SM_SHARED, CTA_RESERVED, SM_REGS, SM_THREADS = 228 * 1024, 1024, 65536, 2048  # sm_90 per SM
 _I32 = ("sq", "so", "s_blk", "s_head", "s_off", "s_bt", "block_size", "sk", "sv")  # strides: multiples of 16
