@@ -135,13 +135,18 @@ def _varlen_fwd(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_ptr, qk_scale, T, sq, sk
 
 
 @triton.jit
-def _paged_keys(kv_ptr, bt_ptr, n0, seq_len, block_size, s_blk, s_head, s_off, kvh, BLOCK_N: tl.constexpr):
-    """Key tile [n0, n0 + BLOCK_N) of a request (its block-table row at bt_ptr): the positions,
-    which are stored, and each position's K offset in the cache (V is D further)."""
+def _paged_keys(kv_ptr, bt_ptr, n0, seq_len, block_size, s_blk, s_head, s_off, kvh, D: tl.constexpr,
+                BLOCK_N: tl.constexpr):
+    """Key tile [n0, n0 + BLOCK_N) of a request (its block-table row at bt_ptr): the positions and
+    their K and V [BLOCK_N, D] (exact zeros past the context)."""
     rn = n0 + tl.arange(0, BLOCK_N)
+    rd = tl.arange(0, D)
     stored = rn < seq_len
     blk = tl.load(bt_ptr + rn // block_size, mask=stored, other=0).to(tl.int64)
-    return rn, stored, blk * s_blk + kvh * s_head + (rn % block_size) * s_off
+    base = blk * s_blk + kvh * s_head + (rn % block_size) * s_off
+    k = tl.load(kv_ptr + base[:, None] + rd[None, :], mask=stored[:, None], other=0.0)
+    v = tl.load(kv_ptr + base[:, None] + D + rd[None, :], mask=stored[:, None], other=0.0)
+    return rn, k, v
 
 
 @triton.jit
@@ -163,10 +168,7 @@ def _paged_rows_n(q_ptr, kv_ptr, o_ptr, bt_row, qk_scale, sq, so, s_blk, s_head,
     acc = tl.zeros((D, SWAP_N), tl.float32)
     ones = tl.full((BLOCK_N, BLOCK_N), 1.0, kv_ptr.dtype.element_ty)
     for n0 in tl.range(0, seq_len, BLOCK_N, num_stages=SWAP_STAGES):
-        rn, stored, base = _paged_keys(kv_ptr, bt_row, n0, seq_len, block_size, s_blk, s_head, s_off, kvh,
-                                       BLOCK_N)
-        k = tl.load(kv_ptr + base[:, None] + rd[None, :], mask=stored[:, None], other=0.0)
-        v = tl.load(kv_ptr + base[:, None] + D + rd[None, :], mask=stored[:, None], other=0.0)
+        rn, k, v = _paged_keys(kv_ptr, bt_row, n0, seq_len, block_size, s_blk, s_head, s_off, kvh, D, BLOCK_N)
         m_i, l_acc, acc = _tile_update_t(k, q_t, v, m_i, l_acc, acc, rn[:, None] <= q_pos[None, :],
                                          qk_scale, ones)
     o = acc / tl.max(l_acc, 0)[None, :]
@@ -193,10 +195,7 @@ def _paged_rows_m(q_ptr, kv_ptr, o_ptr, bt_row, qk_scale, sq, so, s_blk, s_head,
     last_tok = tl.minimum((mb * BLOCK_M + BLOCK_M - 1) // GROUP, nq - 1)
     hi = seq_len - nq + last_tok + 1
     for n0 in range(0, hi, BLOCK_N):
-        rn, stored, base = _paged_keys(kv_ptr, bt_row, n0, seq_len, block_size, s_blk, s_head, s_off, kvh,
-                                       BLOCK_N)
-        k = tl.load(kv_ptr + base[:, None] + rd[None, :], mask=stored[:, None], other=0.0)
-        v = tl.load(kv_ptr + base[:, None] + D + rd[None, :], mask=stored[:, None], other=0.0)
+        rn, k, v = _paged_keys(kv_ptr, bt_row, n0, seq_len, block_size, s_blk, s_head, s_off, kvh, D, BLOCK_N)
         m_i, l_acc, acc = _tile_update(q, k, v, m_i, l_acc, acc, rn[None, :] <= q_pos[:, None], qk_scale,
                                        ones)
     o = acc / tl.max(l_acc, 1)[:, None]
