@@ -24,8 +24,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from rlk_models.ops.triton.matmul import BLOCK_K, HALF, K_GROUPS, LAUNCHES, Launch, _mm_tma_kernel, run_of
-from rlk_models.ops.triton.utils import ONE_PASS
+from rlk_models.ops.triton.matmul import BLOCK_K, HALF, K_GROUPS, LAUNCHES, TUNED, Launch, _mm_tma_kernel, run_of
+from rlk_models.ops.triton.utils import ONE_PASS, fit_stages
 
 TARGET = GPUTarget("cuda", 90, 32)
 
@@ -40,6 +40,7 @@ def compile_form(launch: Launch, groups: int, a_km: bool = False, b_kn: bool = F
     """The compiled kernel of one launch form (bf16 in and out, fp32 partials when split)."""
     bm, bn, warps, stages = launch.config
     split = launch.split if groups > 1 else 0
+    stages = fit_stages(bm + bn, 2, stages, bm * bn * (4 if split else 2))  # as mm() runs it
     c_t = launch.swap
     a_block = f"{BLOCK_K}, {bm}" if a_km else f"{bm}, {BLOCK_K}"
     b_block = f"{BLOCK_K}, {bn}" if b_kn else f"{bn}, {BLOCK_K}"
@@ -76,12 +77,15 @@ def forms() -> dict[str, tuple[Launch, int, dict]]:
     """Every default launch (forward; and the plain ones as the two backward layouts), plus the
     flat form of each grouped default that is fused or split by halves."""
     out = {}
-    for (kind, width), table in LAUNCHES.items():
-        if table is LAUNCHES["groups", "narrow"] and width == "wide":
-            continue  # the same table
+    tables = {f"{kind}/{width}": (kind, table) for (kind, width), table in LAUNCHES.items()
+              if not (table is LAUNCHES["groups", "narrow"] and width == "wide")}  # the same table
+    tables |= {f"{kind}/N={n},K={k}": (kind, table) for (kind, n, k), table in TUNED.items()}
+    for where, (kind, table) in tables.items():
         groups = K_GROUPS if kind == "groups" else 1
         for bound, lc in table:
-            name = f"{kind}/{width}/M<={bound if bound < 1 << 40 else 'inf'}"
+            if lc is None:  # a TUNED range that keeps the table's launch
+                continue
+            name = f"{where}/M<={bound if bound < 1 << 40 else 'inf'}"
             out[name] = (lc, groups, {})
             if kind == "plain" and not lc.swap:
                 out[name + "/dx"] = (lc, 1, dict(b_kn=True))

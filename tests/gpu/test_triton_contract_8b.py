@@ -357,6 +357,6 @@ def test_a_step_size_compiles_no_new_matmul():
     for m in sizes:
         matmul(x[:m], w_col)
         matmul(x[:m], w_row, row_parallel=True)
-    allowed = {(launch_for(m, 3072, 1), m % 16 == 0) for m in sizes} | {
-        (launch_for(m, 2048, k_groups(2048)), m % 16 == 0) for m in sizes}
+    allowed = {(launch_for(m, 3072, 1, 2048), m % 16 == 0) for m in sizes} | {
+        (launch_for(m, 2048, k_groups(2048), 2048), m % 16 == 0) for m in sizes}
     assert len(cache) - before <= len(allowed), (len(cache) - before, len(allowed))

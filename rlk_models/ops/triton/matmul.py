@@ -33,7 +33,7 @@ Contract
     *swap* launch computes the same tiles as w @ x^T -- the weight's rows on the tile's M side, the
     MMA's 64/128-row side, the tokens on its N side, as cuBLAS's small-M kernels do -- and stores
     each tile transposed: the same products summed over the same K-tiles in the same order. Which
-    form, tile config and grid run is chosen by M and N (``launch_for``); every choice gives the
+    form, tile config and grid run is chosen by M, N and K (``launch_for``); every choice gives the
     same bits, which the tests (interpreter: tests/ops/triton; H200:
     tests/gpu/test_triton_contract_8b.py) check. The groups are also the tensor-parallel unit: a
     rank owning a contiguous 1/k of K (k | 8) owns whole groups (``shard_partial``): at TP=2 it
@@ -303,27 +303,70 @@ class Launch(NamedTuple):
 # Session 14 (search at M = 128 with a bitwise check of every timed launch): grouped M = 65-128 flat
 # (64, 64, 4, 4) by halves: o 8B 1.38x -> 1.16x, down 8B 1.87x -> 1.25x, down 1.7B 1.78x -> 1.08x, o 1.7B
 # 1.84x -> 1.33x (search). The warp-specialised K loop lost at every M and shape it was timed at.
+# Session 16 (search with the pipeline depth swept, every timed launch checked bitwise): at K = 4096 a K loop
+# streaming its weight on fewer programs than SMs wants 6-8 stages, not 4: qkv 8B M = 33-64 1.25x -> 1.11x,
+# M = 65-128 1.53x -> 1.13x; o 8B M = 33-64 1.43x -> 1.34x (M = 17-32 stay split per group: 1.33x by
+# halves), 65-128 1.10x -> 1.02x, 129-256 (split=0 now) 1.27x -> 1.16x; down 8B M = 64 1.11x -> 1.04x, 128
+# 1.23x -> 1.01x; gate_up 8B M = 128 1.18x -> 1.01x, 256 1.13x -> 1.01x. The 1.7B shapes (K = 2048) are
+# slower with the deeper pipelines: ``TUNED`` keeps them apart. Two K-tiles a pipeline step (unrolled) was
+# slower at every point timed (docs/benchmarks.md, session 16).
+# Session 17: grouped M > 256 at 5 stages, the most that fits 216 KiB beside the epilogue tile: o 8B M = 1024
+# 1.26x -> 1.19x, 4096 1.32x -> 1.27x; down 8B 1.13x -> 1.12x at both (the same search, same run).
 LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
-    ("plain", "narrow"): [(16, Launch((64, 16, 4, 6), swap=True)),
-                          (32, Launch((64, 32, 4, 6), swap=True)),
-                          (64, Launch((64, 32, 4, 6), persistent=False)),
+    ("plain", "narrow"): [(16, Launch((64, 16, 4, 8), swap=True)),
+                          (32, Launch((64, 32, 4, 8), swap=True)),
+                          (64, Launch((64, 64, 4, 8))),
+                          (128, Launch((64, 128, 4, 8), persistent=False)),
                           (256, Launch((64, 128, 4, 4), persistent=False)),
                           (1024, Launch((128, 128, 4, 4))),
                           (1 << 62, Launch((128, 256, 8, 3)))],
     ("plain", "wide"): [(16, Launch((16, 64, 4, 4), persistent=False)),
                         (64, Launch((64, 128, 4, 4), persistent=False)),
-                        (256, Launch((128, 128, 8, 4))),
+                        (128, Launch((64, 128, 4, 8))),
+                        (256, Launch((128, 128, 4, 8))),
                         (1 << 62, Launch((128, 256, 8, 3)))],
     ("groups", "narrow"): [(16, Launch((16, 128, 4, 4), split=1)),
-                           (64, Launch((64, 256, 4, 3), split=1)),
-                           (128, Launch((64, 64, 4, 4), split=HALF, persistent=False, flat=True)),
-                           (256, Launch((64, 128, 4, 4), split=HALF, persistent=False, flat=True)),
-                           (1 << 62, Launch((128, 128, 8, 4), persistent=False, flat=True))],
+                           (32, Launch((64, 256, 4, 3), split=1)),
+                           (64, Launch((64, 64, 4, 6), split=HALF, persistent=False, flat=True)),
+                           (128, Launch((64, 128, 4, 6), split=HALF, persistent=False, flat=True)),
+                           (256, Launch((64, 128, 4, 6), persistent=False, flat=True)),
+                           (1 << 62, Launch((128, 128, 8, 5), persistent=False, flat=True))],
 }
 LAUNCHES["groups", "wide"] = LAUNCHES["groups", "narrow"]  # row-parallel N is the hidden size: not measured wide
 
+# Per layer shape (K order, N, K), over the table above up to each list's last bound (an entry None: the table's
+# launch up to its bound), from the same session-16
+# search: Qwen3-1.7B's layers (hidden 2048), where the table's 8B-shaped choices measured slower. Their decode
+# sizes fill the SMs with more, shallower programs: split per group where a tile has few programs, 4 stages.
+# Session 17 (search at M = 256-1024): M = 257-512 (o, down) and 513-1024 (o) in 64 x 128 tiles, fused: the
+# table's 128 x 128 tiles leave half the SMs idle there (64 tiles at M = 512). qkv 8B M = 161-512 (search at
+# 160-512, one run): 192 1.30x -> 1.26x, 256 1.17x -> 1.09x, 384 1.50x -> 1.34x, 512 1.19x -> 1.09x; at 160 the
+# table's 64 x 128 tiles stay (1.38x; 128 x 128 tiles, half of them padding, 1.65x).
+TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
+    ("plain", 6144, 4096): [(160, None),
+                            (256, Launch((128, 128, 4, 5))),
+                            (512, Launch((128, 256, 8, 3), persistent=False))],
+    ("plain", 4096, 2048): [(32, Launch((64, 32, 4, 4), swap=True)),  # qkv: M <= 16 1.69x -> 1.58x
+                            (64, Launch((64, 32, 4, 4), persistent=False)),  # 1.54x -> 1.41x
+                            (128, Launch((64, 64, 4, 4), persistent=False)),  # 1.22x -> 1.16x
+                            (256, Launch((128, 64, 4, 4)))],  # 1.17x -> 1.13x (session 14)
+    ("plain", 12288, 2048): [(16, None),  # gate_up
+                             (64, Launch((64, 128, 4, 6))),  # 1.13x -> 0.98x
+                             (128, Launch((128, 128, 4, 6), persistent=False)),  # 1.18x -> 1.05x
+                             (256, Launch((128, 128, 4, 6)))],  # 1.34x -> 1.17x
+    ("groups", 2048, 2048): [(16, None),  # o
+                             (64, Launch((64, 128, 4, 4), split=1)),  # 1.40x -> 1.23x
+                             (256, Launch((64, 64, 4, 4), split=HALF, persistent=False, flat=True)),  # 1.33-1.55x
+                             (1024, Launch((64, 128, 4, 4), persistent=False, flat=True))],  # 512: 1.98x -> 1.33x
+    ("groups", 2048, 6144): [(16, None),  # down
+                             (64, Launch((64, 128, 4, 4), split=1)),  # 1.10x -> 0.91x
+                             (128, Launch((128, 128, 4, 4), split=1)),  # 1.10x -> 0.89x
+                             (256, Launch((64, 128, 4, 6), split=HALF, persistent=False, flat=True)),  # 1.22x -> 1.13x
+                             (512, Launch((64, 128, 4, 4), persistent=False, flat=True))],  # 1.61x -> 1.09x
+}
+
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
-CANDIDATE_CONFIGS = sorted({lc.config for table in LAUNCHES.values() for _, lc in table} | {
+CANDIDATE_CONFIGS = sorted({lc.config for table in (*LAUNCHES.values(), *TUNED.values()) for _, lc in table if lc} | {
     (16, 32, 4, 4), (16, 64, 4, 4), (16, 128, 4, 4), (32, 64, 4, 4), (64, 64, 4, 4), (64, 128, 4, 4),
     (64, 256, 4, 3), (128, 64, 4, 4), (128, 128, 4, 4), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3),
     # deeper pipelines for the weight-streaming small-M plain layers
@@ -338,9 +381,14 @@ CANDIDATE_CONFIGS = sorted({lc.config for table in LAUNCHES.values() for _, lc i
     (16, 16, 2, 8), (16, 32, 2, 8), (32, 32, 2, 6)})
 
 
-def launch_for(m: int, n: int, groups: int) -> Launch:
-    table = LAUNCHES[("groups" if groups > 1 else "plain", "narrow" if n <= 8192 else "wide")]
-    return next(lc for bound, lc in table if m <= bound)
+def launch_for(m: int, n: int, groups: int, k: int = 0) -> Launch:
+    """The default launch of an [M, K] x [N, K] product in ``groups`` K-groups: ``TUNED`` for its shape where
+    it names one for M, else the table of its K order and width."""
+    kind = "groups" if groups > 1 else "plain"
+    tuned = next((lc for bound, lc in TUNED.get((kind, n, k), ()) if m <= bound), None)
+    if tuned:
+        return tuned
+    return next(lc for bound, lc in LAUNCHES[(kind, "narrow" if n <= 8192 else "wide")] if m <= bound)
 
 
 def _tma_ok(*ts: torch.Tensor) -> bool:
@@ -368,7 +416,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     if m == 0 or n == 0:
         return out
     explicit = launch is not None
-    launch = launch or launch_for(m, n, groups)
+    launch = launch or launch_for(m, n, groups, k)
     if launch.swap and (a_km or b_kn or accumulate) and not explicit:  # a table's swap serves forward layouts only
         launch = launch._replace(swap=False)
     swap = launch.swap

@@ -67,7 +67,7 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 def launch_choices(mm, grouped: bool) -> list:
     """Every default launch of the K order, and each grouped form with every candidate config."""
     kind = "groups" if grouped else "plain"
-    out = {lc for (k, _), table in mm.LAUNCHES.items() if k == kind for _, lc in table}
+    out = {lc for (k, *_), table in (*mm.LAUNCHES.items(), *mm.TUNED.items()) if k == kind for _, lc in table if lc}
     if grouped:
         out |= {mm.Launch(c, split=sp) for c in mm.CANDIDATE_CONFIGS[::3] for sp in (0, 1, mm.HALF)}
     else:
