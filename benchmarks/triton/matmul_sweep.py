@@ -53,9 +53,12 @@ M_ALL = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
 M_SEARCH = [1, 4, 16, 64, 256, 1024, 4096]
 
 
-def candidates(m: int, grouped: bool) -> list[Launch]:
-    # grouped: split-K per group (decode sizes), per half (2 programs per tile, up to M=1024), fused, and
-    # the last two with flat K loops; plain, M <= 256: also swap launches, config (weight rows, tokens, ...)
+def candidates(m: int, grouped: bool, tiles: set[tuple[int, int]] | None = None,
+               stages: list[int] | None = None) -> list[Launch]:
+    """Launches to time at M. grouped: split-K per group (decode sizes), per half (2 programs per tile, up to
+    M=1024), fused, and the last two with flat K loops; plain, M <= 256: also swap launches, config (weight
+    rows, tokens, ...). ``tiles`` keeps the configs of those (BLOCK_M, BLOCK_N) only, ``stages`` replaces
+    each config's pipeline depth by each of these."""
     flat = [dict(split=HALF, flat=True, persistent=False), dict(flat=True, persistent=False)]
     forms = ([dict(split=1), dict(split=HALF), dict(), *flat] if grouped
              else [dict(persistent=False), dict()])
@@ -64,7 +67,11 @@ def candidates(m: int, grouped: bool) -> list[Launch]:
            if not (f.get("split") == 1 and m > 256) and not (f.get("split") == HALF and m > 1024)]
     if not grouped and m <= 256:
         out += [Launch(c, swap=True) for c in CANDIDATE_CONFIGS if c[0] >= 64 and c[1] <= 2 * max(16, m)]
-    return out
+    if tiles is not None:
+        out = [lc for lc in out if lc.config[:2] in tiles]
+    if stages:
+        out = [lc._replace(config=(*lc.config[:3], s)) for lc in out for s in stages]
+    return list(dict.fromkeys(out))
 
 
 def plot(before: str, after: str, png: str) -> None:
@@ -105,8 +112,13 @@ def main() -> None:
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="comma-separated subset of " + ",".join(SHAPES))
     ap.add_argument("--quick", action="store_true",
                     help="with --search: time the default and cuBLAS at the searched M only, no eager or backward rows")
+    ap.add_argument("--tiles", default="",
+                    help="with --search: only candidates of these BLOCK_MxBLOCK_N tiles, e.g. 64x16,64x128")
+    ap.add_argument("--stages", default="", help="with --search: each candidate at each of these pipeline depths")
     args = ap.parse_args()
     search_ms = [int(v) for v in args.m.split(",")] if args.search else []
+    pick = dict(tiles={tuple(map(int, t.split("x"))) for t in args.tiles.split(",")} if args.tiles else None,
+                stages=[int(v) for v in args.stages.split(",")] if args.stages else None)
     dev = torch.device("cuda")
     res = {"info": info(), "shapes": {}}
     log(res["info"])
@@ -126,7 +138,7 @@ def main() -> None:
             t_cu = bench_graph(lambda: F.linear(xm, w))
             t_ours = bench_graph(lambda: matmul(xm, w, row_parallel=rp))
             r["graph"][m] = {"cublas_ms": t_cu, "ours_ms": t_ours, "ratio": t_ours / t_cu,
-                             "launch": str(launch_for(m, n, k_groups(k) if rp else 1))}
+                             "launch": str(launch_for(m, n, k_groups(k) if rp else 1, k))}
             log(f"{name:8} M={m:5} graph: cuBLAS {t_cu * 1e3:8.1f} us  ours {t_ours * 1e3:8.1f} us "
                 f"({t_ours / t_cu:5.2f}x)  {r['graph'][m]['launch']}")
         for m in () if args.quick else (1, 16, 128):
@@ -140,7 +152,7 @@ def main() -> None:
             t_cu = r["graph"][m]["cublas_ms"]
             want = matmul(xm, w, row_parallel=rp)
             times, differs = {}, []
-            for lc in candidates(m, grouped):
+            for lc in candidates(m, grouped, **pick):
                 try:
                     # every timed launch must give the default's bits (the contract tests prove it at
                     # M = 1 and 1024; this at the searched M): one that does not is said, never picked
@@ -151,6 +163,8 @@ def main() -> None:
                     times[str(lc)] = bench_graph(lambda: matmul(xm, w, row_parallel=rp, launch=lc), rep=20)
                 except Exception as e:  # a config that does not compile/fit is skipped, and said so
                     log(f"skip {name} M={m} {lc}: {type(e).__name__}")
+            if not times:
+                continue
             best = min(times, key=times.get)
             r["search"][m] = {"cublas_ms": t_cu, "times_ms": times, "best": best, "best_ratio": times[best] / t_cu,
                               "bits_differ": differs}
