@@ -335,9 +335,9 @@ LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
 LAUNCHES["groups", "wide"] = LAUNCHES["groups", "narrow"]  # row-parallel N is the hidden size: not measured wide
 
 # Per layer shape (K order, N, K), over the table above up to each list's last bound (an entry None: the table's
-# launch up to its bound), from the same session-16
-# search: Qwen3-1.7B's layers (hidden 2048), where the table's 8B-shaped choices measured slower. Their decode
-# sizes fill the SMs with more, shallower programs: split per group where a tile has few programs, 4 stages.
+# launch up to its bound). From the same session-16 search: Qwen3-1.7B's layers (hidden 2048), where the table's
+# 8B-shaped choices measured slower. Their decode sizes fill the SMs with more, shallower programs: split per
+# group where a tile has few programs, 4 stages.
 # Session 17 (search at M = 256-1024): M = 257-512 (o, down) and 513-1024 (o) in 64 x 128 tiles, fused: the
 # table's 128 x 128 tiles leave half the SMs idle there (64 tiles at M = 512). qkv 8B M = 161-512 (search at
 # 160-512, one run): 192 1.30x -> 1.26x, 256 1.17x -> 1.09x, 384 1.50x -> 1.34x, 512 1.19x -> 1.09x; at 160 the
