@@ -24,8 +24,18 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from rlk_models.ops.triton.matmul import BLOCK_K, HALF, K_GROUPS, LAUNCHES, TUNED, Launch, _mm_tma_kernel, run_of
-from rlk_models.ops.triton.utils import ONE_PASS, fit_stages
+from rlk_models.ops.triton.matmul import (
+    BLOCK_K,
+    HALF,
+    K_GROUPS,
+    LAUNCHES,
+    TUNED,
+    Launch,
+    _mm_tma_kernel,
+    fitted_config,
+    run_of,
+)
+from rlk_models.ops.triton.utils import ONE_PASS
 
 TARGET = GPUTarget("cuda", 90, 32)
 
@@ -38,9 +48,8 @@ def _cuobjdump() -> str:
 
 def compile_form(launch: Launch, groups: int, a_km: bool = False, b_kn: bool = False, bias: bool = False):
     """The compiled kernel of one launch form (bf16 in and out, fp32 partials when split)."""
-    bm, bn, warps, stages = launch.config
     split = launch.split if groups > 1 else 0
-    stages = fit_stages(bm + bn, 2, stages, bm * bn * (4 if split else 2))  # as mm() runs it
+    bm, bn, warps, stages = fitted_config(launch.config, 2, 4 if split else 2)  # as mm() runs it
     c_t = launch.swap
     a_block = f"{BLOCK_K}, {bm}" if a_km else f"{bm}, {BLOCK_K}"
     b_block = f"{BLOCK_K}, {bn}" if b_kn else f"{bn}, {BLOCK_K}"

@@ -381,14 +381,28 @@ CANDIDATE_CONFIGS = sorted({lc.config for table in (*LAUNCHES.values(), *TUNED.v
     (16, 16, 2, 8), (16, 32, 2, 8), (32, 32, 2, 6)})
 
 
-def launch_for(m: int, n: int, groups: int, k: int = 0) -> Launch:
+def launch_for(m: int, n: int, groups: int, k: int) -> Launch:
     """The default launch of an [M, K] x [N, K] product in ``groups`` K-groups: ``TUNED`` for its shape where
     it names one for M, else the table of its K order and width."""
     kind = "groups" if groups > 1 else "plain"
     tuned = next((lc for bound, lc in TUNED.get((kind, n, k), ()) if m <= bound), None)
-    if tuned:
+    if tuned is not None:
         return tuned
     return next(lc for bound, lc in LAUNCHES[(kind, "narrow" if n <= 8192 else "wide")] if m <= bound)
+
+
+def fitted_config(config: tuple[int, int, int, int], elem_size: int, out_elem_size: int, accumulate: bool = False,
+                  explicit: bool = False) -> tuple[int, int, int, int]:
+    """The (BLOCK_M, BLOCK_N, warps, stages) a launch's config runs with (``mm``; matmul_sass.py compiles the
+    same): its pipeline depth cut to fit shared memory beside the epilogue tile (``out_elem_size``: 4 for a
+    split launch's fp32 partials), and a default whose epilogue tile would pass 64 KiB replaced."""
+    bm, bn, warps, stages = config
+    # epilogue shared memory: the store's staging tile, and with accumulate as much again (the compiler converts
+    # the pointer-loaded tile of out through shared memory; the H200 found 256 KiB asked of 227 at 128 x 128)
+    epilogue = out_elem_size * (2 if accumulate else 1)
+    if bm * bn * epilogue > 64 * 1024 and not explicit:  # a big fp32 epilogue tile would starve the pipeline
+        bm, bn, warps, stages = (128, 64, 4, 4) if accumulate else (128, 128, 8, 4)
+    return bm, bn, warps, fit_stages(bm + bn, elem_size, stages, bm * bn * epilogue)
 
 
 def _tma_ok(*ts: torch.Tensor) -> bool:
@@ -425,19 +439,13 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
             raise ValueError("matmul: a swap launch computes a plain-K forward product (no K-groups, split-K, "
                              "transposed operands or accumulation)")
         a, b, m, n = b, a, n, m
-    (bm, bn, warps, stages), sms = launch.config, num_sms(a.device)
+    sms = num_sms(a.device)
     grouped = groups > 1
     # a split program folds one group or one whole half: the fused order's pieces (a run of 2 would
     # give (p0 + p1) + (p2 + p3) where the fold computes ((p0 + p1) + p2) + p3); int32 buffer offsets
     split = int(launch.split) if grouped and launch.split in (1, HALF) and groups * m * n < 2 ** 31 else 0
-    # epilogue shared memory: the store's staging tile, and with accumulate as much again (the compiler converts
-    # the pointer-loaded tile of out through shared memory; the H200 found 256 KiB asked of 227 at 128 x 128)
-    epilogue = (4 if split else out.element_size()) * (2 if accumulate else 1)
-    out_bytes = bm * bn * epilogue
-    if out_bytes > 64 * 1024 and not explicit:  # a big fp32 epilogue tile would starve the pipeline
-        bm, bn, warps, stages = (128, 64, 4, 4) if accumulate else (128, 128, 8, 4)
-        out_bytes = bm * bn * epilogue
-    stages = fit_stages(bm + bn, a.element_size(), stages, out_bytes)
+    bm, bn, warps, stages = fitted_config(launch.config, a.element_size(), 4 if split else out.element_size(),
+                                          accumulate, explicit)
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     persistent = launch.persistent and not split and not launch.flat  # flat: a tile each
     progs = min(sms, tiles) if persistent else tiles
