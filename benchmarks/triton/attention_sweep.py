@@ -12,8 +12,12 @@ chunked steps for every candidate config, and of the whole model, is tests/gpu):
    contexts in its own cache layout. Session 14's 8B engine profile: a 256-sequence decode step
    costs 1.05x stock vLLM's GPU time at context ~65 and 1.12x at ~288, the difference growing with
    the context -- this is the kernel-level view of that.
+4. ``--train``: the training step's attention at the Qwen3-1.7B (8 x 2048, 16/8 heads) and 8B (8 x 4096,
+   32/8) shapes -- every forward candidate and every backward candidate (run to run, and the gradients
+   against the first candidate's) against SDPA's cuDNN kernels, the ones stock transformers and Liger
+   run on the H200 (its FA2 kernels, the baseline of 2., are recorded beside them).
 
-    python benchmarks/triton/attention_sweep.py [--skip-accuracy] [--decode | --with-decode]
+    python benchmarks/triton/attention_sweep.py [--skip-accuracy] [--decode | --with-decode | --train]
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench, bench_graph, info, log, rel_err, save  # noqa: E402
 
 from rlk_models.ops.triton import attention as attn  # noqa: E402
-from rlk_models.ops.triton.attention import PAGED_CANDIDATES, TRAIN_CANDIDATES  # noqa: E402
+from rlk_models.ops.triton.attention import PAGED_CANDIDATES, TRAIN_CANDIDATES, TRAIN_CONFIG  # noqa: E402
 from rlk_models.testing.paged_steps import random_block_table  # noqa: E402
 
 HQ, HKV, D = 32, 8, 128
@@ -188,14 +192,89 @@ def decode(res, block_size: int = 16):
     res["decode"] = out
 
 
+TRAIN_SHAPES = {"1.7b": (8, 2048, 16, 8), "8b": (8, 4096, 32, 8)}  # (batch, sequence, Hq, Hkv), D = 128
+
+
+def train(res):
+    """The training step's attention (packed causal, bf16) at the 1.7B and 8B shapes: every forward
+    candidate and every backward candidate (``BWD_CANDIDATES``: forward + backward, each checked run
+    to run and against the default's gradients within bf16 rounding) against SDPA's cuDNN kernels
+    (what stock transformers and Liger run on the H200) and its flash kernels (FA2)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    out = {}
+    for name, (b, s, hq, hkv) in TRAIN_SHAPES.items():
+        g = torch.Generator(device="cuda").manual_seed(21)
+        q, k, v = (torch.randn(b * s, h, D, device="cuda", generator=g).bfloat16() for h in (hq, hkv, hkv))
+        do = torch.randn_like(q)
+        cu = torch.arange(0, b * s + 1, s, device="cuda")
+        rep = lambda x: x.view(b, s, -1, D).repeat_interleave(hq // x.shape[1], 2).transpose(1, 2)  # noqa: E731
+        qs, ks, vs = (rep(x).detach().clone().requires_grad_() for x in (q, k, v))
+        dos = do.view(b, s, hq, D).transpose(1, 2)
+        flops = 4 * b * hq * s * s * D / 2
+        row = {"fwd_tflop": flops / 1e12, "sdpa": {}, "fwd": {}, "fwd_bwd": {}}
+        for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION):
+            def f(backend=backend):
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=SCALE)
+            try:
+                row["sdpa"][backend.name] = {"fwd_ms": bench(f, warmup=10, rep=50),
+                                             "fwd_bwd_ms": bench(lambda: torch.autograd.grad(f(), [qs, ks, vs], dos),
+                                                                 warmup=5, rep=30)}
+            except RuntimeError as e:
+                log(f"train {name}: SDPA {backend.name} failed: {e}")
+        base = row["sdpa"].get("CUDNN_ATTENTION") or row["sdpa"].get("FLASH_ATTENTION")
+        for c in TRAIN_CANDIDATES:
+            try:
+                t = bench(lambda: attn.varlen_attention(q, k, v, cu, SCALE, config=c), warmup=10, rep=50)
+            except triton.runtime.errors.OutOfResources:
+                continue
+            row["fwd"][str(c)] = {"ms": t, "tflops": flops / t / 1e9, "vs_sdpa": t / base["fwd_ms"]}
+        qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+        want = None
+        for bc in attn.BWD_CANDIDATES:
+            def fb(bc=bc):
+                o = attn.varlen_attention(qg, kg, vg, cu, SCALE, bwd_config=bc)
+                return torch.autograd.grad(o, [qg, kg, vg], do)
+            try:
+                got = fb()
+                again = fb()
+            except triton.runtime.errors.OutOfResources:
+                continue
+            want = want or got
+            entry = {"run_to_run": all(torch.equal(a, b) for a, b in zip(got, again)),
+                     "rel_diff_vs_first": max(rel_err(a, b) for a, b in zip(got, want))}
+            entry["ms"] = bench(fb, warmup=3, rep=20)
+            entry["vs_sdpa"] = entry["ms"] / base["fwd_bwd_ms"]
+            row["fwd_bwd"][str(bc)] = entry
+            log(f"train {name} fwd+bwd {bc}: {entry['ms']:.3f} ms ({entry['vs_sdpa']:.2f}x SDPA), "
+                f"run to run {entry['run_to_run']}, rel diff {entry['rel_diff_vs_first']:.1e}")
+        best_f = min(row["fwd"], key=lambda c: row["fwd"][c]["ms"])
+        best_b = min(row["fwd_bwd"], key=lambda c: row["fwd_bwd"][c]["ms"])
+        log(f"train {name}: SDPA {row['sdpa']}; fwd default {row['fwd'][str(TRAIN_CONFIG)]['ms']:.3f} ms, "
+            f"best {best_f} "
+            f"{row['fwd'][best_f]['ms']:.3f} ms ({row['fwd'][best_f]['vs_sdpa']:.2f}x); fwd+bwd default "
+            f"{row['fwd_bwd'][str(attn.BWD_CONFIG)]['ms']:.3f} ms, best {best_b} {row['fwd_bwd'][best_b]['ms']:.3f} ms "
+            f"({row['fwd_bwd'][best_b]['vs_sdpa']:.2f}x)")
+        out[name] = row
+        del q, k, v, do, qs, ks, vs, qg, kg, vg
+    res["train"] = out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--skip-accuracy", action="store_true")
     ap.add_argument("--decode", action="store_true", help="only the paged decode at rollout shapes (3.)")
     ap.add_argument("--with-decode", action="store_true", help="1., 2. and 3.")
+    ap.add_argument("--train", action="store_true", help="only 4.: the training step's attention at the 1.7B and "
+                    "8B shapes, forward and backward candidates, against SDPA's cuDNN and flash kernels")
     args = ap.parse_args()
     res = {"info": info()}
     log(res["info"])
+    if args.train:
+        train(res)
+        save("attention_train", res)
+        return
     if args.decode:
         decode(res)
         save("attention_decode", res)

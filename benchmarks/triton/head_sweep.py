@@ -94,6 +94,20 @@ def main() -> None:
 
             fb["fwd_bwd_ours_us"] = do_bench_ms(ours, warmup=3, rep=20) * 1e3
             fb["fwd_bwd_torch_us"] = do_bench_ms(torch_ref, warmup=3, rep=20) * 1e3
+            if m == 8192:  # the dlogits kernel's tiles (backward: deterministic per tile, any tile allowed)
+                default_dl, fb["dlogits_configs_us"] = head.DLOGITS_CONFIG, {}
+                for cfg in head.DLOGITS_CANDIDATES:
+                    head.DLOGITS_CONFIG = cfg
+                    try:
+                        a, b = ours(), ours()
+                        fb["dlogits_configs_us"][str(cfg)] = {
+                            "fwd_bwd_us": do_bench_ms(ours, warmup=3, rep=20) * 1e3,
+                            "run_to_run": all(torch.equal(x, y) for x, y in zip(a, b))}
+                        del a, b
+                    except triton.runtime.errors.OutOfResources:
+                        fb["dlogits_configs_us"][str(cfg)] = "out of resources"
+                    finally:
+                        head.DLOGITS_CONFIG = default_dl
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()

@@ -7,7 +7,8 @@ H200 sweeps made before they became measurement-only (benchmarks/triton/*_sweep.
   not, swap, flat) equal to the default at M=1 and M=1024, pointer kernel equal to TMA; backward run to run;
 - log-prob head (V=151,936): the same row checks, ``full_logprobs`` at the target equals the head,
   backward run to run;
-- RMSNorm, SiLU-mul, RoPE, embedding: the same row checks, backward run to run;
+- RMSNorm (hidden rows, heads, plain 128-wide rows at shifted places in a program's tile), SiLU-mul, RoPE,
+  embedding: the same row checks, backward run to run;
 - attention (32/8 heads, D=128, 1..2047 tokens): every training config equal, a sequence alone
   equals it packed, paged prefill / token-by-token decode / mixed chunks at block sizes 16 and
   128 with every paged candidate config equal to training, backward run to run;
@@ -146,7 +147,9 @@ def _rowwise_case(name: str):
     if name.startswith("rms_norm"):
         d = 4096 if name == "rms_norm" else 128
         w = randn(d, g=g)
-        x = randn(8192, d, g=g) if name == "rms_norm" else randn(8192, 8, d, g=g)
+        # rms_norm_128: plain rows of a head's width, several a program (_fwd_rows), so the batches of 7 put
+        # rows at other places in the program's tile than the full call does (4093 % 8 = 5)
+        x = randn(8192, 8, d, g=g) if name == "rms_norm_heads" else randn(8192, d, g=g)
         fn = lambda a: rms_norm(a, w, 1e-6)  # noqa: E731
         return fn, x, (), lambda: _grad(fn, x)
     if name == "silu_mul":
@@ -175,7 +178,8 @@ def _rowwise_case(name: str):
     return (lambda i: embedding(i, w)), ids, (), lambda: _grad(lambda ww: embedding(ids, ww), w)
 
 
-@pytest.mark.parametrize("name", ["rms_norm", "rms_norm_heads", "qk_norm_rope", "silu_mul", "rope", "embedding"])
+@pytest.mark.parametrize("name", ["rms_norm", "rms_norm_heads", "rms_norm_128", "qk_norm_rope", "silu_mul", "rope",
+                                  "embedding"])
 def test_rowwise_ops_rows_and_backward(name):
     fn, x, extra, grad = _rowwise_case(name)
     assert_rows(fn, x, *extra)

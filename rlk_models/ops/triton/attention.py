@@ -52,16 +52,15 @@ BLOCK_N = 64                # the KV tile: part of the contract
 # BLOCK_M (token, group head) pairs.
 TRAIN_CONFIG = (64, 4, 2)
 PAGED_CONFIG = (64, 4, 3, 5)
-BWD_CONFIG = (64, 4, 2)
-# The tuning spaces the H200 sweep times (BLOCK_M >= 64 only); tests/gpu proves each gives the bits above.
-# What Triton 3.6 builds for sm_90 (shared memory; programs an SM, at most 113 KB each for two): training
-# (64, 4, 2) 82 KB, 2; (64, 4, 3) 114 KB, 1 (the row-sum operand's 2 KB put it over); (128, 8, 3) 130 KB, 1.
-TRAIN_CANDIDATES = [(64, 4, 2), (64, 4, 3), (128, 8, 2), (128, 8, 3), (64, 4, 4), (64, 8, 3)]
-# Paged, BLOCK_M 64: num_stages 2-4 with swap_stages 3-4 84 KB; swap_stages 5-6 105 KB (three K/V buffers, one
-# tile loading while one is used: with two the next tile's load is issued only after this one's dots) -- 2
-# programs an SM, 180-188 registers at 4 warps, 127 at 8; swap_stages 7 137 KB, 1.
-PAGED_CANDIDATES = [(64, 4, 3, 5), (64, 4, 2, 5), (64, 4, 4, 5), (64, 4, 3, 3), (64, 4, 3, 6), (64, 8, 3, 5),
-                    (64, 8, 2, 5), (64, 4, 3, 7), (128, 8, 2, 5)]
+# Backward: (BLOCK_M query rows, BLOCK_N keys, num_warps, num_stages) of the dK/dV kernel and of the dQ kernel. A
+# backward promises determinism, not invariance, so its tiles are free: a candidate changes dK/dV/dQ's bits (never
+# the forward's), and each is checked run to run and against float64 (tests/gpu, attention_sweep.py --bwd).
+BWD_CONFIG = ((32, 128, 8, 2), (64, 64, 4, 2))
+# dK/dV (keys on the dots' M side, ``_bwd_kv_tile``) at (32, 128, 8, 2) builds unspilled for sm_90; (64, 64, 4, 2)
+# spills 488 bytes, (64, 128, 8, 2) 128. dQ (64, 64, 4, 2): 230 registers, none spilled.
+BWD_CANDIDATES = [BWD_CONFIG, ((32, 128, 8, 2), (128, 64, 8, 2)), ((64, 64, 4, 2), (64, 64, 4, 2)),
+                  ((64, 128, 8, 2), (64, 64, 4, 2)), ((32, 64, 4, 2), (64, 64, 4, 2)),
+                  ((32, 128, 8, 3), (64, 64, 4, 3)), ((64, 64, 8, 2), (64, 64, 8, 2))]
 LOG2E = 1.4426950408889634
 SWAP_N = 16                 # paged: a request of <= 16 (token, group head) rows runs them on the dots' N side
 
@@ -96,10 +95,12 @@ def _tile_update_t(k, q_t, v, m_i, l_acc, acc, visible, qk_scale, ones):
 
 @triton.jit
 def _query_block(cu_ptr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr):
-    """This program's block of query rows (grid: row block, sequence, head) of a packed batch:
-    the sequence's start and length, the head and its KV head, the first row, row and feature
-    offsets."""
-    pid_m, seq, h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    """This program's block of query rows (grid: head, sequence, row block counted from the last)
+    of a packed batch: the sequence's start and length, the head and its KV head, the first row,
+    row and feature offsets. The row block is the grid's slowest axis, last blocks first: a causal
+    block's work grows with its index, so the longest programs start first and the short ones
+    fill the tail."""
+    h, seq, pid_m = tl.program_id(0), tl.program_id(1), tl.num_programs(2) - 1 - tl.program_id(2)
     start = tl.load(cu_ptr + seq)
     row0 = pid_m * BLOCK_M
     rm = row0 + tl.arange(0, BLOCK_M)
@@ -119,8 +120,9 @@ def _varlen_fwd(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_ptr, qk_scale, T, sq, sk
         l_acc = tl.zeros((BLOCK_M, 16), tl.float32)
         acc = tl.zeros((BLOCK_M, D), tl.float32)
         ones = tl.full((BLOCK_N, 16), 1.0, v_ptr.dtype.element_ty)
-        hi = tl.minimum(row0 + BLOCK_M, L)
-        for n0 in range(0, hi, BLOCK_N):
+        # every key tile masked, the ones below row0 too (their mask is all true): without the select between them
+        # the compiler may fuse the score's scaling into exp2's subtraction (an FMA: other bits than the paged kernel's)
+        for n0 in range(0, tl.minimum(row0 + BLOCK_M, L), BLOCK_N):
             rn = n0 + tl.arange(0, BLOCK_N)
             stored = rn < L
             tok = (start + rn).to(tl.int64)[:, None]
@@ -270,21 +272,51 @@ def _bwd_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, start, rm, row_ok, sq, h, T, D:
 
 
 @triton.jit
-def _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale):
+def _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale, CAUSAL: tl.constexpr):
     """P and dS of one (query tile, key tile), recomputed from the saved lse and delta: the one
-    formula both backward kernels use."""
+    formula both backward kernels use. CAUSAL: the tile meets the diagonal (else every stored row
+    sees every key: the causal mask would be all true)."""
     s = tl.dot(q, tl.trans(k)) * qk_scale
-    vis = (rn[None, :] <= rm[:, None]) & row_ok[:, None]
+    vis = row_ok[:, None]
+    if CAUSAL:
+        vis = vis & (rn[None, :] <= rm[:, None])
     p = tl.where(vis, tl.math.exp2(s - lse[:, None]), 0.0)
     dp = tl.dot(do, tl.trans(v))
     return p, p * (dp - delta[:, None])
 
 
 @triton.jit
+def _bwd_kv_tile(q_ptr, do_ptr, lse_ptr, delta_ptr, k, v, dk, dv, start, m0, rn, L, sq, h, T, qk_scale,
+                 D: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
+    """dK and dV += one query tile's part, transposed (keys on the dots' M side): P^T and dS^T are
+    made in the layout the next dots take as their register operand (no transpose through shared
+    memory), the formula of ``_bwd_p_ds``. CAUSAL: the tile meets the diagonal."""
+    rm = m0 + tl.arange(0, BLOCK_M)
+    row_ok = rm < L
+    q_off = (start + rm).to(tl.int64)[None, :] * sq + h * D + tl.arange(0, D)[:, None]
+    q_t = tl.load(q_ptr + q_off, mask=row_ok[None, :], other=0.0)    # [D, BLOCK_M]
+    do_t = tl.load(do_ptr + q_off, mask=row_ok[None, :], other=0.0)  # [D, BLOCK_M]
+    lse = tl.load(lse_ptr + h * T + start + rm, mask=row_ok, other=0.0)
+    delta = tl.load(delta_ptr + h * T + start + rm, mask=row_ok, other=0.0)
+    s_t = tl.dot(k, q_t) * qk_scale
+    vis = row_ok[None, :]
+    if CAUSAL:
+        vis = vis & (rn[:, None] <= rm[None, :])
+    p_t = tl.where(vis, tl.math.exp2(s_t - lse[None, :]), 0.0)
+    dv = tl.dot(p_t.to(do_t.dtype), tl.trans(do_t), dv)
+    dp_t = tl.dot(v, do_t)
+    ds_t = p_t * (dp_t - delta[None, :])
+    dk = tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t), dk)
+    return dk, dv
+
+
+@triton.jit
 def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_ptr, qk_scale, sm_scale, T,
               sq, sk, sv, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """dK and dV of a key block; v read at its own token stride ``sv``, dv stored at dk's."""
-    pid_n, seq, kvh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    """dK and dV of a key block (grid: KV head, sequence, key block -- the slowest axis, first
+    blocks first: they walk the most query tiles); v read at its own token stride ``sv``, dv
+    stored at dk's."""
+    kvh, seq, pid_n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(cu_ptr + seq)
     L = tl.load(cu_ptr + seq + 1) - start
     if pid_n * BLOCK_N < L:
@@ -297,15 +329,16 @@ def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, c
         v = tl.load(v_ptr + tok * sv + kvh * D + rd[None, :], mask=key_ok[:, None], other=0.0)
         dk = tl.zeros((BLOCK_N, D), tl.float32)
         dv = tl.zeros((BLOCK_N, D), tl.float32)
+        diag_end = tl.minimum(pid_n * BLOCK_N + BLOCK_N, L)  # query tiles from here on see the whole key block
         for g in range(GROUP):  # the group's query heads, in order
             h = kvh * GROUP + g
-            for m0 in range((pid_n * BLOCK_N // BLOCK_M) * BLOCK_M, L, BLOCK_M):  # query tiles, in order
-                rm = m0 + tl.arange(0, BLOCK_M)
-                row_ok = rm < L
-                q, do, lse, delta, _ = _bwd_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, start, rm, row_ok, sq, h, T, D)
-                p, ds = _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale)
-                dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
-                dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk)
+            # query tiles in order: those meeting the diagonal (masked), then the rest (unmasked)
+            for m0 in range((pid_n * BLOCK_N // BLOCK_M) * BLOCK_M, diag_end, BLOCK_M):
+                dk, dv = _bwd_kv_tile(q_ptr, do_ptr, lse_ptr, delta_ptr, k, v, dk, dv, start, m0, rn, L, sq, h, T,
+                                      qk_scale, D, BLOCK_M, True)
+            for m0 in range(tl.cdiv(diag_end, BLOCK_M) * BLOCK_M, L, BLOCK_M):
+                dk, dv = _bwd_kv_tile(q_ptr, do_ptr, lse_ptr, delta_ptr, k, v, dk, dv, start, m0, rn, L, sq, h, T,
+                                      qk_scale, D, BLOCK_M, False)
         tl.store(dk_ptr + kv_off, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=key_ok[:, None])
         tl.store(dv_ptr + kv_off, dv.to(dv_ptr.dtype.element_ty), mask=key_ok[:, None])
 
@@ -317,13 +350,22 @@ def _bwd_dq(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_ptr, qk_
     if row0 < L:
         q, do, lse, delta, q_off = _bwd_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, start, rm, row_ok, sq, h, T, D)
         dq = tl.zeros((BLOCK_M, D), tl.float32)
-        for n0 in range(0, tl.minimum(row0 + BLOCK_M, L), BLOCK_N):  # key tiles, in order
+        # key tiles in order: those below the block's first row, which every row sees (unmasked), then the diagonal
+        interior = row0 // BLOCK_N * BLOCK_N
+        for n0 in range(0, interior, BLOCK_N):
+            rn = n0 + tl.arange(0, BLOCK_N)
+            tok = (start + rn).to(tl.int64)[:, None]
+            k = tl.load(k_ptr + tok * sk + kvh * D + rd[None, :])
+            v = tl.load(v_ptr + tok * sv + kvh * D + rd[None, :])
+            _, ds = _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale, False)
+            dq = tl.dot(ds.to(k.dtype), k, dq)
+        for n0 in range(interior, tl.minimum(row0 + BLOCK_M, L), BLOCK_N):
             rn = n0 + tl.arange(0, BLOCK_N)
             key_ok = rn < L
             tok = (start + rn).to(tl.int64)[:, None]
             k = tl.load(k_ptr + tok * sk + kvh * D + rd[None, :], mask=key_ok[:, None], other=0.0)
             v = tl.load(v_ptr + tok * sv + kvh * D + rd[None, :], mask=key_ok[:, None], other=0.0)
-            _, ds = _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale)
+            _, ds = _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale, True)
             dq = tl.dot(ds.to(k.dtype), k, dq)
         tl.store(dq_ptr + q_off, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
 
@@ -335,7 +377,7 @@ def _check_head_dim(d: int) -> None:
 
 class _VarlenAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, cu_seqlens, scale, config):
+    def forward(ctx, q, k, v, cu_seqlens, scale, config, bwd_config):
         # v is read in place at its token stride (in a model, a slice of the qkv projection's rows: no copy)
         q, k, v = q.contiguous(), k.contiguous(), v if v.stride()[1:] == (v.shape[2], 1) else v.contiguous()
         t, hq, d = q.shape
@@ -346,12 +388,12 @@ class _VarlenAttention(torch.autograd.Function):
         lse = torch.empty(hq, t, dtype=torch.float32, device=q.device)
         if t and max_len:
             block_m, warps, stages = config
-            grid = (triton.cdiv(max_len, block_m), cu.numel() - 1, hq)
+            grid = (hq, cu.numel() - 1, triton.cdiv(max_len, block_m))  # row blocks slowest, last first (_query_block)
             _varlen_fwd[grid](q, k, v, o, lse, cu, scale * LOG2E, t, q.stride(0), k.stride(0), v.stride(0), o.stride(0),
                               GROUP=hq // k.shape[1], D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N,
                               num_warps=warps, num_stages=stages)
         ctx.save_for_backward(q, k, v, o, lse, cu)
-        ctx.scale, ctx.max_len = scale, max_len
+        ctx.scale, ctx.max_len, ctx.bwd_config = scale, max_len, bwd_config
         return o
 
     @staticmethod
@@ -366,26 +408,28 @@ class _VarlenAttention(torch.autograd.Function):
             _bwd_delta[(triton.cdiv(t * hq, 64),)](o, do, delta, t, hq, D=d, BLOCK=64)
             args = (lse, delta)
             n_seq = cu.numel() - 1
-            bb, warps, stages = BWD_CONFIG
-            blocks = triton.cdiv(ctx.max_len, bb)
-            _bwd_dkdv[(blocks, n_seq, hkv)](q, k, v, do, *args, dk, dv, cu, ctx.scale * LOG2E, ctx.scale, t,
-                                            q.stride(0), k.stride(0), v.stride(0), GROUP=hq // hkv, D=d, BLOCK_M=bb,
-                                            BLOCK_N=bb, num_warps=warps, num_stages=stages)
-            _bwd_dq[(blocks, n_seq, hq)](q, k, v, do, *args, dq, cu, ctx.scale * LOG2E, ctx.scale, t,
-                                         q.stride(0), k.stride(0), v.stride(0), GROUP=hq // hkv, D=d, BLOCK_M=bb,
-                                         BLOCK_N=bb, num_warps=warps, num_stages=stages)
+            (bm, bn, warps, stages), (bm2, bn2, warps2, stages2) = ctx.bwd_config
+            _bwd_dkdv[(hkv, n_seq, triton.cdiv(ctx.max_len, bn))](
+                q, k, v, do, *args, dk, dv, cu, ctx.scale * LOG2E, ctx.scale, t, q.stride(0), k.stride(0), v.stride(0),
+                GROUP=hq // hkv, D=d, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages)
+            _bwd_dq[(hq, n_seq, triton.cdiv(ctx.max_len, bm2))](
+                q, k, v, do, *args, dq, cu, ctx.scale * LOG2E, ctx.scale, t, q.stride(0), k.stride(0), v.stride(0),
+                GROUP=hq // hkv, D=d, BLOCK_M=bm2, BLOCK_N=bn2, num_warps=warps2, num_stages=stages2)
         else:
             dq.zero_(), dk.zero_(), dv.zero_()
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None, None, None
 
 
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
-                     scale: float, config: tuple[int, int, int] | None = None) -> torch.Tensor:
+                     scale: float, config: tuple[int, int, int] | None = None,
+                     bwd_config: tuple[tuple[int, int, int, int], tuple[int, int, int, int]] | None = None
+                     ) -> torch.Tensor:
     """Causal self-attention of packed sequences: q [T, Hq, D], k/v [T, Hkv, D], sequence s
-    spans tokens cu_seqlens[s]:cu_seqlens[s+1]. Returns [T, Hq, D] in q's dtype."""
+    spans tokens cu_seqlens[s]:cu_seqlens[s+1]. Returns [T, Hq, D] in q's dtype. ``config`` /
+    ``bwd_config`` override the forward's / the backward's launch (``TRAIN_CONFIG``, ``BWD_CONFIG``)."""
     check_attention(q, k, v, cu_seqlens)
     _check_head_dim(q.shape[2])
-    return _VarlenAttention.apply(q, k, v, cu_seqlens, float(scale), config or TRAIN_CONFIG)
+    return _VarlenAttention.apply(q, k, v, cu_seqlens, float(scale), config or TRAIN_CONFIG, bwd_config or BWD_CONFIG)
 
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,

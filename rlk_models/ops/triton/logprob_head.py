@@ -62,6 +62,10 @@ def bwd_chunk(t: int, vocab_size: int) -> int:
 # one fixed config (fp32 dots are TF32 there; the self-test found the bf16 table does not carry over).
 STATS_CONFIG = {64: (64, 4), 1 << 62: (128, 8)}
 STATS_CONFIG_OTHER = (64, 8)
+# (BLOCK_M, BLOCK_V, num_warps, num_stages) of the backward's dlogits kernel. The backward promises determinism,
+# not invariance: any tile gives valid (deterministic) dlogits; benchmarks/triton/head_sweep.py times these.
+DLOGITS_CONFIG = (64, 128, 4, 3)
+DLOGITS_CANDIDATES = [(64, 128, 4, 3), (128, 128, 8, 3), (128, 256, 8, 3), (128, 128, 4, 3), (64, 256, 8, 3)]
 
 
 @triton.jit
@@ -222,15 +226,16 @@ def _backward(h, w, targets, lse, mean_l, vocab_size, g_logp, g_ent, need_dw):
     t, k = h.shape
     chunk = bwd_chunk(t, vocab_size)
     dl = torch.empty(t, chunk, dtype=h.dtype, device=h.device)
+    bm, bv, warps, stages = DLOGITS_CONFIG
     for a in range(0, vocab_size, chunk):
         b = min(a + chunk, vocab_size)
         c = b - a
         dlc = dl[:, :c] if c == chunk else torch.empty(t, c, dtype=h.dtype, device=h.device)
         if t:
-            _dlogits_kernel[(triton.cdiv(t, 64), triton.cdiv(c, 128))](
+            _dlogits_kernel[(triton.cdiv(t, bm), triton.cdiv(c, bv))](
                 h, w, targets, lse, mean_l, g_logp, g_ent, dlc, t, c, k, a, WITH_E=with_e,
-                BLOCK_M=64, BLOCK_V=128, BLOCK_K=BLOCK_K, num_warps=4,
-                num_stages=fit_stages(64 + 128, h.element_size(), 3))
+                BLOCK_M=bm, BLOCK_V=bv, BLOCK_K=BLOCK_K, num_warps=warps,
+                num_stages=fit_stages(bm + bv, h.element_size(), stages))
         mm(dlc, w[a:b], b_kn=True, groups=1, out=dh, accumulate=True)  # dh + the chunk's product, in place
         if dw is not None:
             mm(dlc, h, a_km=True, b_kn=True, groups=1, out=dw[a:b])

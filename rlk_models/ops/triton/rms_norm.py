@@ -1,9 +1,12 @@
 """RMSNorm in Triton (hidden states [M, D] or per head [T, H, D]), forward and backward.
 
 Contract
-    One program per row. The sum of squares is ``tl.sum`` over one ``BLOCK_D`` = next power of
-    two >= D tile (zero-padded), with ``num_warps`` a function of D only: the reduction tree is
-    fixed by D and never by the number of rows. fp32 ``x * (1/sqrt(ss/D + eps))`` (IEEE sqrt and
+    A program normalises ``_fwd_rows(D)`` consecutive rows (1 from D = 1024 up, 8 for a 128-wide
+    head), each alone: its sum of squares is ``tl.sum`` along the D axis of a [rows, ``BLOCK_D``]
+    tile (``BLOCK_D`` = next power of two >= D, zero-padded), with ``num_warps`` a function of D
+    only: the reduction tree is fixed by D and never by the number of rows or a row's place in
+    the tile (the H200 tests shift rows against the tile). Contract version 4; version 3 ran one
+    row a program, a different tree below D = 1024. fp32 ``x * (1/sqrt(ss/D + eps))`` (IEEE sqrt and
     division) rounds to x's dtype, then multiplies the weight in that dtype -- the reference's
     rounding points. Bits differ from the reference backend only through the sum's tree
     (tolerance-level). ``add_rms_norm(x, r, w)`` is the same kernel with the decoder's residual
@@ -34,6 +37,13 @@ def _block(d: int) -> tuple[int, int]:
     return b, 4 if b <= 2048 else 8
 
 
+def _fwd_rows(d: int) -> int:
+    """Rows a forward program normalises: a function of D only (1 from D = 1024 up; a head's 128:
+    8, so a program moves 2 KiB of bf16, not 256 bytes -- one row a program left the per-head q/k
+    norm latency-bound at 0.8 TB/s on the H200)."""
+    return max(1, 1024 // triton.next_power_of_2(d))
+
+
 def _bwd_tile(d: int) -> tuple[int, int, int]:
     """(rows per step, rows per program, warps) of the backward: functions of D only (the rows per
     program set dw's summation order: a chunk's partial, then the chunks in order)."""
@@ -56,51 +66,54 @@ def _head_row(row, H, SX, D):
 
 
 @triton.jit
-def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, D, H, SX, eps, HALF, w2_ptr, y2_ptr,
-             rstd2_ptr, H1, BLOCK_D: tl.constexpr, RES: tl.constexpr, ROPE: tl.constexpr, BLOCK_HALF: tl.constexpr,
-             TWO: tl.constexpr):
-    """y = RMSNorm(x) of one row (y, r, s: contiguous rows of D); x's row ``row`` is head
-    ``row % H`` of token ``row // H``, at ``(row // H) * SX + (row % H) * D`` (H = 1, SX = D: plain
-    rows; a [T, H, D] view of q or k inside the qkv projection's rows is read in place, no copy).
-    RES: of s = x + r, rounded once to x's dtype and stored (the residual stream's next value),
-    and then the same code from the load on. ROPE: then y's stored row is rotated in place by the
-    rope kernel's ``rotated_lo``/``rotated_hi`` (halves read back after a barrier, the table row at
-    the token's position), so y = rope(RMSNorm(x)) with the two ops' rounding points. TWO: heads
-    ``>= H1`` are a second tensor's (q's heads, then k's, in one qkv row): their weight is w2 and
-    their rows go to y2/rstd2 ([T, H - H1]), the others' to y/rstd ([T, H1]) -- the same code per row."""
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_D)
-    mask = cols < D
-    x = tl.load(x_ptr + _head_row(row, H, SX, D) + cols, mask=mask, other=0.0)
-    out = row  # this row's index in y/rstd (or, TWO, in y2/rstd2 below)
+def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D, H, SX, eps, HALF, w2_ptr, H1, T,
+             ROWS: tl.constexpr, BLOCK_D: tl.constexpr, RES: tl.constexpr, ROPE: tl.constexpr,
+             BLOCK_HALF: tl.constexpr, TWO: tl.constexpr):
+    """y = RMSNorm(x) of ROWS rows (y, r, s: contiguous rows of D), each reduced alone along the
+    tile's D axis; x's row ``row`` is head ``row % H`` of token ``row // H``, at ``(row // H) * SX +
+    (row % H) * D`` (H = 1, SX = D: plain rows; a [T, H, D] view of q or k inside the qkv
+    projection's rows is read in place, no copy). RES: of s = x + r, rounded once to x's dtype and
+    stored (the residual stream's next value), and then the same code from the load on. ROPE: then
+    y's stored rows are rotated in place by the rope kernel's ``rotated_lo``/``rotated_hi`` (halves
+    read back after a barrier, the table row at the token's position), so y = rope(RMSNorm(x)) with
+    the two ops' rounding points. TWO: heads ``>= H1`` are a second tensor's (q's heads, then k's,
+    in one qkv row): their weight is w2 and their rows go after the T * H1 first tensor's rows of
+    y/rstd (the two tensors' [T, H1, D] and [T, H - H1, D] outputs, one buffer) -- the same code per
+    row."""
+    row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    row_ok = row < M
+    cols = tl.arange(0, BLOCK_D)[None, :]  # 2-D from the start: one layout for x, w and y (no conversion)
+    mask = row_ok[:, None] & (cols < D)
+    x = tl.load(x_ptr + _head_row(row, H, SX, D)[:, None] + cols, mask=mask, other=0.0)
+    w = tl.load(w_ptr + cols, mask=cols < D, other=0.0)
+    out = row  # each row's index in y/rstd
     if TWO:
-        if row % H >= H1:
-            w_ptr, y_ptr, rstd_ptr = w2_ptr, y2_ptr, rstd2_ptr
-            out = (row // H) * (H - H1) + row % H - H1
-        else:
-            out = (row // H) * H1 + row % H
+        tok, head = row // H, row % H
+        second = head >= H1
+        out = tl.where(second, T * H1 + tok * (H - H1) + head - H1, tok * H1 + head)
+        w = tl.where(second[:, None], tl.load(w2_ptr + cols, mask=cols < D, other=0.0), w)
     if RES:
-        x = (x.to(tl.float32) + tl.load(r_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32)).to(
-            s_ptr.dtype.element_ty)
-        tl.store(s_ptr + row * D + cols, x, mask=mask)
+        off = row[:, None] * D + cols
+        x = (x.to(tl.float32) + tl.load(r_ptr + off, mask=mask, other=0.0).to(tl.float32)).to(s_ptr.dtype.element_ty)
+        tl.store(s_ptr + off, x, mask=mask)
     x = x.to(tl.float32)
-    rstd = 1.0 / tl.sqrt_rn(tl.sum(x * x, axis=0) / D + eps)
-    n = (x * rstd).to(y_ptr.dtype.element_ty)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
-    tl.store(y_ptr + out * D + cols, n * w, mask=mask)
-    tl.store(rstd_ptr + out, rstd)
+    rstd = 1.0 / tl.sqrt_rn(tl.sum(x * x, axis=1) / D + eps)
+    n = (x * rstd[:, None]).to(y_ptr.dtype.element_ty)
+    tl.store(y_ptr + out[:, None] * D + cols, n * w, mask=mask)
+    tl.store(rstd_ptr + out, rstd, mask=row_ok)
     if ROPE:
-        tl.debug_barrier()  # the normalised row, stored by every thread, is read back in pairs
-        j = tl.arange(0, BLOCK_HALF)
-        ok = j < HALF
-        pos = tl.load(pos_ptr + row // H).to(tl.int64)
+        tl.debug_barrier()  # the normalised rows, stored by every thread, are read back in pairs
+        j = tl.arange(0, BLOCK_HALF)[None, :]
+        ok = row_ok[:, None] & (j < HALF)
+        pos = tl.load(pos_ptr + row // H, mask=row_ok, other=0).to(tl.int64)[:, None]
         c = tl.load(tab_ptr + pos * 2 * HALF + j, mask=ok, other=0.0)
         sn = tl.load(tab_ptr + pos * 2 * HALF + HALF + j, mask=ok, other=0.0)
-        x1 = tl.load(y_ptr + out * D + j, mask=ok, other=0.0).to(tl.float32)
-        x2 = tl.load(y_ptr + out * D + HALF + j, mask=ok, other=0.0).to(tl.float32)
-        tl.debug_barrier()  # every read before any rotated value overwrites the row
-        tl.store(y_ptr + out * D + j, rotated_lo(x1, x2, c, sn).to(y_ptr.dtype.element_ty), mask=ok)
-        tl.store(y_ptr + out * D + HALF + j, rotated_hi(x1, x2, c, sn).to(y_ptr.dtype.element_ty), mask=ok)
+        lo = y_ptr + out[:, None] * D + j
+        x1 = tl.load(lo, mask=ok, other=0.0).to(tl.float32)
+        x2 = tl.load(lo + HALF, mask=ok, other=0.0).to(tl.float32)
+        tl.debug_barrier()  # every read before any rotated value overwrites the rows
+        tl.store(lo, rotated_lo(x1, x2, c, sn).to(y_ptr.dtype.element_ty), mask=ok)
+        tl.store(lo + HALF, rotated_hi(x1, x2, c, sn).to(y_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -239,21 +252,26 @@ class _AddRMSNorm(torch.autograd.Function):
 def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None, second=None):
     """(y [m, D], rstd [m]) by ``_rms_fwd`` over m rows of x2 (see its row addressing); with r2,
     of s = x2 + r2, written into s; with rope = (positions [m // heads], fp32 table), y rotated.
-    With second = (w2, h1): heads >= h1 use w2 and are returned apart, (y, rstd, y2, rstd2)."""
+    With second = (w2, h1): heads >= h1 use w2 and are returned apart, (y, rstd, y2, rstd2) -- two
+    views of one buffer, the kernel's row order."""
     d = w.shape[0]
+    t = m // heads
     h1 = heads if second is None else second[1]
-    y = torch.empty(m // heads * h1, d, dtype=x2.dtype, device=x2.device)
-    rstd = torch.empty(y.shape[0], dtype=torch.float32, device=x2.device)
-    y2 = torch.empty(m - y.shape[0], d, dtype=x2.dtype, device=x2.device) if second else y
-    rstd2 = torch.empty(y2.shape[0], dtype=torch.float32, device=x2.device) if second else rstd
+    y_all = torch.empty(m, d, dtype=x2.dtype, device=x2.device)
+    rstd_all = torch.empty(m, dtype=torch.float32, device=x2.device)
     block, warps = _block(d)
+    rows = _fwd_rows(d)
     if m:
         res = r2 is not None
-        pos, tab = rope if rope is not None else (y, y)
-        _rms_fwd[(m,)](x2, w, y, rstd, r2 if res else y, s if res else y, pos, tab, d, heads, sx, eps, d // 2,
-                       second[0] if second else w, y2, rstd2, h1, BLOCK_D=block, RES=res, ROPE=rope is not None,
-                       BLOCK_HALF=triton.next_power_of_2(max(1, d // 2)), TWO=second is not None, num_warps=warps)
-    return (y, rstd) if second is None else (y, rstd, y2, rstd2)
+        pos, tab = rope if rope is not None else (y_all, y_all)
+        _rms_fwd[(triton.cdiv(m, rows),)](x2, w, y_all, rstd_all, r2 if res else y_all, s if res else y_all, pos, tab,
+                                          m, d, heads, sx, eps, d // 2, second[0] if second else w, h1, t,
+                                          ROWS=rows, BLOCK_D=block, RES=res, ROPE=rope is not None,
+                                          BLOCK_HALF=triton.next_power_of_2(max(1, d // 2)), TWO=second is not None,
+                                          num_warps=warps)
+    if second is None:
+        return y_all, rstd_all
+    return y_all[:t * h1], rstd_all[:t * h1], y_all[t * h1:], rstd_all[t * h1:]
 
 
 def _backward(dy, x2, w, rstd, want_dw: bool, tile: tuple[int, int, int] | None = None, heads: int = 1,

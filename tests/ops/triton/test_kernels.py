@@ -559,6 +559,43 @@ def test_attention_close_to_reference_and_backward_deterministic(dtype):
         assert rel_err(a, c) < 10 * TOL[dtype]
 
 
+@pytest.mark.parametrize("bwd", range(len(_mod("attention").BWD_CANDIDATES)))
+def test_attention_backward_candidates_close_to_float64_and_deterministic(bwd):
+    """Every backward launch the H200 sweep may pick (dK/dV: keys on the dots' M side, query tiles
+    of 32-128; dQ: query tiles of 64-128): gradients within fp32 rounding of float64 on ragged
+    sequences (masked diagonal tiles, unmasked interior ones, a key block past the last query
+    tile), and identical run to run."""
+    att = _mod("attention")
+    cfg = att.BWD_CANDIDATES[bwd]
+    g = torch.Generator().manual_seed(9)
+    lens = [1, 33, 64, 130, 200]
+    t = sum(lens)
+    q, k, v = rand(g, t, HQ, D), rand(g, t, HKV, D), rand(g, t, HKV, D)
+    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), device=DEV)
+    do = rand(g, t, HQ, D)
+
+    def grads(q, k, v, fn):
+        q, k, v = (x.clone().requires_grad_() for x in (q, k, v))
+        return torch.autograd.grad(fn(q, k, v), [q, k, v], do.to(q.dtype))
+
+    ours = lambda q, k, v: att.varlen_attention(q, k, v, cu, D ** -0.5, bwd_config=cfg)  # noqa: E731
+
+    def f64(q, k, v):
+        outs = []
+        for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
+            qq = q[a:b].transpose(0, 1)
+            kk, vv = (x[a:b].repeat_interleave(HQ // HKV, 1).transpose(0, 1) for x in (k, v))
+            outs.append(torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, is_causal=True,
+                                                                         scale=D ** -0.5).transpose(0, 1))
+        return torch.cat(outs)
+
+    got = grads(q, k, v, ours)
+    assert all(torch.equal(a, b) for a, b in zip(got, grads(q, k, v, ours))), f"{cfg}: backward run to run"
+    want = grads(q.cpu().double(), k.cpu().double(), v.cpu().double(), f64)
+    for name, a, b in zip("qkv", got, want):
+        assert rel_err(a, b) < (2e-3 if NATIVE else 1e-5), (cfg, name, rel_err(a, b))
+
+
 def test_attention_reads_v_in_place():
     """v given as a slice of a qkv row buffer (as the model passes it) is read at its token stride:
     the output and all three gradients equal those of a contiguous v, bit for bit."""
@@ -672,6 +709,25 @@ def test_head_backward_close_to_float64_and_deterministic(dtype, elems, monkeypa
     tol = {"float32": 2e-3 if NATIVE else 1e-5, "float16": 4e-3, "bfloat16": 1.6e-2}[dtype]
     assert rel_err(dh, dh64) < tol and rel_err(dw, dw64) < tol, (rel_err(dh, dh64), rel_err(dw, dw64))
     assert not dw[vocab:].any(), "padding rows of W get no gradient"
+
+
+@pytest.mark.parametrize("cfg", _mod("logprob_head").DLOGITS_CANDIDATES)
+def test_head_backward_dlogits_tiles_close_to_float64(cfg, monkeypatch):
+    """Every dlogits tile the sweep times gives dh and dW within fp32 rounding of float64, with a
+    ragged last row block and vocab chunk."""
+    head = _mod("logprob_head")
+    monkeypatch.setattr(head, "DLOGITS_CONFIG", cfg)
+    g = torch.Generator().manual_seed(5)
+    t, vocab = 150, 2500
+    h, w, gl = rand(g, t, 64), rand(g, vocab, 64, scale=0.3), rand(g, t)
+    tgt = torch.randint(0, vocab, (t,), generator=g).to(DEV)
+    hr, wr = h.clone().requires_grad_(), w.clone().requires_grad_()
+    dh, dw = torch.autograd.grad(head.logprob_head(hr, wr, tgt, vocab)[0], [hr, wr], gl)
+    h64, w64 = h.double().requires_grad_(), w.double().requires_grad_()
+    lp = (h64 @ w64.T).log_softmax(-1).gather(1, tgt[:, None])[:, 0]
+    dh64, dw64 = torch.autograd.grad(lp, [h64, w64], gl.double())
+    tol = 2e-3 if NATIVE else 1e-5
+    assert rel_err(dh, dh64) < tol and rel_err(dw, dw64) < tol, (cfg, rel_err(dh, dh64), rel_err(dw, dw64))
 
 
 # --- whole model ---------------------------------------------------------------------------------
