@@ -1,8 +1,9 @@
 """H200 benchmark of the Triton RMSNorm, SiLU-mul, RoPE and embedding (bf16, Qwen3-8B sizes):
 accuracy vs float64 and speed vs torch, forward and forward+backward. Measures only (row
 invariance and run-to-run bits are tests/gpu). Writes ``$OUT/ops_sweep.json``.
-``--search``: also every RMSNorm backward tiling (``BWD_TILE_CANDIDATES``) at M = 8192 x 4096,
-the backward alone against torch's, each checked run to run and against float64.
+``--search``: also every RMSNorm backward tiling (``bwd_tile_candidates``) at the training step's widths
+(M = 8192 x 4096, 16384 x 2048, and 262144 x 128: Qwen3-1.7B's q heads), the backward alone against
+torch's, each checked run to run and against float64.
 
     python benchmarks/triton/ops_sweep.py [--search]
 """
@@ -10,6 +11,7 @@ the backward alone against torch's, each checked run to run and against float64.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
@@ -20,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench, info, log, rel_err, save  # noqa: E402
 
 from rlk_models.ops import rope_table  # noqa: E402
-from rlk_models.ops.triton import rms_norm as rn  # noqa: E402
+
+rn = importlib.import_module("rlk_models.ops.triton.rms_norm")  # the package re-exports a function of that name
 from rlk_models.ops.triton.embedding import embedding  # noqa: E402
 from rlk_models.ops.triton.rms_norm import add_rms_norm, rms_norm  # noqa: E402
 from rlk_models.ops.triton.rope import rope  # noqa: E402
@@ -122,7 +125,7 @@ def check_embedding(res, dev, g):
 
 
 def search_rms_backward(res, dev, g, w, m=8192):
-    """Each backward tiling of the hidden-size norm: time of the backward kernels alone (dx and
+    """Each backward tiling of a norm of width w.numel(): time of the backward kernels alone (dx and
     dw) against torch's (autograd of F.rms_norm, forward excluded), run-to-run bits, error vs fp64."""
     d = w.numel()
     x = torch.randn(m, d, device=dev, generator=g).bfloat16()
@@ -135,7 +138,7 @@ def search_rms_backward(res, dev, g, w, m=8192):
     yt = F.rms_norm(xt, (d,), wt, 1e-6)
     t_torch = bench(lambda: torch.autograd.grad(yt, [xt, wt], dy, retain_graph=True), warmup=10, rep=50)
     r = {"torch_us": t_torch * 1e3, "default": str(rn._bwd_tile(d)), "tiles": {}}
-    for tile in [rn._bwd_tile(d)] + rn.BWD_TILE_CANDIDATES:
+    for tile in [rn._bwd_tile(d)] + [c for c in rn.bwd_tile_candidates(d) if c != rn._bwd_tile(d)]:
         try:
             a = rn._backward(dy, x, w, rstd, True, tile)
         except Exception as e:  # noqa: BLE001 (a tiling that does not compile or fit is skipped, and said so)
@@ -146,13 +149,13 @@ def search_rms_backward(res, dev, g, w, m=8192):
         r["tiles"][str(tile)] = {"us": t * 1e3, "ratio_vs_torch": t / t_torch,
                                  "run_to_run": all(torch.equal(p, q) for p, q in zip(a, b)),
                                  "dx_rel_err": rel_err(a[0], want_dx), "dw_rel_err": rel_err(a[1], want_dw)}
-        log(f"rms_norm backward {tile}: {t * 1e3:7.1f} us ({t / t_torch:4.2f}x torch)")
+        log(f"rms_norm backward D={d} {tile}: {t * 1e3:7.1f} us ({t / t_torch:4.2f}x torch)")
     best = min((k for k, v in r["tiles"].items() if "us" in v and v["run_to_run"]),
                key=lambda k: r["tiles"][k]["us"])
     r["best"] = best
-    log(f"rms_norm backward: torch {t_torch * 1e3:.1f} us, default {r['default']} "
+    log(f"rms_norm backward D={d} M={m}: torch {t_torch * 1e3:.1f} us, default {r['default']} "
         f"{r['tiles'][r['default']]['ratio_vs_torch']:.2f}x, best {best} {r['tiles'][best]['ratio_vs_torch']:.2f}x")
-    res["rms_norm_backward_search"] = r
+    res[f"rms_norm_backward_search_{d}"] = r
 
 
 def main() -> None:
@@ -182,7 +185,8 @@ def main() -> None:
     check_fusions(res, dev, g, w, wh)
     check_embedding(res, dev, g)
     if args.search:
-        search_rms_backward(res, dev, g, w)
+        for d, m in ((4096, 8192), (2048, 16384), (128, 262144)):
+            search_rms_backward(res, dev, g, (1 + 0.1 * torch.randn(d, device=dev, generator=g)).bfloat16(), m)
     save("ops_sweep", res)
 
 

@@ -54,13 +54,22 @@ TRAIN_CONFIG = (64, 4, 2)
 PAGED_CONFIG = (64, 4, 3, 5)
 # Backward: (BLOCK_M query rows, BLOCK_N keys, num_warps, num_stages) of the dK/dV kernel and of the dQ kernel. A
 # backward promises determinism, not invariance, so its tiles are free: a candidate changes dK/dV/dQ's bits (never
-# the forward's), and each is checked run to run and against float64 (tests/gpu, attention_sweep.py --bwd).
+# the forward's), and each is checked run to run and against float64 (tests/ops/triton, attention_sweep.py --train).
 BWD_CONFIG = ((32, 128, 8, 2), (64, 64, 4, 2))
 # dK/dV (keys on the dots' M side, ``_bwd_kv_tile``) at (32, 128, 8, 2) builds unspilled for sm_90; (64, 64, 4, 2)
 # spills 488 bytes, (64, 128, 8, 2) 128. dQ (64, 64, 4, 2): 230 registers, none spilled.
 BWD_CANDIDATES = [BWD_CONFIG, ((32, 128, 8, 2), (128, 64, 8, 2)), ((64, 64, 4, 2), (64, 64, 4, 2)),
                   ((64, 128, 8, 2), (64, 64, 4, 2)), ((32, 64, 4, 2), (64, 64, 4, 2)),
                   ((32, 128, 8, 3), (64, 64, 4, 3)), ((64, 64, 8, 2), (64, 64, 8, 2))]
+# The tuning spaces the H200 sweep times (BLOCK_M >= 64 only); tests/gpu proves each gives the bits above.
+# What Triton 3.6 builds for sm_90 (shared memory; programs an SM, at most 113 KB each for two): training
+# (64, 4, 2) 82 KB, 2; (64, 4, 3) 114 KB, 1 (the row-sum operand's 2 KB put it over); (128, 8, 3) 130 KB, 1.
+TRAIN_CANDIDATES = [(64, 4, 2), (64, 4, 3), (128, 8, 2), (128, 8, 3), (64, 4, 4), (64, 8, 3)]
+# Paged, BLOCK_M 64: num_stages 2-4 with swap_stages 3-4 84 KB; swap_stages 5-6 105 KB (three K/V buffers, one
+# tile loading while one is used: with two the next tile's load is issued only after this one's dots) -- 2
+# programs an SM, 180-188 registers at 4 warps, 127 at 8; swap_stages 7 137 KB, 1.
+PAGED_CANDIDATES = [(64, 4, 3, 5), (64, 4, 2, 5), (64, 4, 4, 5), (64, 4, 3, 3), (64, 4, 3, 6), (64, 8, 3, 5),
+                    (64, 8, 2, 5), (64, 4, 3, 7), (128, 8, 2, 5)]
 LOG2E = 1.4426950408889634
 SWAP_N = 16                 # paged: a request of <= 16 (token, group head) rows runs them on the dots' N side
 

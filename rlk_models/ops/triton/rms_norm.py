@@ -52,10 +52,13 @@ def _bwd_tile(d: int) -> tuple[int, int, int]:
     return rows, max(rows, 131072 // b), _block(d)[1]
 
 
-# The backward tilings benchmarks/triton/ops_sweep.py --search times at the hidden size (4096):
-# the default (1 row a step, 32 rows a program, 8 warps) runs each row's reduction alone and puts
-# 256 programs on 132 SMs; these try rows in parallel, more programs and other warp counts
-BWD_TILE_CANDIDATES = [(r, c, w) for r in (1, 2, 4) for c in (8, 16, 32, 64) for w in (4, 8, 16) if c >= r]
+def bwd_tile_candidates(d: int) -> list[tuple[int, int, int]]:
+    """The backward tilings benchmarks/triton/ops_sweep.py --search times at width D: the default's
+    rows a step and twice them, chunks of 2 to 32 steps (the default: 32 steps of one row at D = 4096,
+    which at M = 8192 puts 256 programs on 132 SMs), 4 or 8 warps. Any tiling is deterministic; each
+    sums dw in its own order."""
+    step = _bwd_tile(d)[0]
+    return [(r, r * c, w) for r in (step, 2 * step) for c in (2, 4, 8, 16, 32) for w in (4, 8)]
 
 
 @triton.jit

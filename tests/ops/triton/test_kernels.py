@@ -416,7 +416,7 @@ def test_rms_norm_backward_chunks_close_to_float64(d):
 
 
 def test_rms_norm_backward_tilings_close_to_float64():
-    """The backward tilings the sweep times (``BWD_TILE_CANDIDATES``, every third): each gives dx and
+    """The backward tilings the sweep times (``bwd_tile_candidates``, every third): each gives dx and
     dw close to float64, at a row count that leaves a ragged last step and chunk."""
     rn = _mod("rms_norm")
     g = torch.Generator().manual_seed(1)
@@ -426,7 +426,7 @@ def test_rms_norm_backward_tilings_close_to_float64():
     x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
     dx64, dw64 = torch.autograd.grad(x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6) * w64,
                                      [x64, w64], gy.double())
-    for tile in rn.BWD_TILE_CANDIDATES[::3]:
+    for tile in rn.bwd_tile_candidates(d)[::3]:
         dx, dw = rn._backward(gy, x, w, rstd, True, tile)
         assert rel_err(dx, dx64) < 1e-5 and rel_err(dw, dw64) < 1e-5, tile
 
