@@ -55,10 +55,11 @@ PAGED_CONFIG = (64, 4, 3, 5)
 # Backward: (BLOCK_M query rows, BLOCK_N keys, num_warps, num_stages) of the dK/dV kernel and of the dQ kernel. A
 # backward promises determinism, not invariance, so its tiles are free: a candidate changes dK/dV/dQ's bits (never
 # the forward's), and each is checked run to run and against float64 (tests/ops/triton, attention_sweep.py --train).
-BWD_CONFIG = ((32, 128, 8, 2), (64, 64, 4, 2))
-# dK/dV (keys on the dots' M side, ``_bwd_kv_tile``) at (32, 128, 8, 2) builds unspilled for sm_90; (64, 64, 4, 2)
-# spills 488 bytes, (64, 128, 8, 2) 128. dQ (64, 64, 4, 2): 230 registers, none spilled.
-BWD_CANDIDATES = [BWD_CONFIG, ((32, 128, 8, 2), (128, 64, 8, 2)), ((64, 64, 4, 2), (64, 64, 4, 2)),
+BWD_CONFIG = ((64, 64, 4, 2), (64, 64, 4, 2))
+# The fastest of the candidates at the 1.7B and 8B training shapes (H200, attention_sweep.py --train, session 18),
+# though for sm_90 it spills 488 bytes in dK/dV (keys on the dots' M side, ``_bwd_kv_tile``), where (32, 128, 8, 2)
+# builds unspilled and measured 1.10-1.12x its time. dQ (64, 64, 4, 2): 230 registers, none spilled.
+BWD_CANDIDATES = [BWD_CONFIG, ((32, 128, 8, 2), (128, 64, 8, 2)), ((32, 128, 8, 2), (64, 64, 4, 2)),
                   ((64, 128, 8, 2), (64, 64, 4, 2)), ((32, 64, 4, 2), (64, 64, 4, 2)),
                   ((32, 128, 8, 3), (64, 64, 4, 3)), ((64, 64, 8, 2), (64, 64, 8, 2))]
 # The tuning spaces the H200 sweep times (BLOCK_M >= 64 only); tests/gpu proves each gives the bits above.
@@ -104,12 +105,13 @@ def _tile_update_t(k, q_t, v, m_i, l_acc, acc, visible, qk_scale, ones):
 
 @triton.jit
 def _query_block(cu_ptr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr):
-    """This program's block of query rows (grid: head, sequence, row block counted from the last)
+    """This program's block of query rows (grid: row block counted from the last, sequence, head)
     of a packed batch: the sequence's start and length, the head and its KV head, the first row,
-    row and feature offsets. The row block is the grid's slowest axis, last blocks first: a causal
-    block's work grows with its index, so the longest programs start first and the short ones
-    fill the tail."""
-    h, seq, pid_m = tl.program_id(0), tl.program_id(1), tl.num_programs(2) - 1 - tl.program_id(2)
+    row and feature offsets. A causal block's work grows with its index, so a head's longest
+    programs start first and its short ones fill the tail; the blocks of one head stay neighbours
+    in launch order, reading the same K/V from L2 (with the row blocks on the slowest axis, every
+    head's K/V was in flight at once and the forward measured 15% slower at 8 x 4096 on the H200)."""
+    pid_m, seq, h = tl.num_programs(0) - 1 - tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(cu_ptr + seq)
     row0 = pid_m * BLOCK_M
     rm = row0 + tl.arange(0, BLOCK_M)
@@ -322,10 +324,9 @@ def _bwd_kv_tile(q_ptr, do_ptr, lse_ptr, delta_ptr, k, v, dk, dv, start, m0, rn,
 @triton.jit
 def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_ptr, qk_scale, sm_scale, T,
               sq, sk, sv, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """dK and dV of a key block (grid: KV head, sequence, key block -- the slowest axis, first
-    blocks first: they walk the most query tiles); v read at its own token stride ``sv``, dv
-    stored at dk's."""
-    kvh, seq, pid_n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    """dK and dV of a key block (grid: key block, sequence, KV head; the first blocks walk the most
+    query tiles and start first); v read at its own token stride ``sv``, dv stored at dk's."""
+    pid_n, seq, kvh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(cu_ptr + seq)
     L = tl.load(cu_ptr + seq + 1) - start
     if pid_n * BLOCK_N < L:
@@ -397,7 +398,7 @@ class _VarlenAttention(torch.autograd.Function):
         lse = torch.empty(hq, t, dtype=torch.float32, device=q.device)
         if t and max_len:
             block_m, warps, stages = config
-            grid = (hq, cu.numel() - 1, triton.cdiv(max_len, block_m))  # row blocks slowest, last first (_query_block)
+            grid = (triton.cdiv(max_len, block_m), cu.numel() - 1, hq)
             _varlen_fwd[grid](q, k, v, o, lse, cu, scale * LOG2E, t, q.stride(0), k.stride(0), v.stride(0), o.stride(0),
                               GROUP=hq // k.shape[1], D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N,
                               num_warps=warps, num_stages=stages)
@@ -418,10 +419,10 @@ class _VarlenAttention(torch.autograd.Function):
             args = (lse, delta)
             n_seq = cu.numel() - 1
             (bm, bn, warps, stages), (bm2, bn2, warps2, stages2) = ctx.bwd_config
-            _bwd_dkdv[(hkv, n_seq, triton.cdiv(ctx.max_len, bn))](
+            _bwd_dkdv[(triton.cdiv(ctx.max_len, bn), n_seq, hkv)](
                 q, k, v, do, *args, dk, dv, cu, ctx.scale * LOG2E, ctx.scale, t, q.stride(0), k.stride(0), v.stride(0),
                 GROUP=hq // hkv, D=d, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages)
-            _bwd_dq[(hq, n_seq, triton.cdiv(ctx.max_len, bm2))](
+            _bwd_dq[(triton.cdiv(ctx.max_len, bm2), n_seq, hq)](
                 q, k, v, do, *args, dq, cu, ctx.scale * LOG2E, ctx.scale, t, q.stride(0), k.stride(0), v.stride(0),
                 GROUP=hq // hkv, D=d, BLOCK_M=bm2, BLOCK_N=bn2, num_warps=warps2, num_stages=stages2)
         else:

@@ -120,8 +120,20 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D
 
 
 @triton.jit
+def _add_rn(a, b, NATIVE: tl.constexpr):
+    """a + b in fp32 as its own rounded addition: natively ``add.rn``, which ptxas never contracts
+    with the product that made ``a`` into an FMA (a plain add may be, and then the sum is not the
+    separate add's: seen on the H200 for fp32 gradients); the interpreter adds in NumPy."""
+    if NATIVE:
+        return tl.inline_asm_elementwise("add.rn.f32 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+    return a + b
+
+
+@triton.jit
 def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, ds_ptr, M, D, heads, sx, CHUNK: tl.constexpr,
-             ROWS: tl.constexpr, BLOCK_D: tl.constexpr, DW: tl.constexpr, DS: tl.constexpr):
+             ROWS: tl.constexpr, BLOCK_D: tl.constexpr, DW: tl.constexpr, DS: tl.constexpr,
+             NATIVE: tl.constexpr = True):
     """dx of rows [chunk * CHUNK, +CHUNK), ROWS at a time, and (DW) this chunk's fp32 dw partial.
     Row r of x is head r % heads of token r // heads, tokens ``sx`` apart (x read in place: per-head
     norms of a slice of the qkv rows); dy and dx are [M, D] rows. DS: dx is the norm's gradient
@@ -145,7 +157,7 @@ def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, ds_ptr, M, D, head
         dot = tl.sum(g * n, axis=1) / D
         dx = (rstd[:, None] * (g - n * dot[:, None])).to(dx_ptr.dtype.element_ty)
         if DS:
-            dx = (dx.to(tl.float32) + tl.load(ds_ptr + off, mask=ok, other=0.0).to(tl.float32)).to(
+            dx = _add_rn(dx.to(tl.float32), tl.load(ds_ptr + off, mask=ok, other=0.0).to(tl.float32), NATIVE).to(
                 dx_ptr.dtype.element_ty)
         tl.store(dx_ptr + off, dx, mask=ok)
         if DW:
@@ -295,7 +307,8 @@ def _backward(dy, x2, w, rstd, want_dw: bool, tile: tuple[int, int, int] | None 
         dy2 = dy.reshape(m, d).contiguous()
         ds2 = ds.reshape(m, d).contiguous() if ds is not None else dx
         _rms_bwd[(chunks,)](dy2, x2, w, rstd, dx, dwp, ds2, m, d, heads, d * heads if sx is None else sx,
-                            CHUNK=chunk, ROWS=rows, BLOCK_D=block, DW=want_dw, DS=ds is not None, num_warps=warps)
+                            CHUNK=chunk, ROWS=rows, BLOCK_D=block, DW=want_dw, DS=ds is not None,
+                            NATIVE=x2.is_cuda, num_warps=warps)
     dw = None
     if want_dw:
         dw = torch.empty_like(w)

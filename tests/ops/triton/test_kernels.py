@@ -576,7 +576,7 @@ def test_attention_backward_candidates_close_to_float64_and_deterministic(bwd):
 
     def grads(q, k, v, fn):
         q, k, v = (x.clone().requires_grad_() for x in (q, k, v))
-        return torch.autograd.grad(fn(q, k, v), [q, k, v], do.to(q.dtype))
+        return torch.autograd.grad(fn(q, k, v), [q, k, v], do.to(q.device, q.dtype))
 
     ours = lambda q, k, v: att.varlen_attention(q, k, v, cu, D ** -0.5, bwd_config=cfg)  # noqa: E731
 
