@@ -115,6 +115,7 @@ trl)
     ;;
 train)
     python3 -m pip install -q --no-deps --no-index --target /tmp/site .wheels/liger_kernel-*.whl 2>&1 | tail -1
+    export PYTHONPATH="$PYTHONPATH:/tmp/site"  # the wheel's target (also without .vllm-cuda carried)
     for shape in ${TRAIN_SHAPES:-1.7b 8b}; do
         layers=$([ "$shape" = 8b ] && echo "${TRAIN_8B_LAYERS:-4}" || echo 0)
         CUDA_VISIBLE_DEVICES=0 python3 benchmarks/train_step.py --shape "$shape" --layers "$layers" \

@@ -56,12 +56,10 @@ PAGED_CONFIG = (64, 4, 3, 5)
 # backward promises determinism, not invariance, so its tiles are free: a candidate changes dK/dV/dQ's bits (never
 # the forward's), and each is checked run to run and against float64 (tests/ops/triton, attention_sweep.py --train).
 BWD_CONFIG = ((64, 64, 4, 2), (64, 64, 4, 2))
-# The fastest of the candidates at the 1.7B and 8B training shapes (H200, attention_sweep.py --train, session 18),
-# though for sm_90 it spills 488 bytes in dK/dV (keys on the dots' M side, ``_bwd_kv_tile``), where (32, 128, 8, 2)
-# builds unspilled and measured 1.10-1.12x its time. dQ (64, 64, 4, 2): 230 registers, none spilled.
-BWD_CANDIDATES = [BWD_CONFIG, ((32, 128, 8, 2), (128, 64, 8, 2)), ((32, 128, 8, 2), (64, 64, 4, 2)),
-                  ((64, 128, 8, 2), (64, 64, 4, 2)), ((32, 64, 4, 2), (64, 64, 4, 2)),
-                  ((32, 128, 8, 3), (64, 64, 4, 3)), ((64, 64, 8, 2), (64, 64, 8, 2))]
+# For sm_90 the dK/dV default builds 255 registers and spills 128 bytes; dQ 226, none spilled.
+BWD_CANDIDATES = [BWD_CONFIG, ((64, 128, 8, 2), (64, 64, 4, 2)), ((64, 64, 8, 2), (64, 64, 4, 2)),
+                  ((64, 64, 4, 2), (128, 64, 8, 2)), ((64, 64, 4, 3), (64, 64, 4, 3)),
+                  ((128, 64, 8, 2), (64, 64, 8, 2))]
 # The tuning spaces the H200 sweep times (BLOCK_M >= 64 only); tests/gpu proves each gives the bits above.
 # What Triton 3.6 builds for sm_90 (shared memory; programs an SM, at most 113 KB each for two): training
 # (64, 4, 2) 82 KB, 2; (64, 4, 3) 114 KB, 1 (the row-sum operand's 2 KB put it over); (128, 8, 3) 130 KB, 1.
@@ -297,35 +295,13 @@ def _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale, CAUSAL: tl.cons
 
 
 @triton.jit
-def _bwd_kv_tile(q_ptr, do_ptr, lse_ptr, delta_ptr, k, v, dk, dv, start, m0, rn, L, sq, h, T, qk_scale,
-                 D: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
-    """dK and dV += one query tile's part, transposed (keys on the dots' M side): P^T and dS^T are
-    made in the layout the next dots take as their register operand (no transpose through shared
-    memory), the formula of ``_bwd_p_ds``. CAUSAL: the tile meets the diagonal."""
-    rm = m0 + tl.arange(0, BLOCK_M)
-    row_ok = rm < L
-    q_off = (start + rm).to(tl.int64)[None, :] * sq + h * D + tl.arange(0, D)[:, None]
-    q_t = tl.load(q_ptr + q_off, mask=row_ok[None, :], other=0.0)    # [D, BLOCK_M]
-    do_t = tl.load(do_ptr + q_off, mask=row_ok[None, :], other=0.0)  # [D, BLOCK_M]
-    lse = tl.load(lse_ptr + h * T + start + rm, mask=row_ok, other=0.0)
-    delta = tl.load(delta_ptr + h * T + start + rm, mask=row_ok, other=0.0)
-    s_t = tl.dot(k, q_t) * qk_scale
-    vis = row_ok[None, :]
-    if CAUSAL:
-        vis = vis & (rn[:, None] <= rm[None, :])
-    p_t = tl.where(vis, tl.math.exp2(s_t - lse[None, :]), 0.0)
-    dv = tl.dot(p_t.to(do_t.dtype), tl.trans(do_t), dv)
-    dp_t = tl.dot(v, do_t)
-    ds_t = p_t * (dp_t - delta[None, :])
-    dk = tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t), dk)
-    return dk, dv
-
-
-@triton.jit
 def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_ptr, qk_scale, sm_scale, T,
               sq, sk, sv, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """dK and dV of a key block (grid: key block, sequence, KV head; the first blocks walk the most
-    query tiles and start first); v read at its own token stride ``sv``, dv stored at dk's."""
+    query tiles and start first); v read at its own token stride ``sv``, dv stored at dk's. (A
+    transposed form, keys on the dots' M side with P^T and dS^T as register operands, and one that
+    left the tiles past the diagonal unmasked, measured slower in the 1.7B training step: 27.8
+    against 20.9 ms a step, spilling 488 bytes for sm_90 against this form's 128.)"""
     pid_n, seq, kvh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(cu_ptr + seq)
     L = tl.load(cu_ptr + seq + 1) - start
@@ -339,16 +315,15 @@ def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, c
         v = tl.load(v_ptr + tok * sv + kvh * D + rd[None, :], mask=key_ok[:, None], other=0.0)
         dk = tl.zeros((BLOCK_N, D), tl.float32)
         dv = tl.zeros((BLOCK_N, D), tl.float32)
-        diag_end = tl.minimum(pid_n * BLOCK_N + BLOCK_N, L)  # query tiles from here on see the whole key block
         for g in range(GROUP):  # the group's query heads, in order
             h = kvh * GROUP + g
-            # query tiles in order: those meeting the diagonal (masked), then the rest (unmasked)
-            for m0 in range((pid_n * BLOCK_N // BLOCK_M) * BLOCK_M, diag_end, BLOCK_M):
-                dk, dv = _bwd_kv_tile(q_ptr, do_ptr, lse_ptr, delta_ptr, k, v, dk, dv, start, m0, rn, L, sq, h, T,
-                                      qk_scale, D, BLOCK_M, True)
-            for m0 in range(tl.cdiv(diag_end, BLOCK_M) * BLOCK_M, L, BLOCK_M):
-                dk, dv = _bwd_kv_tile(q_ptr, do_ptr, lse_ptr, delta_ptr, k, v, dk, dv, start, m0, rn, L, sq, h, T,
-                                      qk_scale, D, BLOCK_M, False)
+            for m0 in range((pid_n * BLOCK_N // BLOCK_M) * BLOCK_M, L, BLOCK_M):  # query tiles, in order
+                rm = m0 + tl.arange(0, BLOCK_M)
+                row_ok = rm < L
+                q, do, lse, delta, _ = _bwd_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, start, rm, row_ok, sq, h, T, D)
+                p, ds = _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale, True)
+                dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
+                dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk)
         tl.store(dk_ptr + kv_off, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=key_ok[:, None])
         tl.store(dv_ptr + kv_off, dv.to(dv_ptr.dtype.element_ty), mask=key_ok[:, None])
 
