@@ -299,9 +299,9 @@ def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, c
               sq, sk, sv, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """dK and dV of a key block (grid: key block, sequence, KV head; the first blocks walk the most
     query tiles and start first); v read at its own token stride ``sv``, dv stored at dk's. (A
-    transposed form, keys on the dots' M side with P^T and dS^T as register operands, and one that
-    left the tiles past the diagonal unmasked, measured slower in the 1.7B training step: 27.8
-    against 20.9 ms a step, spilling 488 bytes for sm_90 against this form's 128.)"""
+    transposed form -- keys on the dots' M side, P^T and dS^T as register operands, the tiles past
+    the diagonal unmasked -- measured slower in the 1.7B training step: 27.8 against 20.9 ms a
+    step, spilling 488 bytes for sm_90 against this form's 128.)"""
     pid_n, seq, kvh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(cu_ptr + seq)
     L = tl.load(cu_ptr + seq + 1) - start
