@@ -69,8 +69,8 @@ def _head_row(row, H, SX, D):
 
 
 @triton.jit
-def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D, H, SX, eps, HALF, w2_ptr, H1, T,
-             ROWS: tl.constexpr, BLOCK_D: tl.constexpr, RES: tl.constexpr, ROPE: tl.constexpr,
+def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D, H, SX, eps, HALF, w2_ptr, y2_ptr,
+             rstd2_ptr, H1, ROWS: tl.constexpr, BLOCK_D: tl.constexpr, RES: tl.constexpr, ROPE: tl.constexpr,
              BLOCK_HALF: tl.constexpr, TWO: tl.constexpr):
     """y = RMSNorm(x) of ROWS rows (y, r, s: contiguous rows of D), each reduced alone along the
     tile's D axis; x's row ``row`` is head ``row % H`` of token ``row // H``, at ``(row // H) * SX +
@@ -80,20 +80,21 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D
     y's stored rows are rotated in place by the rope kernel's ``rotated_lo``/``rotated_hi`` (halves
     read back after a barrier, the table row at the token's position), so y = rope(RMSNorm(x)) with
     the two ops' rounding points. TWO: heads ``>= H1`` are a second tensor's (q's heads, then k's,
-    in one qkv row): their weight is w2 and their rows go after the T * H1 first tensor's rows of
-    y/rstd (the two tensors' [T, H1, D] and [T, H - H1, D] outputs, one buffer) -- the same code per
-    row."""
+    in one qkv row): their weight is w2 and their rows go to y2/rstd2 ([T, H - H1]), the others' to
+    y/rstd ([T, H1]) -- the same code per row (two tensors, not views of one buffer: a custom op's
+    outputs must not alias)."""
     row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     row_ok = row < M
     cols = tl.arange(0, BLOCK_D)[None, :]  # 2-D from the start: one layout for x, w and y (no conversion)
     mask = row_ok[:, None] & (cols < D)
     x = tl.load(x_ptr + _head_row(row, H, SX, D)[:, None] + cols, mask=mask, other=0.0)
     w = tl.load(w_ptr + cols, mask=cols < D, other=0.0)
-    out = row  # each row's index in y/rstd
+    y_row, rstd_at = y_ptr + row * D, rstd_ptr + row  # each row's output row and rstd
     if TWO:
         tok, head = row // H, row % H
         second = head >= H1
-        out = tl.where(second, T * H1 + tok * (H - H1) + head - H1, tok * H1 + head)
+        y_row = tl.where(second, y2_ptr + (tok * (H - H1) + head - H1) * D, y_ptr + (tok * H1 + head) * D)
+        rstd_at = tl.where(second, rstd2_ptr + tok * (H - H1) + head - H1, rstd_ptr + tok * H1 + head)
         w = tl.where(second[:, None], tl.load(w2_ptr + cols, mask=cols < D, other=0.0), w)
     if RES:
         off = row[:, None] * D + cols
@@ -102,8 +103,8 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D
     x = x.to(tl.float32)
     rstd = 1.0 / tl.sqrt_rn(tl.sum(x * x, axis=1) / D + eps)
     n = (x * rstd[:, None]).to(y_ptr.dtype.element_ty)
-    tl.store(y_ptr + out[:, None] * D + cols, n * w, mask=mask)
-    tl.store(rstd_ptr + out, rstd, mask=row_ok)
+    tl.store(y_row[:, None] + cols, n * w, mask=mask)
+    tl.store(rstd_at, rstd, mask=row_ok)
     if ROPE:
         tl.debug_barrier()  # the normalised rows, stored by every thread, are read back in pairs
         j = tl.arange(0, BLOCK_HALF)[None, :]
@@ -111,7 +112,7 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D
         pos = tl.load(pos_ptr + row // H, mask=row_ok, other=0).to(tl.int64)[:, None]
         c = tl.load(tab_ptr + pos * 2 * HALF + j, mask=ok, other=0.0)
         sn = tl.load(tab_ptr + pos * 2 * HALF + HALF + j, mask=ok, other=0.0)
-        lo = y_ptr + out[:, None] * D + j
+        lo = y_row[:, None] + j
         x1 = tl.load(lo, mask=ok, other=0.0).to(tl.float32)
         x2 = tl.load(lo + HALF, mask=ok, other=0.0).to(tl.float32)
         tl.debug_barrier()  # every read before any rotated value overwrites the rows
@@ -267,26 +268,24 @@ class _AddRMSNorm(torch.autograd.Function):
 def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None, second=None):
     """(y [m, D], rstd [m]) by ``_rms_fwd`` over m rows of x2 (see its row addressing); with r2,
     of s = x2 + r2, written into s; with rope = (positions [m // heads], fp32 table), y rotated.
-    With second = (w2, h1): heads >= h1 use w2 and are returned apart, (y, rstd, y2, rstd2) -- two
-    views of one buffer, the kernel's row order."""
+    With second = (w2, h1): heads >= h1 use w2 and are returned apart, (y, rstd, y2, rstd2)."""
     d = w.shape[0]
-    t = m // heads
     h1 = heads if second is None else second[1]
-    y_all = torch.empty(m, d, dtype=x2.dtype, device=x2.device)
-    rstd_all = torch.empty(m, dtype=torch.float32, device=x2.device)
+    y = torch.empty(m // heads * h1, d, dtype=x2.dtype, device=x2.device)
+    rstd = torch.empty(y.shape[0], dtype=torch.float32, device=x2.device)
+    y2 = torch.empty(m - y.shape[0], d, dtype=x2.dtype, device=x2.device) if second else y
+    rstd2 = torch.empty(y2.shape[0], dtype=torch.float32, device=x2.device) if second else rstd
     block, warps = _block(d)
     rows = _fwd_rows(d)
     if m:
         res = r2 is not None
-        pos, tab = rope if rope is not None else (y_all, y_all)
-        _rms_fwd[(triton.cdiv(m, rows),)](x2, w, y_all, rstd_all, r2 if res else y_all, s if res else y_all, pos, tab,
-                                          m, d, heads, sx, eps, d // 2, second[0] if second else w, h1, t,
-                                          ROWS=rows, BLOCK_D=block, RES=res, ROPE=rope is not None,
+        pos, tab = rope if rope is not None else (y, y)
+        _rms_fwd[(triton.cdiv(m, rows),)](x2, w, y, rstd, r2 if res else y, s if res else y, pos, tab, m, d, heads, sx,
+                                          eps, d // 2, second[0] if second else w, y2, rstd2, h1, ROWS=rows,
+                                          BLOCK_D=block, RES=res, ROPE=rope is not None,
                                           BLOCK_HALF=triton.next_power_of_2(max(1, d // 2)), TWO=second is not None,
                                           num_warps=warps)
-    if second is None:
-        return y_all, rstd_all
-    return y_all[:t * h1], rstd_all[:t * h1], y_all[t * h1:], rstd_all[t * h1:]
+    return (y, rstd) if second is None else (y, rstd, y2, rstd2)
 
 
 def _backward(dy, x2, w, rstd, want_dw: bool, tile: tuple[int, int, int] | None = None, heads: int = 1,
