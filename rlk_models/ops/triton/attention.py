@@ -329,6 +329,25 @@ def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, c
 
 
 @triton.jit
+def _dq_key_tile(q, do, lse, delta, dq, k_ptr, v_ptr, start, n0, L, sk, sv, kvh, rm, rd, row_ok, qk_scale,
+                 D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """dQ += key tile [n0, n0 + BLOCK_N)'s part. CAUSAL: the tile meets the diagonal, so its keys are
+    masked by position and past the sequence's end (loaded as zeros); else every key is stored and
+    seen by every row."""
+    rn = n0 + tl.arange(0, BLOCK_N)
+    tok = (start + rn).to(tl.int64)[:, None]
+    if CAUSAL:
+        key_ok = rn < L
+        k = tl.load(k_ptr + tok * sk + kvh * D + rd[None, :], mask=key_ok[:, None], other=0.0)
+        v = tl.load(v_ptr + tok * sv + kvh * D + rd[None, :], mask=key_ok[:, None], other=0.0)
+    else:
+        k = tl.load(k_ptr + tok * sk + kvh * D + rd[None, :])
+        v = tl.load(v_ptr + tok * sv + kvh * D + rd[None, :])
+    _, ds = _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale, CAUSAL)
+    return tl.dot(ds.to(k.dtype), k, dq)
+
+
+@triton.jit
 def _bwd_dq(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_ptr, qk_scale, sm_scale, T, sq, sk, sv,
             GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     start, L, h, kvh, row0, rm, rd, row_ok = _query_block(cu_ptr, GROUP, D, BLOCK_M)
@@ -338,20 +357,11 @@ def _bwd_dq(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_ptr, qk_
         # key tiles in order: those below the block's first row, which every row sees (unmasked), then the diagonal
         interior = row0 // BLOCK_N * BLOCK_N
         for n0 in range(0, interior, BLOCK_N):
-            rn = n0 + tl.arange(0, BLOCK_N)
-            tok = (start + rn).to(tl.int64)[:, None]
-            k = tl.load(k_ptr + tok * sk + kvh * D + rd[None, :])
-            v = tl.load(v_ptr + tok * sv + kvh * D + rd[None, :])
-            _, ds = _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale, False)
-            dq = tl.dot(ds.to(k.dtype), k, dq)
+            dq = _dq_key_tile(q, do, lse, delta, dq, k_ptr, v_ptr, start, n0, L, sk, sv, kvh, rm, rd, row_ok, qk_scale,
+                              D, BLOCK_N, False)
         for n0 in range(interior, tl.minimum(row0 + BLOCK_M, L), BLOCK_N):
-            rn = n0 + tl.arange(0, BLOCK_N)
-            key_ok = rn < L
-            tok = (start + rn).to(tl.int64)[:, None]
-            k = tl.load(k_ptr + tok * sk + kvh * D + rd[None, :], mask=key_ok[:, None], other=0.0)
-            v = tl.load(v_ptr + tok * sv + kvh * D + rd[None, :], mask=key_ok[:, None], other=0.0)
-            _, ds = _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale, True)
-            dq = tl.dot(ds.to(k.dtype), k, dq)
+            dq = _dq_key_tile(q, do, lse, delta, dq, k_ptr, v_ptr, start, n0, L, sk, sv, kvh, rm, rd, row_ok, qk_scale,
+                              D, BLOCK_N, True)
         tl.store(dq_ptr + q_off, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 

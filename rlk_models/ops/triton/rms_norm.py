@@ -93,8 +93,9 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D
     if TWO:
         tok, head = row // H, row % H
         second = head >= H1
-        y_row = tl.where(second, y2_ptr + (tok * (H - H1) + head - H1) * D, y_ptr + (tok * H1 + head) * D)
-        rstd_at = tl.where(second, rstd2_ptr + tok * (H - H1) + head - H1, rstd_ptr + tok * H1 + head)
+        out = tl.where(second, tok * (H - H1) + head - H1, tok * H1 + head)  # the row's index in its tensor
+        y_row = tl.where(second, y2_ptr, y_ptr) + out * D
+        rstd_at = tl.where(second, rstd2_ptr, rstd_ptr) + out
         w = tl.where(second[:, None], tl.load(w2_ptr + cols, mask=cols < D, other=0.0), w)
     if RES:
         off = row[:, None] * D + cols
