@@ -6,6 +6,8 @@ Stacks (each in its own process, so that peak memory and Liger's monkey-patching
   ``rlk``            the training class, triton backend: ``token_logprobs`` (fused log-prob head,
                      no [T, V] logits), sum, backward; activations rebuilt in the backward (the default);
   ``rlk_keep``       the same with ``rlk_rebuild_activations=False`` (the rebuilds' time and memory);
+  ``rlk_recompute``  the same with ``rlk_head_save_probs=False``: the head's backward recomputes the
+                     logits instead of reading the probabilities kept from the forward;
   ``stock``          transformers' Qwen3 with SDPA attention: logits, fp32 cross-entropy (sum),
                      backward -- what ``model(ids).logits`` + ``log_softmax`` costs;
   ``liger``          the same model patched by Liger-Kernel (``apply_liger_kernel_to_qwen3``: RoPE,
@@ -34,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stages import Stages, emit  # noqa: E402
 from vllm_cuda import COMMON, SHAPES  # noqa: E402  (the random-init Qwen3 shapes, one definition)
 
-STACKS = ["rlk", "rlk_keep", "stock", "stock_compile", "liger", "liger_compile"]
+STACKS = ["rlk", "rlk_keep", "rlk_recompute", "stock", "stock_compile", "liger", "liger_compile"]
 RIVALS = [s for s in STACKS if not s.startswith("rlk")]
 
 
@@ -89,7 +91,8 @@ def stage_stack(a) -> dict:
         apply_liger_kernel_to_qwen3(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
                                     fused_linear_cross_entropy=False)  # FLCE applied explicitly in _loss_fn
     rlk = a.stack.startswith("rlk")
-    kw = {"rlk_rebuild_activations": a.stack == "rlk"} if rlk else {"attn_implementation": "sdpa"}
+    kw = ({"rlk_rebuild_activations": a.stack != "rlk_keep", "rlk_head_save_probs": a.stack != "rlk_recompute"}
+          if rlk else {"attn_implementation": "sdpa"})
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, **kw).to(a.device).train()
     loss_fn = _loss_fn(a.stack, model)
     if a.stack.endswith("_compile"):

@@ -65,6 +65,22 @@ def main() -> None:
             res.setdefault("stats_configs_same_bits", {})[f"M{m} bm={bm} warps={warps}"] = same
             best = min(best or (t, bm, warps), (t, bm, warps))
         t_full = do_bench_ms(lambda: head.logprob_head_forward(hm, w, tm, V), warmup=10, rep=50)
+        if m >= 1024:  # the stats kernel's loads (TMA or pointers) and the training forward's kept probabilities
+            default_rows, forms = head.STATS_TMA_ROWS, {}
+            for loads, rows in (("tma", 1), ("pointer", 1 << 62)):
+                head.STATS_TMA_ROWS = rows
+                try:
+                    stats = head._launch_stats(hm, w, tm, False, False, 600)
+                    forms[loads] = stats
+                    for keep in (False, True):
+                        res.setdefault("stats_kernel_us", {})[f"M{m} {loads} keep_probs={keep}"] = do_bench_ms(
+                            lambda: head._launch_stats(hm, w, tm, False, False, 600, keep_probs=keep),
+                            warmup=5, rep=20) * 1e3
+                finally:
+                    head.STATS_TMA_ROWS = default_rows
+            res.setdefault("stats_tma_same_bits_as_pointer", {})[f"M{m}"] = all(
+                torch.equal(a, b) for a, b in zip(forms["tma"][:4], forms["pointer"][:4]))
+            del forms, stats
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
@@ -85,8 +101,11 @@ def main() -> None:
             hmg = hm.clone().requires_grad_()
             gm = torch.randn(m, device=dev, generator=g)
 
-            def ours():
-                return torch.autograd.grad(head.logprob_head(hmg, wg, tm, V)[0], [hmg, wg], gm)
+            def ours(save_probs=True):
+                return torch.autograd.grad(head.logprob_head(hmg, wg, tm, V, save_probs=save_probs)[0], [hmg, wg], gm)
+
+            def recompute():
+                return ours(save_probs=False)
 
             def torch_ref():
                 lp = F.linear(hmg, wg).float().log_softmax(-1).gather(1, tm[:, None])[:, 0]
@@ -94,27 +113,33 @@ def main() -> None:
 
             fb["fwd_bwd_ours_us"] = do_bench_ms(ours, warmup=3, rep=20) * 1e3
             fb["fwd_bwd_torch_us"] = do_bench_ms(torch_ref, warmup=3, rep=20) * 1e3
-            if m == 8192:  # the dlogits kernel's tiles (backward: deterministic per tile, any tile allowed)
+            fb["fwd_bwd_recompute_us"] = do_bench_ms(recompute, warmup=3, rep=20) * 1e3
+            fb["ratio_fwd_bwd_vs_torch"] = fb["fwd_bwd_ours_us"] / fb["fwd_bwd_torch_us"]
+            fb["ratio_fwd_bwd_recompute_vs_torch"] = fb["fwd_bwd_recompute_us"] / fb["fwd_bwd_torch_us"]
+            if m == 8192:  # the recompute backward's dlogits tiles (deterministic per tile, any tile allowed)
                 default_dl, fb["dlogits_configs_us"] = head.DLOGITS_CONFIG, {}
                 for cfg in head.DLOGITS_CANDIDATES:
                     head.DLOGITS_CONFIG = cfg
                     try:
-                        a, b = ours(), ours()
+                        a, b = recompute(), recompute()
                         fb["dlogits_configs_us"][str(cfg)] = {
-                            "fwd_bwd_us": do_bench_ms(ours, warmup=3, rep=20) * 1e3,
+                            "fwd_bwd_us": do_bench_ms(recompute, warmup=3, rep=20) * 1e3,
                             "run_to_run": all(torch.equal(x, y) for x, y in zip(a, b))}
                         del a, b
                     except triton.runtime.errors.OutOfResources:
                         fb["dlogits_configs_us"][str(cfg)] = "out of resources"
                     finally:
                         head.DLOGITS_CONFIG = default_dl
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-            grads = ours()
-            fb["fwd_bwd_extra_over_fp32_logits"] = (torch.cuda.max_memory_allocated() - base
-                                                    - sum(x.numel() * x.element_size() for x in grads)) / (m * V * 4)
-            del grads, hmg
+            for name, fn in (("", ours), ("_recompute", recompute)):
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                grads = fn()
+                fb[f"fwd_bwd{name}_extra_over_fp32_logits"] = (
+                    torch.cuda.max_memory_allocated() - base - sum(x.numel() * x.element_size() for x in grads)
+                ) / (m * V * 4)
+                del grads
+            del hmg
         res[f"M{m}"] = {**fb, "lm_head_matmul_us": t_mm * 1e3, "stats_kernel_best_us": best[0] * 1e3,
                         "best_block_m_warps": best[1:], "forward_default_us": t_full * 1e3,
                         "ratio_kernel_best": best[0] / t_mm, "ratio_forward_default": t_full / t_mm,

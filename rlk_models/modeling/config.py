@@ -28,6 +28,10 @@ class RLKConfigFields:
     # training: rebuild the MLP activation and the norm outputs in the backward instead of keeping them
     # (the same kernels, so the same bits; about a quarter less activation memory, ~2% more time)
     rlk_rebuild_activations: bool = True
+    # training: the log-prob head keeps its probabilities (T x vocab in the model's dtype) from the
+    # forward for the backward instead of recomputing the logits there (backends that can: triton;
+    # one [T, V, D] matmul less a step, 2 bytes x T x vocab held in bf16)
+    rlk_head_save_probs: bool = True
 
 
 def rope_parameters(config) -> dict:

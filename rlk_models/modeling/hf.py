@@ -198,7 +198,8 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         return self.model(input_ids, positions, VarlenMeta(cu_seqlens), inputs_embeds)
 
     def _head(self, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
-        return self.ops.logprob_head(hidden, self.lm_head.weight, targets, self.config.vocab_size, with_entropy)
+        return self.ops.logprob_head(hidden, self.lm_head.weight, targets, self.config.vocab_size, with_entropy,
+                                     getattr(self.config, "rlk_head_save_probs", True))
 
     @torch.compiler.disable  # eager bits inside compiled callers (module docstring)
     def packed_token_logprobs(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor,

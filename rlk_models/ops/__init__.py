@@ -65,8 +65,10 @@ class Backend(Protocol):
     def paged_attention(self, q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
                         seq_lens: torch.Tensor, query_start_loc: torch.Tensor, scale: float,
                         out: torch.Tensor | None = None) -> torch.Tensor: ...
+    # save_probs: where the backend has a backward from kept probabilities (triton), keep them from
+    # the forward instead of recomputing the logits in the backward (T x V in hidden's dtype)
     def logprob_head(self, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                     vocab_size: int, with_entropy: bool = False
+                     vocab_size: int, with_entropy: bool = False, save_probs: bool = True
                      ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
     def full_logprobs(self, hidden: torch.Tensor, weight: torch.Tensor, vocab_size: int) -> torch.Tensor: ...
     # tensor parallelism: canonical K segments of row-parallel GEMMs and vocab groups of the head

@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from .canonical import HeadStats, one_shard_stats
+from .canonical import HeadStats, TileProbs, one_shard_stats
 from .checks import check_embedding, check_head
 
 
@@ -37,35 +37,57 @@ def embedding_op(backward: Callable) -> Callable:
     return embedding
 
 
-def head_ops(shard_stats: Callable, combine_shards: Callable, backward: Callable):
+def head_ops(shard_stats: Callable, combine_shards: Callable, backward: Callable,
+             probs_backward: Callable | None = None):
     """``(logprob_head, full_logprobs, head_stats)`` of a backend from its ``shard_stats``,
     ``combine_shards`` and ``backward(h, w, targets, lse, mean_logit, vocab_size, g_logp, g_ent,
-    need_dw) -> (dh, dw)``. The forward is ``one_shard_stats`` (TP=1 = one shard)."""
+    need_dw) -> (dh, dw)``, which recomputes the logits. The forward is ``one_shard_stats`` (TP=1
+    = one shard).
 
-    def head_stats(h, w, vocab_size, targets, with_entropy=False, keep_logits=False) -> HeadStats:
+    ``probs_backward(h, w, targets, lse, target_logit, probs, vocab_size, g_logp, need_dw) -> (dh,
+    dw)``, where a backend has one, is the backward from the probabilities the forward kept
+    (``shard_stats(..., keep_probs=True)``, ``canonical.TileProbs``): no second logits matmul, for
+    h's dtype x T x padded vocab bytes held from the forward to the backward. ``logprob_head``
+    keeps them when asked (``save_probs``) and a gradient is recorded; a backward that also
+    carries an entropy gradient recomputes (it needs the logits themselves, not only p)."""
+
+    def head_stats(h, w, vocab_size, targets, with_entropy=False, keep_logits=False, keep_probs=False) -> HeadStats:
         return one_shard_stats(shard_stats, combine_shards, h, w, vocab_size, targets, with_entropy=with_entropy,
-                               keep_logits=keep_logits)
+                               keep_logits=keep_logits, keep_probs=keep_probs)
 
     class _LogprobHead(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, h, w, targets, vocab_size, with_entropy):
-            st = head_stats(h, w, vocab_size, targets, with_entropy)
-            ctx.save_for_backward(h, w, targets, st.lse, st.mean_logit)
+        def forward(ctx, h, w, targets, vocab_size, with_entropy, save_probs):
+            keep = save_probs  # a gradient is recorded (the wrapper checked) and the backend can
+            st = head_stats(h, w, vocab_size, targets, with_entropy, keep_probs=keep)
+            saved = (st.target, *st.probs) if keep else ()
+            ctx.save_for_backward(h, w, targets, st.lse, st.mean_logit, *saved)
             ctx.vocab_size = vocab_size
             return st.target - st.lse, (st.lse - st.mean_logit if with_entropy else None)
 
         @staticmethod
         def backward(ctx, g_logp, g_ent):
-            h, w, targets, lse, mean_l = ctx.saved_tensors
+            h, w, targets, lse, mean_l, *saved = ctx.saved_tensors
             g_logp = torch.zeros_like(lse) if g_logp is None else g_logp.to(torch.float32)
-            dh, dw = backward(h, w, targets, lse, mean_l, ctx.vocab_size, g_logp, g_ent, ctx.needs_input_grad[1])
-            return dh, dw, None, None, None
+            need_dw = ctx.needs_input_grad[1]
+            if saved and g_ent is None:
+                target, q, m = saved
+                dh, dw = probs_backward(h, w, targets, lse, target, TileProbs(q, m), ctx.vocab_size, g_logp, need_dw)
+            else:
+                dh, dw = backward(h, w, targets, lse, mean_l, ctx.vocab_size, g_logp, g_ent, need_dw)
+            return dh, dw, None, None, None, None
 
     def logprob_head(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int,
-                     with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """fp32 (log p(targets[t] | hidden[t]) [T], entropy [T] or None) without a [T, V] tensor."""
+                     with_entropy: bool = False, save_probs: bool = True
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """fp32 (log p(targets[t] | hidden[t]) [T], entropy [T] or None) without a [T, V] logits
+        tensor. ``save_probs`` (where the backend has a saved-probabilities backward): keep p in
+        hidden's dtype for the backward instead of recomputing the logits there."""
         check_head(hidden, weight, targets, vocab_size)
-        return _LogprobHead.apply(hidden, weight, targets.long(), vocab_size, with_entropy)
+        # grad mode is off inside Function.forward, and needs_input_grad ignores no_grad: decide here
+        keep = (save_probs and probs_backward is not None and torch.is_grad_enabled()
+                and (hidden.requires_grad or weight.requires_grad))
+        return _LogprobHead.apply(hidden, weight, targets.long(), vocab_size, with_entropy, keep)
 
     @torch.no_grad()
     def full_logprobs(hidden: torch.Tensor, weight: torch.Tensor, vocab_size: int) -> torch.Tensor:

@@ -38,15 +38,25 @@ def vocab_shard(vocab_size: int, rank: int, tp_size: int) -> tuple[int, int]:
     return rank * per, (rank + 1) * per
 
 
+class TileProbs(NamedTuple):
+    """What a forward keeps so that the backward need not recompute the logits: ``q`` [T, tiles x
+    VOCAB_TILE] = exp(l - tile max) in h's dtype (0 past the vocab) and the tile maxima ``m`` [T,
+    >= tiles] fp32 (tile j's in column j), so p = q exp(m - lse)."""
+    q: torch.Tensor
+    m: torch.Tensor
+
+
 class ShardStats(NamedTuple):
     """One vocab shard's reduction (``shard_stats``), each [T] fp32: running max ``m``, sum of
     exp(l - m) ``s``, sum of exp(l - m) * l ``e``, the target's logit (exactly 0 where the target
-    lies in another shard) and, if kept, the shard's real logits [T, entries] (else None)."""
+    lies in another shard), if kept, the shard's real logits [T, entries] (else None) and, if
+    kept (``keep_probs``: a backend's saved-probabilities backward), ``TileProbs``."""
     m: torch.Tensor
     s: torch.Tensor
     e: torch.Tensor
     target: torch.Tensor
     logits: torch.Tensor | None
+    probs: TileProbs | None = None
 
 
 class HeadStats(NamedTuple):
@@ -56,16 +66,19 @@ class HeadStats(NamedTuple):
     mean_logit: torch.Tensor
     target: torch.Tensor
     logits: torch.Tensor | None = None
+    probs: TileProbs | None = None
 
 
 def one_shard_stats(shard_stats, combine_shards, h: torch.Tensor, w: torch.Tensor, vocab_size: int,
-                    targets: torch.Tensor | None, *, with_entropy: bool, keep_logits: bool = False) -> HeadStats:
+                    targets: torch.Tensor | None, *, with_entropy: bool, keep_logits: bool = False,
+                    keep_probs: bool = False) -> HeadStats:
     """TP=1 is one shard: the same two calls as every TP size (pass the backend's ``shard_stats``
-    and ``combine_shards``), so TP=k gives TP=1's bits."""
+    and ``combine_shards``), so TP=k gives TP=1's bits. ``keep_probs`` is passed on only when set
+    (a backend without a saved-probabilities backward never sees it)."""
     st = shard_stats(h, w, (0, padded_vocab(vocab_size)), vocab_size, targets, with_entropy=with_entropy,
-                     keep_logits=keep_logits)
+                     keep_logits=keep_logits, **({"keep_probs": True} if keep_probs else {}))
     lse, mean_l, target = combine_shards(st.m[None], st.s[None], st.e[None], st.target[None])
-    return HeadStats(lse, mean_l, target, st.logits)
+    return HeadStats(lse, mean_l, target, st.logits, st.probs)
 
 
 def embedding_order(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -125,8 +125,11 @@ def test_logprob_head_rows_full_logprobs_and_backward():
     del fl
     hg, wg = h[:2048].clone().requires_grad_(), w.clone().requires_grad_()
     gl = torch.randn(2048, device="cuda", generator=g)
+    lp = head.logprob_head(hg, wg, tgt[:2048], vocab)[0]  # the training forward: it keeps the probabilities
+    assert torch.equal(lp.detach(), full[:2048]), "keeping the probabilities moved a log-prob"
     g1, g2 = (torch.autograd.grad(head.logprob_head(hg, wg, tgt[:2048], vocab)[0], [hg, wg], gl) for _ in range(2))
     assert all(torch.equal(a, b) for a, b in zip(g1, g2)), "backward run to run"
+    del lp
 
 
 def _grad(fn, leaf: torch.Tensor, *args) -> torch.Tensor:
@@ -312,7 +315,8 @@ def test_head_graphs_give_the_eager_heads_bits():
 _FRESH_THREADS = """
 import json, threading
 import torch
-from rlk_models.ops.triton.matmul import _tma_ok, linear, mm
+from rlk_models.ops.triton.matmul import linear, mm
+from rlk_models.ops.triton.utils import tma_ok
 
 g = torch.Generator(device="cuda").manual_seed(0)
 x = torch.randn(256, 512, device="cuda", generator=g).bfloat16().requires_grad_()
@@ -327,7 +331,7 @@ def plain_thread():  # a Python thread whose first CUDA work is a TMA product
 t = threading.Thread(target=plain_thread)
 t.start()
 t.join()
-print(json.dumps({"tma": _tma_ok(dy, w.detach(), x.detach()),
+print(json.dumps({"tma": tma_ok(dy, w.detach(), x.detach()),
                   "dx": torch.equal(dx, mm(dy, w.detach(), b_kn=True)),
                   "thread": torch.equal(out["thread"], y.detach())}))
 """

@@ -93,7 +93,8 @@ def _gloo_worker(rank, world, init_file, out_file):
         w_pad[:vocab] = rand(vocab, 32, seed=4)
         targets = torch.arange(7) * 297 % vocab
         a, e = vocab_shard(vocab, rank, world)
-        m, s, en, tgt, _ = ops.shard_stats(h, w_pad[a:e], (a, e), vocab, targets, with_entropy=True)
+        st = ops.shard_stats(h, w_pad[a:e], (a, e), vocab, targets, with_entropy=True)
+        m, s, en, tgt = st.m, st.s, st.e, st.target
         gathered = []
         for t in (m, s, en, tgt):
             bufs = [torch.empty_like(t) for _ in range(world)]

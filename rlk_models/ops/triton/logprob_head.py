@@ -1,5 +1,6 @@
 """Fused log-prob head in Triton: lm_head matmul + per-tile log-sum-exp stats + target gather
-(+ entropy), forward and backward, never materialising [T, V]; tensor-parallel by vocab groups.
+(+ entropy), forward and backward, never materialising fp32 [T, V] logits; tensor-parallel by vocab
+groups.
 
 Contract
     The canonical vocab tiling of ``rlk_models.ops.canonical``: padded vocab =
@@ -18,7 +19,18 @@ Contract
     the same kernel's logits and subtracts the same ``lse``, so its entry at the target equals
     ``logp`` bitwise. Row-invariant: no number depends on other rows.
 
-Backward (deterministic; vocab in chunks, in order)
+Backward from kept probabilities (training's default: ``logprob_head(..., save_probs=True)``)
+    With a gradient recorded, the stats kernel also writes each tile's exp(l - m) in h's dtype
+    (``TileProbs``: T x 256 ceil(V / 256) entries, 2 bytes each in bf16, held until the backward).
+    The backward turns them into ``dl = g (onehot - p)``, ``p = q exp(m - lse)``, in place (one
+    elementwise pass; the target entry from the fp32 target logit, so ``1 - p`` there is not
+    rounded through q), then dh = dl @ W and dW = dl^T @ h, one plain-order matmul each over
+    the whole vocab. Against the recompute below it saves a [T, V, K] matmul and dh's fp32
+    round trip per chunk; p carries one more rounding (q's: 2^-9 relative in bf16) before dl's
+    own. An entropy gradient takes the recompute path (it needs l, not only p).
+
+Backward with recompute (``save_probs=False``, or an entropy gradient; deterministic; vocab in
+chunks, in order)
     One kernel recomputes a chunk's logits (the forward's K order) and writes
     ``dl = g (onehot - p) - g_ent p (l - e/s)``, ``p = exp(l - lse)``, in h's dtype; then
     dh += dl @ W_chunk (fp32, chunks in order) and dW_chunk = dl^T @ h by ``mm`` (plain K order).
@@ -30,7 +42,8 @@ Backward (deterministic; vocab in chunks, in order)
     depends on T (the contract does not ask a backward to be batch-invariant, only
     deterministic); dW does not (each chunk's rows reduce over T in the plain order).
 
-Memory (forward): stats are 3 x T x ceil(V/256) fp32: 1/85 of fp32 [T, V] logits.
+Memory (forward): stats are 3 x T x ceil(V/256) fp32: 1/85 of fp32 [T, V] logits; the kept
+probabilities (training) are half of fp32 [T, V] logits in bf16.
 """
 
 from __future__ import annotations
@@ -40,9 +53,9 @@ import triton
 import triton.language as tl
 
 from ..autograd import head_ops
-from ..canonical import VOCAB_GROUPS, VOCAB_TILE, ShardStats, padded_vocab
+from ..canonical import VOCAB_GROUPS, VOCAB_TILE, ShardStats, TileProbs, padded_vocab
 from .matmul import mm
-from .utils import BLOCK_K, dot_k_range, fit_stages, num_sms
+from .utils import BLOCK_K, bind_cuda_context, dot_k_range, fit_stages, num_sms, tma_ok
 
 BWD_CHUNK = 2048        # the narrowest backward vocab chunk (entries), and the unit of wider ones
 BWD_ELEMS = 1 << 22     # [T, chunk] entries of one chunk's dlogits at most (8 MiB bf16): 2048 from T = 2048
@@ -62,6 +75,13 @@ def bwd_chunk(t: int, vocab_size: int) -> int:
 # one fixed config (fp32 dots are TF32 there; the self-test found the bf16 table does not carry over).
 STATS_CONFIG = {64: (64, 4), 1 << 62: (128, 8)}
 STATS_CONFIG_OTHER = (64, 8)
+# rows from which the stats kernel loads h and W by TMA (the same bits as its pointer loads; below, the two
+# descriptors' host time would weigh on the eager decode-sized head). Not while it keeps the probabilities:
+# H200, session 19 (head_sweep, K = 4096): TMA loads 16.98 ms against pointers' 17.60 at M = 8192 (1.87 / 1.98
+# at 1024), but with the probabilities kept 18.20 against 17.82 (the TMA build spills 288 bytes, 144 by pointers).
+# Nor while it keeps the logits (the vLLM class's sampling head): that build spills 368 bytes by TMA, 8 by
+# pointers, and the one 8B engine run with it there had its batch-256 decode step at 2.3x stock (not re-measured)
+STATS_TMA_ROWS = 128
 # (BLOCK_M, BLOCK_V, num_warps, num_stages) of the backward's dlogits kernel. The backward promises determinism,
 # not invariance: any tile gives valid (deterministic) dlogits; benchmarks/triton/head_sweep.py times these.
 DLOGITS_CONFIG = (128, 256, 8, 3)  # head_sweep at M = 8192 (H200, session 18): forward + backward 78.7 ms, against
@@ -70,10 +90,16 @@ DLOGITS_CANDIDATES = [(64, 128, 4, 3), (128, 128, 8, 3), (128, 256, 8, 3), (128,
 
 
 @triton.jit
-def _head_stats_kernel(h_ptr, w_ptr, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, l_ptr, T, V, K, n_tiles, n_stats,
-                       WITH_E: tl.constexpr, KEEP: tl.constexpr, BLOCK_M: tl.constexpr,
-                       BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGS: tl.constexpr):
-    """Tiles of the V rows of w (a shard's real vocab); stats [T, n_stats] row-major."""
+def _head_stats_kernel(h, w, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, l_ptr, q, T, V, K, n_tiles, n_stats,
+                       WITH_E: tl.constexpr, KEEP: tl.constexpr, KEEP_P: tl.constexpr, HW_TMA: tl.constexpr,
+                       Q_TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+                       NUM_PROGS: tl.constexpr):
+    """Tiles of the V rows of w (a shard's real vocab); stats [T, n_stats] row-major. HW_TMA: h and
+    w are TMA descriptors (the same K tiles in the same order, zero-filled past T and V, as the
+    masked pointer loads give them: the same wgmma products, the same bits); KEEP_P:
+    exp(l - tile max) into q [T, n_tiles x BLOCK_V] (h's dtype), by a TMA store of the tile when
+    Q_TMA (``q`` is then its descriptor: an asynchronous copy out of shared memory instead of a
+    register tile of addresses, which spilled), else through pointers."""
     num_pid_m = tl.cdiv(T, BLOCK_M)
     rk = tl.arange(0, BLOCK_K)
     for tile in range(tl.program_id(0), num_pid_m * n_tiles, NUM_PROGS):
@@ -82,23 +108,43 @@ def _head_stats_kernel(h_ptr, w_ptr, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, l_ptr,
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rv = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
         acc = tl.zeros((BLOCK_M, BLOCK_V), dtype=tl.float32)
-        acc = dot_k_range(h_ptr, w_ptr, rm, rv, rk, T, V, K, 0, K, K, 1, K, 1, acc, BLOCK_K)  # K in order
+        if HW_TMA:
+            for k0 in range(0, K, BLOCK_K):  # K in order
+                acc = tl.dot(h.load([pid_m * BLOCK_M, k0]), w.load([pid_v * BLOCK_V, k0]).T, acc)
+        else:
+            acc = dot_k_range(h, w, rm, rv, rk, T, V, K, 0, K, K, 1, K, 1, acc, BLOCK_K)  # K in order
         if KEEP:
             tl.store(l_ptr + rm[:, None].to(tl.int64) * V + rv[None, :], acc,
                      mask=(rm[:, None] < T) & (rv[None, :] < V))
         valid = rv[None, :] < V
         acc = tl.where(valid, acc, float("-inf"))
         mx = tl.max(acc, axis=1)
+        if KEEP_P:  # the target's logit first: the logits are dead once p is made, which leaves registers for the store
+            _store_target_logit(t_ptr, tgt_ptr, acc, rm, rv, T, pid_v, BLOCK_V)
         p = tl.exp(acc - mx[:, None])
         out = rm * n_stats + pid_v
         tl.store(m_ptr + out, mx, mask=rm < T)
         tl.store(s_ptr + out, tl.sum(p, axis=1), mask=rm < T)
         if WITH_E:
             tl.store(e_ptr + out, tl.sum(p * tl.where(valid, acc, 0.0), axis=1), mask=rm < T)
-        tgt = tl.load(tgt_ptr + rm, mask=rm < T, other=-1)
-        inside = (tgt >= pid_v * BLOCK_V) & (tgt < pid_v * BLOCK_V + BLOCK_V)
-        hit = tl.sum(tl.where(rv[None, :] == tgt[:, None], acc, 0.0), axis=1)  # one nonzero term at most
-        tl.store(t_ptr + rm, hit, mask=(rm < T) & inside)
+        if KEEP_P:
+            if Q_TMA:
+                q.store([pid_m * BLOCK_M, pid_v * BLOCK_V], p.to(q.dtype))
+            else:
+                q_tile = q + (pid_m * BLOCK_M).to(tl.int64) * (n_tiles * BLOCK_V) + pid_v * BLOCK_V
+                tl.store(q_tile + tl.arange(0, BLOCK_M)[:, None] * (n_tiles * BLOCK_V) + tl.arange(0, BLOCK_V)[None, :],
+                         p.to(q.dtype.element_ty), mask=rm[:, None] < T)
+        else:
+            _store_target_logit(t_ptr, tgt_ptr, acc, rm, rv, T, pid_v, BLOCK_V)
+
+
+@triton.jit
+def _store_target_logit(t_ptr, tgt_ptr, acc, rm, rv, T, pid_v, BLOCK_V: tl.constexpr):
+    """The target's logit, written by the tile that holds it."""
+    tgt = tl.load(tgt_ptr + rm, mask=rm < T, other=-1)
+    inside = (tgt >= pid_v * BLOCK_V) & (tgt < pid_v * BLOCK_V + BLOCK_V)
+    hit = tl.sum(tl.where(rv[None, :] == tgt[:, None], acc, 0.0), axis=1)  # one nonzero term at most
+    tl.store(t_ptr + rm, hit, mask=(rm < T) & inside)
 
 
 @triton.jit
@@ -124,6 +170,27 @@ def _dlogits_kernel(h_ptr, w_ptr, tgt_ptr, lse_ptr, mean_ptr, g_ptr, ge_ptr, dl_
         dl -= ge[:, None] * p * (acc - mean[:, None])
     tl.store(dl_ptr + rm.to(tl.int64)[:, None] * C + rv[None, :], dl.to(dl_ptr.dtype.element_ty),
              mask=row_ok[:, None] & (rv[None, :] < C))
+
+
+@triton.jit
+def _probs_dlogits_kernel(q_ptr, m_ptr, lse_ptr, g_ptr, tgt_ptr, tl_ptr, T, n_tiles, n_stats,
+                          BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr):
+    """dl = g (onehot - p) in place of the kept q (one vocab tile of BLOCK_M rows a program):
+    p = q exp(m - lse) off the target; at the target, g - g exp(l_target - lse) from the fp32
+    target logit (so 1 - p there does not inherit q's rounding)."""
+    pid_m, tile = tl.program_id(0), tl.program_id(1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rv = tile * BLOCK_V + tl.arange(0, BLOCK_V)
+    ok = rm < T
+    lse = tl.load(lse_ptr + rm, mask=ok, other=0.0)
+    g = tl.load(g_ptr + rm, mask=ok, other=0.0)
+    mt = tl.load(m_ptr + rm * n_stats + tile, mask=ok, other=0.0)
+    tgt = tl.load(tgt_ptr + rm, mask=ok, other=-1)
+    hit = g - g * tl.exp(tl.load(tl_ptr + rm, mask=ok, other=0.0) - lse)
+    ptrs = q_ptr + rm[:, None].to(tl.int64) * (n_tiles * BLOCK_V) + rv[None, :]
+    q = tl.load(ptrs, mask=ok[:, None], other=0.0).to(tl.float32)
+    dl = tl.where(rv[None, :] == tgt[:, None], hit[:, None], -(g * tl.exp(mt - lse))[:, None] * q)
+    tl.store(ptrs, dl.to(q_ptr.dtype.element_ty), mask=ok[:, None])
 
 
 @triton.jit
@@ -166,7 +233,7 @@ def _tree(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, final: bool = False
     return mo.view(shape), so.view(shape), eo.view(shape)
 
 
-def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats):
+def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_probs=False):
     t, k = h.shape
     v = w_real.shape[0]
     dev = h.device
@@ -176,24 +243,40 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats):
     tgt = torch.zeros(t, dtype=torch.float32, device=dev)
     logits = torch.empty(t, v, dtype=torch.float32, device=dev) if keep_logits else m
     n_tiles = triton.cdiv(v, VOCAB_TILE)
+    q = torch.empty(t, n_tiles * VOCAB_TILE, dtype=h.dtype, device=dev) if keep_probs else None
+    elem = h.element_size()
     if t and n_tiles:
         block_m, warps = (next(c for bound, c in STATS_CONFIG.items() if t <= bound) if h.dtype == torch.bfloat16
                           else STATS_CONFIG_OTHER)
         stride = 4 * num_sms(dev)  # the loop's constexpr stride: fixed, not the grid (a kernel per row count)
         progs = min(triton.cdiv(t, block_m) * n_tiles, stride)
         tg = targets.contiguous() if targets is not None else torch.full((t,), -1, dtype=torch.int64, device=dev)
-        _head_stats_kernel[(progs,)](h.contiguous(), w_real.contiguous(), tg, m, s, e, tgt, logits, t, v, k,
-                                     n_tiles, n_stats, WITH_E=with_entropy,
-                                     KEEP=keep_logits, BLOCK_M=block_m, BLOCK_V=VOCAB_TILE, BLOCK_K=BLOCK_K,
+        h, w_real = h.contiguous(), w_real.contiguous()
+        hw_tma = t >= STATS_TMA_ROWS and not (keep_probs or keep_logits) and tma_ok(h, w_real)
+        q_tma = keep_probs and tma_ok(q)
+        if hw_tma or q_tma:
+            from triton.tools.tensor_descriptor import TensorDescriptor
+
+            bind_cuda_context(dev)
+        if hw_tma:
+            h, w_real = (TensorDescriptor.from_tensor(x, [rows, BLOCK_K]) for x, rows in ((h, block_m),
+                                                                                           (w_real, VOCAB_TILE)))
+        q_arg = TensorDescriptor.from_tensor(q, [block_m, VOCAB_TILE]) if q_tma else q if keep_probs else m
+        staging = block_m * VOCAB_TILE * q.element_size() if q_tma else 0  # the TMA store's tile in shared memory
+        _head_stats_kernel[(progs,)](h, w_real, tg, m, s, e, tgt, logits, q_arg, t, v, k,
+                                     n_tiles, n_stats, WITH_E=with_entropy, KEEP=keep_logits, KEEP_P=keep_probs,
+                                     HW_TMA=hw_tma, Q_TMA=q_tma, BLOCK_M=block_m, BLOCK_V=VOCAB_TILE, BLOCK_K=BLOCK_K,
                                      NUM_PROGS=stride, num_warps=warps,
-                                     num_stages=fit_stages(block_m + VOCAB_TILE, h.element_size(), 3))
-    return m, s, e, tgt, logits
+                                     num_stages=fit_stages(block_m + VOCAB_TILE, elem, 3, staging))
+    return m, s, e, tgt, logits, q
 
 
 def shard_stats(h: torch.Tensor, w_shard: torch.Tensor, shard: tuple[int, int], vocab_size: int,
-                targets: torch.Tensor | None, *, with_entropy: bool, keep_logits: bool = False) -> ShardStats:
+                targets: torch.Tensor | None, *, with_entropy: bool, keep_logits: bool = False,
+                keep_probs: bool = False) -> ShardStats:
     """Stats of one vocab shard ``[start, end)`` (rows of ``w_shard``), its tiles and groups
-    combined (``canonical.ShardStats``)."""
+    combined (``canonical.ShardStats``); ``keep_probs``: also the tiles' exp(l - tile max)
+    (``canonical.TileProbs``, for ``_probs_backward``)."""
     start, end = shard
     pv = padded_vocab(vocab_size)
     n_groups = (end - start) * VOCAB_GROUPS // pv
@@ -201,11 +284,13 @@ def shard_stats(h: torch.Tensor, w_shard: torch.Tensor, shard: tuple[int, int], 
     real = max(0, min(end, vocab_size) - start)
     local = None if targets is None else torch.where((targets >= start) & (targets < start + real),
                                                      targets - start, torch.full_like(targets, -1))
-    m, s, e, tgt, logits = _launch_stats(h, w_shard[:real], local, with_entropy, keep_logits, n_groups * tpg)
+    m_tiles, s, e, tgt, logits, q = _launch_stats(h, w_shard[:real], local, with_entropy, keep_logits,
+                                                  n_groups * tpg, keep_probs)
     t = h.shape[0]
-    m, s, e = _tree(*(x.view(t, n_groups, tpg) for x in (m, s, e)))  # tiles of each group
-    m, s, e = _tree(m, s, e)                                          # this shard's groups
-    return ShardStats(m, s, e, tgt, logits if keep_logits else None)
+    m, s, e = _tree(*(x.view(t, n_groups, tpg) for x in (m_tiles, s, e)))  # tiles of each group
+    m, s, e = _tree(m, s, e)                                                # this shard's groups
+    return ShardStats(m, s, e, tgt, logits if keep_logits else None,
+                      TileProbs(q, m_tiles) if keep_probs else None)
 
 
 def combine_shards(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, tgt: torch.Tensor):
@@ -243,7 +328,31 @@ def _backward(h, w, targets, lse, mean_l, vocab_size, g_logp, g_ent, need_dw):
     return dh.to(h.dtype), dw
 
 
-logprob_head, full_logprobs, head_stats = head_ops(shard_stats, combine_shards, _backward)
+PROBS_BLOCK_M = 32  # rows a program of _probs_dlogits_kernel (one 256-entry vocab tile wide)
+
+
+def _probs_backward(h, w, targets, lse, target_logit, probs: TileProbs, vocab_size, g_logp, need_dw):
+    """(dh, dw) from the forward's kept probabilities: dl in place of q (one elementwise pass), then
+    dh = dl @ W and dW = dl^T @ h, each one plain-order matmul over the whole vocab (fp32
+    accumulation; no logits recomputed, no vocab chunks)."""
+    h = h.contiguous()
+    t, k = h.shape
+    q, m = probs
+    n_tiles = q.shape[1] // VOCAB_TILE
+    if t:
+        _probs_dlogits_kernel[(triton.cdiv(t, PROBS_BLOCK_M), n_tiles)](
+            q, m, lse, g_logp.contiguous(), targets, target_logit, t, n_tiles, m.shape[1],
+            BLOCK_M=PROBS_BLOCK_M, BLOCK_V=VOCAB_TILE, num_warps=4)
+    dl = q[:, :vocab_size]
+    dh = mm(dl, w[:vocab_size], b_kn=True, groups=1, out=torch.empty(t, k, dtype=torch.float32, device=h.device))
+    dw = None
+    if need_dw:
+        dw = torch.zeros_like(w)
+        mm(dl, h, a_km=True, b_kn=True, groups=1, out=dw[:vocab_size])
+    return dh.to(h.dtype), dw
+
+
+logprob_head, full_logprobs, head_stats = head_ops(shard_stats, combine_shards, _backward, _probs_backward)
 
 
 @torch.no_grad()

@@ -58,7 +58,7 @@ import triton.language as tl
 
 from ..canonical import LINEAR_K_GROUPS as K_GROUPS
 from ..checks import check_linear
-from .utils import BLOCK_K, ONE_PASS, bind_cuda_context, dot_k_range, fit_stages, num_sms
+from .utils import BLOCK_K, ONE_PASS, bind_cuda_context, dot_k_range, fit_stages, num_sms, tma_ok
 
 HALF = K_GROUPS // 2  # groups per half: the run folded in order before the halves are added
 
@@ -405,11 +405,6 @@ def fitted_config(config: tuple[int, int, int, int], elem_size: int, out_elem_si
     return bm, bn, warps, fit_stages(bm + bn, elem_size, stages, bm * bn * epilogue)
 
 
-def _tma_ok(*ts: torch.Tensor) -> bool:
-    return all(t.is_cuda and t.stride(-1) == 1 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
-               and t.data_ptr() % 16 == 0 for t in ts)
-
-
 def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
        a_km: bool = False, b_kn: bool = False, groups: int = 1, launch: Launch | None = None,
        tma: bool | None = None, out: torch.Tensor | None = None, accumulate: bool = False) -> torch.Tensor:
@@ -460,7 +455,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     c = torch.empty(parts, m, n, dtype=torch.float32, device=a.device) if split else out
     bias_arg = bias if bias is not None else out  # without a bias: out (the accumulate epilogue reads it there)
     grid = (progs, parts) if split else (progs,)
-    use_tma = _tma_ok(a, b, out) if tma is None else tma
+    use_tma = tma_ok(a, b, out) if tma is None else tma
     if use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 

@@ -70,3 +70,10 @@ def fit_stages(rows: int, elem_size: int, stages: int, out_bytes: int = 0, budge
     per stage, plus ``out_bytes`` of epilogue staging (fp32 operands need half the stages of
     bf16). Stages never change the K order, hence the bits."""
     return max(1, min(stages, (budget - out_bytes) // (rows * BLOCK_K * elem_size)))
+
+
+def tma_ok(*ts: torch.Tensor) -> bool:
+    """Whether a TMA descriptor can address each tensor: on the GPU, unit last stride, 16-byte
+    aligned base and strides (else the kernels take their pointer path)."""
+    return all(t.is_cuda and t.stride(-1) == 1 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
+               and t.data_ptr() % 16 == 0 for t in ts)

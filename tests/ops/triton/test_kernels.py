@@ -697,7 +697,7 @@ def test_head_backward_close_to_float64_and_deterministic(dtype, elems, monkeypa
         lp, ent = fn(h, w)
         return torch.autograd.grad((lp * gl.to(lp.dtype)).sum() + (ent * ge.to(ent.dtype)).sum(), [h, w])
 
-    ours = lambda h, w: head.logprob_head(h, w, tgt, vocab, True)  # noqa: E731
+    ours = lambda h, w: head.logprob_head(h, w, tgt, vocab, True, save_probs=False)  # noqa: E731
 
     def f64(h, w):
         lsm = (h @ w[:vocab].T).log_softmax(-1)
@@ -722,12 +722,68 @@ def test_head_backward_dlogits_tiles_close_to_float64(cfg, monkeypatch):
     h, w, gl = rand(g, t, 64), rand(g, vocab, 64, scale=0.3), rand(g, t)
     tgt = torch.randint(0, vocab, (t,), generator=g).to(DEV)
     hr, wr = h.clone().requires_grad_(), w.clone().requires_grad_()
-    dh, dw = torch.autograd.grad(head.logprob_head(hr, wr, tgt, vocab)[0], [hr, wr], gl)
+    dh, dw = torch.autograd.grad(head.logprob_head(hr, wr, tgt, vocab, save_probs=False)[0], [hr, wr], gl)
     h64, w64 = h.double().requires_grad_(), w.double().requires_grad_()
     lp = (h64 @ w64.T).log_softmax(-1).gather(1, tgt[:, None])[:, 0]
     dh64, dw64 = torch.autograd.grad(lp, [h64, w64], gl.double())
     tol = 2e-3 if NATIVE else 1e-5
     assert rel_err(dh, dh64) < tol and rel_err(dw, dw64) < tol, (cfg, rel_err(dh, dh64), rel_err(dw, dw64))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("vocab", [700, 4500])  # a ragged last tile; several groups
+def test_head_backward_from_kept_probs(dtype, vocab):
+    """The default training backward (``save_probs``: dl from the forward's tile probabilities, no
+    logits recomputed): the forward's log-probs are the bits of a forward that keeps nothing; dh
+    and dW are within rounding of float64 (and, to dl's extra rounding, of the recompute
+    backward), identical run to run, and zero on W's padding rows. An entropy gradient takes
+    the recompute path: its bits are the recompute backward's."""
+    head, dt = _mod("logprob_head"), getattr(torch, dtype)
+    g = torch.Generator().manual_seed(9)
+    t = 150
+    h, w = rand(g, t, 64, dtype=dt), rand(g, vocab + 5, 64, dtype=dt, scale=0.3)  # + padding rows
+    tgt = torch.randint(0, vocab, (t,), generator=g).to(DEV)
+    gl, ge = rand(g, t), rand(g, t)
+
+    def run(save, g_ent=None):
+        hr, wr = h.clone().requires_grad_(), w.clone().requires_grad_()
+        lp, ent = head.logprob_head(hr, wr, tgt, vocab, True, save_probs=save)
+        loss = (lp * gl).sum() + ((ent * g_ent).sum() if g_ent is not None else 0)
+        return (lp.detach(), *torch.autograd.grad(loss, [hr, wr]))
+
+    lp, dh, dw = run(True)
+    assert torch.equal(lp, head.logprob_head_forward(h, w, tgt, vocab)), "keeping the probabilities moved a log-prob"
+    assert all(torch.equal(a, b) for a, b in zip((lp, dh, dw), run(True))), "backward run to run"
+    assert not dw[vocab:].any(), "padding rows of W get no gradient"
+    h64, w64 = h.double().requires_grad_(), w.double().requires_grad_()
+    lp64 = (h64 @ w64[:vocab].T).log_softmax(-1).gather(1, tgt[:, None])[:, 0]
+    dh64, dw64 = torch.autograd.grad(lp64, [h64, w64], gl.double())
+    tol = {"float32": 2e-3 if NATIVE else 1e-5, "float16": 4e-3, "bfloat16": 1.6e-2}[dtype]
+    assert rel_err(dh, dh64) < tol and rel_err(dw, dw64) < tol, (rel_err(dh, dh64), rel_err(dw, dw64))
+    _, dh_r, dw_r = run(False)
+    assert rel_err(dh, dh_r) < tol and rel_err(dw, dw_r) < tol
+    with_ent = run(True, ge)
+    assert all(torch.equal(a, b) for a, b in zip(with_ent, run(False, ge))), "entropy gradient: the recompute path"
+
+
+def test_head_keeps_probs_only_for_a_recorded_gradient():
+    """Probabilities are kept (T x V) only where a backward will read them: not under no_grad, not
+    for inputs without requires_grad, not with save_probs=False."""
+    head = _mod("logprob_head")
+    g = torch.Generator().manual_seed(10)
+    h, w = rand(g, 8, 64), rand(g, 300, 64)
+    tgt = torch.randint(0, 300, (8,), generator=g).to(DEV)
+
+    def kept(hh, ww, **kw):
+        lp, _ = head.logprob_head(hh, ww, tgt, 300, **kw)
+        return lp.grad_fn is not None and len(lp.grad_fn.saved_tensors) > 5
+
+    hr = h.clone().requires_grad_()
+    assert kept(hr, w)
+    assert not kept(hr, w, save_probs=False)
+    assert not kept(h, w)
+    with torch.no_grad():
+        assert not kept(hr, w)
 
 
 # --- whole model ---------------------------------------------------------------------------------
