@@ -47,7 +47,7 @@ def head_ops(shard_stats: Callable, combine_shards: Callable, backward: Callable
     ``probs_backward(h, w, targets, lse, target_logit, probs, vocab_size, g_logp, need_dw) -> (dh,
     dw)``, where a backend has one, is the backward from the probabilities the forward kept
     (``shard_stats(..., keep_probs=True)``, ``canonical.TileProbs``): no second logits matmul, for
-    h's dtype x T x padded vocab bytes held from the forward to the backward. ``logprob_head``
+    T x 256 ceil(V / 256) entries in h's dtype held from the forward to the backward. ``logprob_head``
     keeps them when asked (``save_probs``) and a gradient is recorded; a backward that also
     carries an entropy gradient recomputes (it needs the logits themselves, not only p)."""
 
@@ -58,9 +58,9 @@ def head_ops(shard_stats: Callable, combine_shards: Callable, backward: Callable
     class _LogprobHead(torch.autograd.Function):
         @staticmethod
         def forward(ctx, h, w, targets, vocab_size, with_entropy, save_probs):
-            keep = save_probs  # a gradient is recorded (the wrapper checked) and the backend can
-            st = head_stats(h, w, vocab_size, targets, with_entropy, keep_probs=keep)
-            saved = (st.target, *st.probs) if keep else ()
+            # save_probs: a gradient is recorded and the backend has probs_backward (the wrapper decided)
+            st = head_stats(h, w, vocab_size, targets, with_entropy, keep_probs=save_probs)
+            saved = (st.target, *st.probs) if save_probs else ()
             ctx.save_for_backward(h, w, targets, st.lse, st.mean_logit, *saved)
             ctx.vocab_size = vocab_size
             return st.target - st.lse, (st.lse - st.mean_logit if with_entropy else None)
