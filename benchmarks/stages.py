@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -26,15 +27,26 @@ class Stages:
         self.script, self.out_path, self.summary, self.common, self.limit = script, out_path, summary, common, limit
 
     def run(self, tag: str, extra: list[str], env: dict | None = None) -> dict:
+        """One stage in its own process group: at the time limit the whole group is killed -- a vLLM
+        engine core is a grandchild that would otherwise keep its GPU memory, and every later stage
+        would fail to start -- and the stage's stderr so far is kept (``<out>_<tag>.stderr``)."""
         t = time.time()
-        try:
-            p = subprocess.run([sys.executable, self.script, *extra, *self.common], capture_output=True, text=True,
-                               timeout=self.limit, env={**os.environ, **(env or {})})
-            lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
-            res = json.loads(lines[-1][7:]) if lines else {"error": f"exit {p.returncode}",
-                                                            "stderr_tail": p.stderr[-2500:]}
-        except subprocess.TimeoutExpired:
-            res = {"error": f"timed out after {self.limit} s"}
+        err_path = self.out_path.with_name(f"{self.out_path.stem}_{tag}.stderr")
+        with open(err_path, "w") as err:
+            p = subprocess.Popen([sys.executable, self.script, *extra, *self.common], stdout=subprocess.PIPE,
+                                 stderr=err, text=True, env={**os.environ, **(env or {})}, start_new_session=True)
+            try:
+                out, _ = p.communicate(timeout=self.limit)
+                lines = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+                res = json.loads(lines[-1][7:]) if lines else {"error": f"exit {p.returncode}"}
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+                res = {"error": f"timed out after {self.limit} s"}
+        if "error" in res:
+            res["stderr_tail"] = err_path.read_text()[-2500:]
+        else:
+            err_path.unlink()
         res["wall_s"] = round(time.time() - t, 1)
         self.summary[tag] = res
         self.save()

@@ -7,7 +7,11 @@
 #                                              # the q/k launch, dQ and RMSNorm tests (carry .wheels)
 #   CALL=head2  bash scripts/device_calls.sh   # the head's tests (8B contract, rows, kept probabilities), the
 #                                              # training step (rlk, Liger), the head sweep (carry .wheels)
-#   CALL=engine bash scripts/device_calls.sh   # the 8B engine against stock vLLM (carry .vllm-cuda)
+#   CALL=engine bash scripts/device_calls.sh   # the 8B engine against stock vLLM (carry .vllm-cuda);
+#                                              # ENGINE_ARGS adds vllm_cuda.py arguments (--engine-profile)
+#   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
+#                                              # with graphs up to 2048 tokens (its default) and 512 (vLLM's)
+#                                              # (carry .vllm-cuda)
 set -uo pipefail
 ROOT_OUT="$OUT"
 part() {  # part NAME SECONDS VAR=VALUE...: one device_sweep.sh run in $ROOT_OUT/NAME
@@ -35,8 +39,17 @@ head2)
     part head_sweep 180 PART=sweep SKIP_ATTN=1 SKIP_OPS=1 SKIP_MATMUL=1
     ;;
 engine)
-    part engine_8b 500 PART=vllm SHAPE=8b ENGINES=stock,rlk VLLM_ARGS="--limit 190"
+    part engine_8b 540 PART=vllm SHAPE=8b ENGINES=stock,rlk VLLM_ARGS="--limit 230 ${ENGINE_ARGS:-}"
     tail -40 "$ROOT_OUT/engine_8b.log"
+    ;;
+varied)
+    # an RL-shaped rollout: 384 requests of 256-token prompts through 256 slots, outputs of 48-384 tokens, so
+    # finished requests make room for new prefills and steps mix prefill and decode (above 512 tokens vLLM's
+    # default capture sizes run them eagerly); VARIED_SHAPE, VARIED_ENGINES
+    part "varied_${VARIED_SHAPE:-1.7b}" 560 PART=vllm SHAPE="${VARIED_SHAPE:-1.7b}" \
+        ENGINES="${VARIED_ENGINES:-rlk,rlk_graphs512,stock}" \
+        VLLM_ARGS="--varied --n 384 --max-tokens 384 --max-num-seqs 256 --prompt-len 256 --limit ${VARIED_LIMIT:-200}"
+    tail -60 "$ROOT_OUT/varied_${VARIED_SHAPE:-1.7b}.log"
     ;;
 *) echo "unknown CALL ${CALL}"; exit 2 ;;
 esac

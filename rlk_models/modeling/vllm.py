@@ -54,6 +54,7 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from ..conversion.maps import FUSION_HINT, IGNORED_SUFFIXES
 from ..ops import OPAQUE, get_backend
 from ..ops.canonical import padded_vocab, vocab_shard
+from ..ops.checks import trusted_values
 from ..ops.fingerprint import check_fingerprint
 from ..ops.selftest import maybe_require
 from .config import validate_config
@@ -239,10 +240,14 @@ class RLKVllmForCausalLM(nn.Module):
         self.head_graphs = head_graphs_for(vllm_config, tp)
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.model.embed_tokens(input_ids)
+        with trusted_values():
+            return self.model.embed_tokens(input_ids)
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
-        return self.model(input_ids, positions, intermediate_tensors, inputs_embeds)
+        # vLLM built and validated the ids and positions: no per-layer host reads of their values, which
+        # would sync an eager step's host with the GPU at every layer (ops.checks.trusted_values)
+        with trusted_values():
+            return self.model(input_ids, positions, intermediate_tensors, inputs_embeds)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """fp32 log-probs [n, vocab] from the log-prob head (reported as-is under raw_logits).

@@ -3,19 +3,35 @@ message naming what is wrong, whichever backend runs. A backend adds only the li
 kernels (e.g. Triton attention's power-of-two head_dim).
 
 Shape checks always run. Checks that read tensor *values* (id and position ranges) need a host
-sync, which a CUDA graph being captured cannot do: they are skipped while the current stream is
-capturing (vLLM's decode graphs; vLLM has validated those ids and positions itself) and run
-everywhere else.
+sync, which a CUDA graph being captured cannot do and which an engine's step cannot afford: they
+are skipped while the current stream is capturing and inside ``trusted_values()`` -- the vLLM
+class runs its forward there, since vLLM has validated the ids and positions it builds (read per
+layer, vLLM's positions cost an eager step a host sync a layer: 36 in one traced 8B run) -- and
+run everywhere else.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
 _READ: dict[str, tuple[weakref.ref, int, object]] = {}
+_TRUSTED = threading.local()
+
+
+@contextlib.contextmanager
+def trusted_values() -> Iterator[None]:
+    """Within (this thread), value checks are skipped: for callers whose ids and positions come
+    from an engine that validated them (vLLM). Shape checks still run. Nests."""
+    _TRUSTED.depth = getattr(_TRUSTED, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _TRUSTED.depth -= 1
 
 
 def read_once(t: torch.Tensor, what: str, fn: Callable[[torch.Tensor], object]) -> object:
@@ -36,6 +52,8 @@ def read_once(t: torch.Tensor, what: str, fn: Callable[[torch.Tensor], object]) 
 
 
 def _values_readable(t: torch.Tensor) -> bool:
+    if getattr(_TRUSTED, "depth", 0):
+        return False
     return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
 
 

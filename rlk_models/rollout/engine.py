@@ -35,13 +35,19 @@ def amx_permission() -> None:
         pass
 
 
-RLK_CUDA_GRAPHS = {"cudagraph_mode": "FULL"}
+# Full graphs of every step of up to 2048 tokens. vLLM's default capture range ends at 512 tokens, and an RL
+# rollout's mixed steps (a few new prompts' prefills beside the running decodes) pass it often; above it a step runs
+# eagerly, where our Python-launched kernels are host-bound. H200, Qwen3-1.7B shape, 384 requests of 256-token
+# prompts through 256 slots (session 20, docs/benchmarks.md): 16,653 against 14,175 tok/s with the 512 default
+# (0.986x against 0.840x stock vLLM), 0 of 82,932 log-probs differing from training in both.
+RLK_CUDA_GRAPHS = {"cudagraph_mode": "FULL", "max_cudagraph_capture_size": 2048}
 
 
 def engine_graph_options(rlk: bool, cuda_graphs: bool | None = None) -> dict:
     """How an engine runs its steps. CPU: eagerly. CUDA: with CUDA graphs (``cuda_graphs=False``:
-    eagerly) -- for an rlk checkpoint, full graphs of every step up to the capture sizes, prefill
-    and mixed prefill/decode steps included (``RLK_CUDA_GRAPHS``, ``cudagraph_mode="FULL"``: on the
+    eagerly) -- for an rlk checkpoint, full graphs of every step up to 2048 tokens (vLLM caps that at
+    ``max_num_batched_tokens``), prefill and mixed prefill/decode steps included (``RLK_CUDA_GRAPHS``,
+    ``cudagraph_mode="FULL"``: on the
     H200 bitwise equal to training, and against ``FULL_DECODE_ONLY`` faster at 1.7B in every figure
     and at 8B in throughput (16,463 vs 15,715 tok/s), batch-1 latency (5.19 vs 5.76 ms) and first
     token (8.9 vs 76.7 ms), docs/benchmarks.md, sessions 12-13). vLLM's default piecewise graphs
