@@ -59,7 +59,7 @@ def test_cu_seqlens_read_once_for_the_check_and_the_grid(monkeypatch):
         ops.varlen_attention(q, k, k, torch.tensor([0, 4, 9]), 0.25)
 
 
-def test_trusted_values_skips_value_reads_but_not_shape_checks():
+def test_trusted_values_skips_value_reads_but_not_shape_checks(monkeypatch):
     """Inside ``trusted_values()`` (the vLLM class's forward: vLLM validated its ids and positions) no
     check reads a tensor's values -- on a GPU each read is a host sync, per layer for vLLM's
     inference-mode positions -- while shape checks still refuse; outside, the value checks are back."""
@@ -68,21 +68,16 @@ def test_trusted_values_skips_value_reads_but_not_shape_checks():
     ops = get_backend("reference")
     table = torch.zeros(8, 4)
     x = torch.zeros(3, 2, 4)
-    bad = torch.tensor([0, 1, 8])
     reads = []
     real = checks.read_once
-    checks_read = lambda t, what, fn: real(t, what, lambda c: reads.append(what) or fn(c))  # noqa: E731
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(checks, "read_once", checks_read)
-        with checks.trusted_values(), checks.trusted_values():  # nests
-            ops.rope(x, torch.tensor([0, 1, 2]), table)
-            with pytest.raises(ValueError, match="do not match"):
-                ops.rope(x, torch.tensor([0, 1]), table)
-        assert reads == []
-        with checks.trusted_values():
-            pass
-        with pytest.raises(IndexError, match="position 8 is past the table"):
-            ops.rope(x, bad, table)
-        assert reads == ["rope positions"]
-        with pytest.raises(IndexError, match="token ids must lie in"):
-            ops.embedding(torch.tensor([0, 9]), torch.zeros(8, 4))
+    monkeypatch.setattr(checks, "read_once", lambda t, what, fn: real(t, what, lambda c: reads.append(what) or fn(c)))
+    with checks.trusted_values(), checks.trusted_values():  # nests
+        ops.rope(x, torch.tensor([0, 1, 2]), table)
+        with pytest.raises(ValueError, match="do not match"):
+            ops.rope(x, torch.tensor([0, 1]), table)
+    assert reads == []
+    with pytest.raises(IndexError, match="position 8 is past the table"):
+        ops.rope(x, torch.tensor([0, 1, 8]), table)
+    assert reads == ["rope positions"]
+    with pytest.raises(IndexError, match="token ids must lie in"):
+        ops.embedding(torch.tensor([0, 9]), torch.zeros(8, 4))
