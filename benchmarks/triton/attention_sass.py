@@ -10,6 +10,7 @@ prefetch is (session 15: two programs an SM need at most 113 KB of shared memory
 still needs the GPU (attention_sweep.py); this is the check between device sessions.
 
     python benchmarks/triton/attention_sass.py       # JSON; not under TRITON_INTERPRET=1 (it compiles)
+    python benchmarks/triton/attention_sass.py --backward   # the backward candidates too
 """
 
 from __future__ import annotations
@@ -27,11 +28,14 @@ from matmul_sass import TARGET, describe  # noqa: E402
 
 from rlk_models.ops.triton.attention import (  # noqa: E402
     BLOCK_N,
+    BWD_CANDIDATES,
     PAGED_CANDIDATES,
     PAGED_CONFIG,
     SWAP_N,
     TRAIN_CANDIDATES,
     TRAIN_CONFIG,
+    _bwd_dkdv,
+    _bwd_dq,
     _paged_fwd,
     _varlen_fwd,
 )
@@ -61,11 +65,30 @@ def paged(config: tuple[int, int, int, int], group: int = 4, d: int = 128):
     return _compile(_paged_fwd, types, consts, warps, stages)
 
 
-def training(config: tuple[int, int, int], group: int = 4, d: int = 128):
+def training(config: tuple[int, int, int], group: int = 4, d: int = 128, tma: bool = True):
     block_m, warps, stages = config
     types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", o_ptr="*bf16", lse_ptr="*fp32", cu_ptr="*i32",
                  qk_scale="fp32", T="i32", sq="i32", sk="i32", sv="i32", so="i32")
-    return _compile(_varlen_fwd, types, dict(GROUP=group, D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N), warps, stages)
+    if tma:
+        types.update(q_ptr=f"tensordesc<bf16[{block_m}, {d}]>", k_ptr=f"tensordesc<bf16[{BLOCK_N}, {d}]>",
+                     v_ptr=f"tensordesc<bf16[{BLOCK_N}, {d}]>")
+    return _compile(_varlen_fwd, types, dict(GROUP=group, D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N, TMA=tma), warps,
+                    stages)
+
+
+def backward(config: tuple[tuple[int, int, int, int], tuple[int, int, int, int]], group: int = 4, d: int = 128,
+             tma: bool = True) -> dict:
+    """The dK/dV and the dQ kernel of a ``BWD_CANDIDATES`` entry."""
+    (bm, bn, warps, stages), (bm2, bn2, warps2, stages2) = config
+    common = dict(lse_ptr="*fp32", delta_ptr="*fp32", cu_ptr="*i32", qk_scale="fp32", sm_scale="fp32", T="i32",
+                  sq="i32", sk="i32", sv="i32")
+    rows = lambda r: f"tensordesc<bf16[{r}, {d}]>" if tma else "*bf16"  # noqa: E731
+    dkdv = dict(common, q_ptr=rows(bm), k_ptr="*bf16", v_ptr="*bf16", do_ptr=rows(bm), dk_ptr="*bf16", dv_ptr="*bf16")
+    dq = dict(common, q_ptr=rows(bm2), k_ptr=rows(bn2), v_ptr=rows(bn2), do_ptr=rows(bm2), dq_ptr="*bf16")
+    return {"dkdv": report(_compile(_bwd_dkdv, dkdv, dict(GROUP=group, D=d, BLOCK_M=bm, BLOCK_N=bn, TMA=tma), warps,
+                                    stages), warps),
+            "dq": report(_compile(_bwd_dq, dq, dict(GROUP=group, D=d, BLOCK_M=bm2, BLOCK_N=bn2, TMA=tma), warps2,
+                                  stages2), warps2)}
 
 
 def mma(kernel) -> dict:
@@ -83,12 +106,17 @@ def report(kernel, warps: int) -> dict:
 
 
 def main() -> None:
-    """JSON: every training and paged candidate at the Qwen3-8B heads (GROUP 4), and the paged
-    default at GROUP 1 and 16 (MHA, and the largest group whose decode rows sit on the N side)."""
+    """JSON: every training candidate (the forward; ``--backward``: the backward's too; TMA loads,
+    the GPU's default, and pointer loads) and paged candidate at the Qwen3-8B heads (GROUP 4), and the paged default at
+    GROUP 1 and 16 (MHA, and the largest group whose decode rows sit on the N side)."""
     res = {"training": {str(c): report(training(c), c[1]) for c in TRAIN_CANDIDATES},
+           "training_pointer_loads": {str(c): report(training(c, tma=False), c[1]) for c in TRAIN_CANDIDATES},
            "paged": {str(c): report(paged(c), c[1]) for c in PAGED_CANDIDATES},
            "paged_default_by_group": {str(g): report(paged(PAGED_CONFIG, group=g), PAGED_CONFIG[1]) for g in (1, 16)},
            "defaults": {"training": str(TRAIN_CONFIG), "paged": str(PAGED_CONFIG)}}
+    if "--backward" in sys.argv[1:]:
+        res["backward"] = {str(c): backward(c) for c in BWD_CANDIDATES}
+        res["backward_pointer_loads"] = {str(c): backward(c, tma=False) for c in BWD_CANDIDATES}
     print(json.dumps(res, indent=1))
 
 

@@ -225,16 +225,18 @@ def train(res):
                 log(f"train {name}: SDPA {backend.name} failed: {e}")
         base = row["sdpa"].get("CUDNN_ATTENTION") or row["sdpa"].get("FLASH_ATTENTION")
         for c in TRAIN_CANDIDATES:
-            try:
-                t = bench(lambda: attn.varlen_attention(q, k, v, cu, SCALE, config=c), warmup=10, rep=50)
-            except triton.runtime.errors.OutOfResources:
-                continue
-            row["fwd"][str(c)] = {"ms": t, "tflops": flops / t / 1e9, "vs_sdpa": t / base["fwd_ms"]}
+            for tma in (True, False):  # the default's TMA loads, then pointer loads ("... pointer")
+                try:
+                    t = bench(lambda: attn.varlen_attention(q, k, v, cu, SCALE, config=c, tma=tma), warmup=10, rep=50)
+                except triton.runtime.errors.OutOfResources:
+                    continue
+                row["fwd"][str(c) + ("" if tma else " pointer")] = {"ms": t, "tflops": flops / t / 1e9,
+                                                                     "vs_sdpa": t / base["fwd_ms"]}
         qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
         want = None
-        for bc in attn.BWD_CANDIDATES:
-            def fb(bc=bc):
-                o = attn.varlen_attention(qg, kg, vg, cu, SCALE, bwd_config=bc)
+        for bc, tma in [(bc, True) for bc in attn.BWD_CANDIDATES] + [(attn.BWD_CONFIG, False)]:
+            def fb(bc=bc, tma=tma):
+                o = attn.varlen_attention(qg, kg, vg, cu, SCALE, bwd_config=bc, tma=tma)
                 return torch.autograd.grad(o, [qg, kg, vg], do)
             try:
                 got = fb()
@@ -246,8 +248,9 @@ def train(res):
                      "rel_diff_vs_first": max(rel_err(a, b) for a, b in zip(got, want))}
             entry["ms"] = bench(fb, warmup=3, rep=20)
             entry["vs_sdpa"] = entry["ms"] / base["fwd_bwd_ms"]
-            row["fwd_bwd"][str(bc)] = entry
-            log(f"train {name} fwd+bwd {bc}: {entry['ms']:.3f} ms ({entry['vs_sdpa']:.2f}x SDPA), "
+            row["fwd_bwd"][str(bc) + ("" if tma else " pointer")] = entry
+            log(f"train {name} fwd+bwd {bc}{'' if tma else ' pointer'}: {entry['ms']:.3f} ms "
+                f"({entry['vs_sdpa']:.2f}x SDPA), "
                 f"run to run {entry['run_to_run']}, rel diff {entry['rel_diff_vs_first']:.1e}")
         best_f = min(row["fwd"], key=lambda c: row["fwd"][c]["ms"])
         best_b = min(row["fwd_bwd"], key=lambda c: row["fwd_bwd"][c]["ms"])

@@ -203,8 +203,9 @@ def test_attention_training_configs_paged_schedules_and_backward():
     cu = torch.tensor([0] + torch.tensor(LENS).cumsum(0).tolist(), device="cuda")
     scale = D ** -0.5
     ref = attn.varlen_attention(q, k, v, cu, scale)
-    for c in attn.TRAIN_CANDIDATES:
+    for c in attn.TRAIN_CANDIDATES:  # TMA loads (the default) and pointer loads
         assert torch.equal(attn.varlen_attention(q, k, v, cu, scale, config=c), ref), f"training config {c}"
+        assert torch.equal(attn.varlen_attention(q, k, v, cu, scale, config=c, tma=False), ref), f"{c} pointer loads"
     for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
         alone = attn.varlen_attention(q[a:b], k[a:b], v[a:b], torch.tensor([0, b - a], device="cuda"), scale)
         assert torch.equal(alone, ref[a:b]), f"sequence {a}:{b} alone"
@@ -226,6 +227,8 @@ def test_attention_training_configs_paged_schedules_and_backward():
     g1, g2 = (torch.autograd.grad(attn.varlen_attention(qg, kg, vg, cu[:7], scale), [qg, kg, vg], do)
               for _ in range(2))
     assert all(torch.equal(a, b) for a, b in zip(g1, g2)), "backward run to run"
+    g3 = torch.autograd.grad(attn.varlen_attention(qg, kg, vg, cu[:7], scale, tma=False), [qg, kg, vg], do)
+    assert all(torch.equal(a, b) for a, b in zip(g1, g3)), "backward: TMA loads against pointer loads"
 
 
 QWEN3_8B_2_LAYERS = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=2, num_attention_heads=32,

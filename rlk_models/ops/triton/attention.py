@@ -32,6 +32,9 @@ the same per element with the operands swapped)
 Backward (deterministic, no atomics): ``delta = rowsum(o * do)``; one kernel per KV tile and KV
 head walks the group's query heads in order and their query tiles in order (dK, dV); another per
 query tile and head walks the key tiles in order (dQ). fp32 accumulation, one rounding.
+
+Loads: on the GPU the training kernels read q, k, v and dO by TMA (2-D descriptors over the
+packed batch, ``_rows_tile``), else by masked pointer loads; the same bits either way (tests).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import triton
 import triton.language as tl
 
 from ..checks import check_attention, check_paged_attention, read_cu_seqlens
+from .utils import bind_cuda_context, tma_ok
 
 BLOCK_N = 64                # the KV tile: part of the contract
 # Launch choices: (BLOCK_M, num_warps, num_stages) for training, (BLOCK_M, num_warps, num_stages,
@@ -50,7 +54,7 @@ BLOCK_N = 64                # the KV tile: part of the contract
 # m64n16k16, or m64n8k16 at 8 warps); BLOCK_M 16/32 (mma.sync) gives different bits, so it is never
 # used (tests/gpu checks each candidate). Training: BLOCK_M consecutive tokens of one head; paged:
 # BLOCK_M (token, group head) pairs.
-TRAIN_CONFIG = (64, 4, 2)
+TRAIN_CONFIG = (128, 8, 3)
 PAGED_CONFIG = (64, 4, 3, 5)
 # Backward: (BLOCK_M query rows, BLOCK_N keys, num_warps, num_stages) of the dK/dV kernel and of the dQ kernel. A
 # backward promises determinism, not invariance, so its tiles are free: a candidate changes dK/dV/dQ's bits (never
@@ -60,9 +64,12 @@ BWD_CONFIG = ((64, 64, 4, 2), (64, 64, 4, 2))
 BWD_CANDIDATES = [BWD_CONFIG, ((64, 128, 8, 2), (64, 64, 4, 2)), ((64, 64, 8, 2), (64, 64, 4, 2)),
                   ((64, 64, 4, 2), (128, 64, 8, 2)), ((64, 64, 4, 3), (64, 64, 4, 3)),
                   ((128, 64, 8, 2), (64, 64, 8, 2))]
-# The tuning spaces the H200 sweep times (BLOCK_M >= 64 only); tests/gpu proves each gives the bits above.
-# What Triton 3.6 builds for sm_90 (shared memory; programs an SM, at most 113 KB each for two): training
-# (64, 4, 2) 82 KB, 2; (64, 4, 3) 114 KB, 1 (the row-sum operand's 2 KB put it over); (128, 8, 3) 130 KB, 1.
+# The tuning spaces the H200 sweep times (BLOCK_M >= 64 only); tests/gpu proves each gives the bits above, by
+# TMA and by pointer loads. What Triton 3.6 builds for sm_90 (shared memory; programs an SM, at most 113 KB each
+# for two): training (64, 4, 2) 82 KB, 2; (64, 4, 3) 114 KB, 1 (the row-sum operand's 2 KB put it over);
+# (128, 8, 3) 130 KB, 1. TMA loads (``_rows_tile``) cut the forward's registers from 190-203 to 151-155 and its
+# instructions by a quarter; on the H200 (session 21, attention_sweep.py --train) the forward at 8 x 2048 tokens,
+# 16/8 heads: (64, 4, 2) 0.480 -> 0.387 ms, (128, 8, 3) 0.499 -> 0.376 (8 x 4096, 32/8: 2.78 and 2.51 ms).
 TRAIN_CANDIDATES = [(64, 4, 2), (64, 4, 3), (128, 8, 2), (128, 8, 3), (64, 4, 4), (64, 8, 3)]
 # Paged, BLOCK_M 64: num_stages 2-4 with swap_stages 3-4 84 KB; swap_stages 5-6 105 KB (three K/V buffers, one
 # tile loading while one is used: with two the next tile's load is issued only after this one's dots) -- 2
@@ -118,25 +125,43 @@ def _query_block(cu_ptr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.const
 
 
 @triton.jit
+def _rows_tile(ptr, start, r0, rows, ok, stride, col, D: tl.constexpr, TMA: tl.constexpr):
+    """Rows r0 .. r0 + len(rows) of a sequence starting at token ``start``, columns col .. col + D of
+    a [T, *] row buffer: by TMA when ``ptr`` is a 2-D descriptor over the whole packed batch (rows
+    past the sequence are the next sequence's, zero-filled past T; every caller masks them out of
+    its results), else by masked pointer loads (zeros past the sequence)."""
+    if TMA:
+        return ptr.load([start + r0, col])
+    else:
+        return tl.load(ptr + (start + rows).to(tl.int64)[:, None] * stride + col + tl.arange(0, D)[None, :],
+                       mask=ok[:, None], other=0.0)
+
+
+@triton.jit
 def _varlen_fwd(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_ptr, qk_scale, T, sq, sk, sv, so,
-                GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                TMA: tl.constexpr):
+    """TMA: q, k and v are descriptors. A key past the sequence is then the next sequence's (or a
+    zero past T) instead of a zero: its score is masked to -inf either way and its weight p is an
+    exact 0, so every row's m, l and acc get the same bits (0 * v is a signed zero, and adding a
+    zero to a sum changes nothing but, at most, the sign of an exact-zero sum: -0 + 0 is +0 where
+    -0 + -0 stays -0 -- a column of v that is -0 at every visible key, which tests cannot tell
+    apart with ``torch.equal`` and no model produces)."""
     start, L, h, kvh, row0, rm, rd, row_ok = _query_block(cu_ptr, GROUP, D, BLOCK_M)
     if row0 < L:
-        q = tl.load(q_ptr + (start + rm).to(tl.int64)[:, None] * sq + h * D + rd[None, :], mask=row_ok[:, None],
-                    other=0.0)
+        q = _rows_tile(q_ptr, start, row0, rm, row_ok, sq, h * D, D, TMA)
         q_pos = tl.where(row_ok, rm, 0)
         m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
         l_acc = tl.zeros((BLOCK_M, 16), tl.float32)
         acc = tl.zeros((BLOCK_M, D), tl.float32)
-        ones = tl.full((BLOCK_N, 16), 1.0, v_ptr.dtype.element_ty)
+        ones = tl.full((BLOCK_N, 16), 1.0, q.dtype)
         # every key tile masked, the ones below row0 too (their mask is all true): without the select between them
         # the compiler may fuse the score's scaling into exp2's subtraction (an FMA: other bits than the paged kernel's)
         for n0 in range(0, tl.minimum(row0 + BLOCK_M, L), BLOCK_N):
             rn = n0 + tl.arange(0, BLOCK_N)
             stored = rn < L
-            tok = (start + rn).to(tl.int64)[:, None]
-            k = tl.load(k_ptr + tok * sk + kvh * D + rd[None, :], mask=stored[:, None], other=0.0)
-            v = tl.load(v_ptr + tok * sv + kvh * D + rd[None, :], mask=stored[:, None], other=0.0)
+            k = _rows_tile(k_ptr, start, n0, rn, stored, sk, kvh * D, D, TMA)
+            v = _rows_tile(v_ptr, start, n0, rn, stored, sv, kvh * D, D, TMA)
             m_i, l_acc, acc = _tile_update(q, k, v, m_i, l_acc, acc, rn[None, :] <= q_pos[:, None], qk_scale, ones)
         l_i = tl.max(l_acc, 1)
         o = acc / l_i[:, None]
@@ -270,14 +295,15 @@ def _bwd_delta(o_ptr, do_ptr, delta_ptr, T, H, D: tl.constexpr, BLOCK: tl.conste
 
 
 @triton.jit
-def _bwd_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, start, rm, row_ok, sq, h, T, D: tl.constexpr):
-    """One query tile of head h for the backward: q, dO, the saved lse and delta, q's offsets."""
-    q_off = (start + rm).to(tl.int64)[:, None] * sq + h * D + tl.arange(0, D)[None, :]
-    q = tl.load(q_ptr + q_off, mask=row_ok[:, None], other=0.0)
-    do = tl.load(do_ptr + q_off, mask=row_ok[:, None], other=0.0)
+def _bwd_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, start, row0, rm, row_ok, sq, h, T, D: tl.constexpr,
+              TMA: tl.constexpr):
+    """One query tile of head h for the backward: q, dO (descriptors when TMA: rows past the
+    sequence are masked out by ``_bwd_p_ds``), the saved lse and delta."""
+    q = _rows_tile(q_ptr, start, row0, rm, row_ok, sq, h * D, D, TMA)
+    do = _rows_tile(do_ptr, start, row0, rm, row_ok, sq, h * D, D, TMA)
     lse = tl.load(lse_ptr + h * T + start + rm, mask=row_ok, other=0.0)
     delta = tl.load(delta_ptr + h * T + start + rm, mask=row_ok, other=0.0)
-    return q, do, lse, delta, q_off
+    return q, do, lse, delta
 
 
 @triton.jit
@@ -296,12 +322,14 @@ def _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale, CAUSAL: tl.cons
 
 @triton.jit
 def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_ptr, qk_scale, sm_scale, T,
-              sq, sk, sv, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+              sq, sk, sv, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              TMA: tl.constexpr):
     """dK and dV of a key block (grid: key block, sequence, KV head; the first blocks walk the most
     query tiles and start first); v read at its own token stride ``sv``, dv stored at dk's. (A
     transposed form -- keys on the dots' M side, P^T and dS^T as register operands, the tiles past
     the diagonal unmasked -- measured slower in the 1.7B training step: 27.8 against 20.9 ms a
-    step, spilling 488 bytes for sm_90 against this form's 128.)"""
+    step, spilling 488 bytes for sm_90 against this form's 128.) TMA: q and dO are descriptors.
+    The key block is read once, by pointers."""
     pid_n, seq, kvh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(cu_ptr + seq)
     L = tl.load(cu_ptr + seq + 1) - start
@@ -320,7 +348,8 @@ def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, c
             for m0 in range((pid_n * BLOCK_N // BLOCK_M) * BLOCK_M, L, BLOCK_M):  # query tiles, in order
                 rm = m0 + tl.arange(0, BLOCK_M)
                 row_ok = rm < L
-                q, do, lse, delta, _ = _bwd_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, start, rm, row_ok, sq, h, T, D)
+                q, do, lse, delta = _bwd_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, start, m0, rm, row_ok, sq, h, T, D,
+                                              TMA)
                 p, ds = _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale, True)
                 dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
                 dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk)
@@ -329,39 +358,41 @@ def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, c
 
 
 @triton.jit
-def _dq_key_tile(q, do, lse, delta, dq, k_ptr, v_ptr, start, n0, L, sk, sv, kvh, rm, rd, row_ok, qk_scale,
-                 D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+def _dq_key_tile(q, do, lse, delta, dq, k_ptr, v_ptr, start, n0, L, sk, sv, kvh, rm, row_ok, qk_scale,
+                 D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, TMA: tl.constexpr):
     """dQ += key tile [n0, n0 + BLOCK_N)'s part. CAUSAL: the tile meets the diagonal, so its keys are
-    masked by position and past the sequence's end (loaded as zeros); else every key is stored and
-    seen by every row."""
+    masked by position (those past the sequence's end: zeros, or the next sequence's by TMA, masked
+    out of P and so of dS); else every key is stored and seen by every row."""
     rn = n0 + tl.arange(0, BLOCK_N)
-    tok = (start + rn).to(tl.int64)[:, None]
-    if CAUSAL:
-        key_ok = rn < L
-        k = tl.load(k_ptr + tok * sk + kvh * D + rd[None, :], mask=key_ok[:, None], other=0.0)
-        v = tl.load(v_ptr + tok * sv + kvh * D + rd[None, :], mask=key_ok[:, None], other=0.0)
+    if TMA or CAUSAL:
+        k = _rows_tile(k_ptr, start, n0, rn, rn < L, sk, kvh * D, D, TMA)
+        v = _rows_tile(v_ptr, start, n0, rn, rn < L, sv, kvh * D, D, TMA)
     else:
-        k = tl.load(k_ptr + tok * sk + kvh * D + rd[None, :])
-        v = tl.load(v_ptr + tok * sv + kvh * D + rd[None, :])
+        tok = (start + rn).to(tl.int64)[:, None]
+        k = tl.load(k_ptr + tok * sk + kvh * D + tl.arange(0, D)[None, :])
+        v = tl.load(v_ptr + tok * sv + kvh * D + tl.arange(0, D)[None, :])
     _, ds = _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale, CAUSAL)
     return tl.dot(ds.to(k.dtype), k, dq)
 
 
 @triton.jit
 def _bwd_dq(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_ptr, qk_scale, sm_scale, T, sq, sk, sv,
-            GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+            GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr):
+    """TMA: q, dO, k and v are descriptors (dQ is stored by pointers: a tile's rows past the
+    sequence belong to the next one's programs)."""
     start, L, h, kvh, row0, rm, rd, row_ok = _query_block(cu_ptr, GROUP, D, BLOCK_M)
     if row0 < L:
-        q, do, lse, delta, q_off = _bwd_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, start, rm, row_ok, sq, h, T, D)
+        q, do, lse, delta = _bwd_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, start, row0, rm, row_ok, sq, h, T, D, TMA)
         dq = tl.zeros((BLOCK_M, D), tl.float32)
         # key tiles in order: those below the block's first row, which every row sees (unmasked), then the diagonal
         interior = row0 // BLOCK_N * BLOCK_N
         for n0 in range(0, interior, BLOCK_N):
-            dq = _dq_key_tile(q, do, lse, delta, dq, k_ptr, v_ptr, start, n0, L, sk, sv, kvh, rm, rd, row_ok, qk_scale,
-                              D, BLOCK_N, False)
+            dq = _dq_key_tile(q, do, lse, delta, dq, k_ptr, v_ptr, start, n0, L, sk, sv, kvh, rm, row_ok, qk_scale,
+                              D, BLOCK_N, False, TMA)
         for n0 in range(interior, tl.minimum(row0 + BLOCK_M, L), BLOCK_N):
-            dq = _dq_key_tile(q, do, lse, delta, dq, k_ptr, v_ptr, start, n0, L, sk, sv, kvh, rm, rd, row_ok, qk_scale,
-                              D, BLOCK_N, True)
+            dq = _dq_key_tile(q, do, lse, delta, dq, k_ptr, v_ptr, start, n0, L, sk, sv, kvh, rm, row_ok, qk_scale,
+                              D, BLOCK_N, True, TMA)
+        q_off = (start + rm).to(tl.int64)[:, None] * sq + h * D + rd[None, :]
         tl.store(dq_ptr + q_off, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
@@ -370,9 +401,17 @@ def _check_head_dim(d: int) -> None:
         raise ValueError(f"triton attention: head_dim {d} must be a power of two >= 16")
 
 
+def _rows_descs(rows: int, *xs: torch.Tensor) -> list:
+    """A [T, H * D] TMA descriptor over each [T, H, D] x (heads contiguous, tokens at x's stride),
+    tiles of ``rows`` tokens x one head: what ``_rows_tile`` loads."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    return [TensorDescriptor(x, [x.shape[0], x.shape[1] * x.shape[2]], [x.stride(0), 1], [rows, x.shape[2]])
+            for x in xs]
+
+
 class _VarlenAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, cu_seqlens, scale, config, bwd_config):
+    def forward(ctx, q, k, v, cu_seqlens, scale, config, bwd_config, tma):
         # v is read in place at its token stride (in a model, a slice of the qkv projection's rows: no copy)
         q, k, v = q.contiguous(), k.contiguous(), v if v.stride()[1:] == (v.shape[2], 1) else v.contiguous()
         t, hq, d = q.shape
@@ -381,14 +420,20 @@ class _VarlenAttention(torch.autograd.Function):
         max_len = read_cu_seqlens(cu_seqlens)[2]
         o = torch.empty_like(q)
         lse = torch.empty(hq, t, dtype=torch.float32, device=q.device)
+        tma = tma_ok(q, k, v) if tma is None else tma
         if t and max_len:
             block_m, warps, stages = config
             grid = (triton.cdiv(max_len, block_m), cu.numel() - 1, hq)
-            _varlen_fwd[grid](q, k, v, o, lse, cu, scale * LOG2E, t, q.stride(0), k.stride(0), v.stride(0), o.stride(0),
-                              GROUP=hq // k.shape[1], D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N,
+            if tma:
+                bind_cuda_context(q.device)
+                qa, ka, va = _rows_descs(block_m, q) + _rows_descs(BLOCK_N, k, v)
+            else:
+                qa, ka, va = q, k, v
+            _varlen_fwd[grid](qa, ka, va, o, lse, cu, scale * LOG2E, t, q.stride(0), k.stride(0), v.stride(0),
+                              o.stride(0), GROUP=hq // k.shape[1], D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N, TMA=tma,
                               num_warps=warps, num_stages=stages)
         ctx.save_for_backward(q, k, v, o, lse, cu)
-        ctx.scale, ctx.max_len, ctx.bwd_config = scale, max_len, bwd_config
+        ctx.scale, ctx.max_len, ctx.bwd_config, ctx.tma = scale, max_len, bwd_config, tma
         return o
 
     @staticmethod
@@ -404,27 +449,38 @@ class _VarlenAttention(torch.autograd.Function):
             args = (lse, delta)
             n_seq = cu.numel() - 1
             (bm, bn, warps, stages), (bm2, bn2, warps2, stages2) = ctx.bwd_config
+            tma = ctx.tma and tma_ok(do)
+            if tma:
+                bind_cuda_context(q.device)  # autograd's device thread may have no context yet
+                q1, do1, q2, do2, k2, v2 = _rows_descs(bm, q, do) + _rows_descs(bm2, q, do) + _rows_descs(bn2, k, v)
+            else:
+                q1, do1, q2, do2, k2, v2 = q, do, q, do, k, v
             _bwd_dkdv[(triton.cdiv(ctx.max_len, bn), n_seq, hkv)](
-                q, k, v, do, *args, dk, dv, cu, ctx.scale * LOG2E, ctx.scale, t, q.stride(0), k.stride(0), v.stride(0),
-                GROUP=hq // hkv, D=d, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages)
+                q1, k, v, do1, *args, dk, dv, cu, ctx.scale * LOG2E, ctx.scale, t, q.stride(0), k.stride(0),
+                v.stride(0), GROUP=hq // hkv, D=d, BLOCK_M=bm, BLOCK_N=bn, TMA=tma, num_warps=warps,
+                num_stages=stages)
             _bwd_dq[(triton.cdiv(ctx.max_len, bm2), n_seq, hq)](
-                q, k, v, do, *args, dq, cu, ctx.scale * LOG2E, ctx.scale, t, q.stride(0), k.stride(0), v.stride(0),
-                GROUP=hq // hkv, D=d, BLOCK_M=bm2, BLOCK_N=bn2, num_warps=warps2, num_stages=stages2)
+                q2, k2, v2, do2, *args, dq, cu, ctx.scale * LOG2E, ctx.scale, t, q.stride(0), k.stride(0),
+                v.stride(0), GROUP=hq // hkv, D=d, BLOCK_M=bm2, BLOCK_N=bn2, TMA=tma, num_warps=warps2,
+                num_stages=stages2)
         else:
             dq.zero_(), dk.zero_(), dv.zero_()
-        return dq, dk, dv, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None
 
 
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
                      scale: float, config: tuple[int, int, int] | None = None,
-                     bwd_config: tuple[tuple[int, int, int, int], tuple[int, int, int, int]] | None = None
-                     ) -> torch.Tensor:
+                     bwd_config: tuple[tuple[int, int, int, int], tuple[int, int, int, int]] | None = None,
+                     tma: bool | None = None) -> torch.Tensor:
     """Causal self-attention of packed sequences: q [T, Hq, D], k/v [T, Hkv, D], sequence s
     spans tokens cu_seqlens[s]:cu_seqlens[s+1]. Returns [T, Hq, D] in q's dtype. ``config`` /
-    ``bwd_config`` override the forward's / the backward's launch (``TRAIN_CONFIG``, ``BWD_CONFIG``)."""
+    ``bwd_config`` override the forward's / the backward's launch (``TRAIN_CONFIG``, ``BWD_CONFIG``);
+    ``tma`` the loads of q, k, v and dO (default: TMA descriptors on the GPU where they can address
+    the tensors, ``utils.tma_ok``; the same bits either way)."""
     check_attention(q, k, v, cu_seqlens)
     _check_head_dim(q.shape[2])
-    return _VarlenAttention.apply(q, k, v, cu_seqlens, float(scale), config or TRAIN_CONFIG, bwd_config or BWD_CONFIG)
+    return _VarlenAttention.apply(q, k, v, cu_seqlens, float(scale), config or TRAIN_CONFIG, bwd_config or BWD_CONFIG,
+                                  tma)
 
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,

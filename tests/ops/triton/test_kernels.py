@@ -596,6 +596,30 @@ def test_attention_backward_candidates_close_to_float64_and_deterministic(bwd):
         assert rel_err(a, b) < (2e-3 if NATIVE else 1e-5), (cfg, name, rel_err(a, b))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_tma_loads_are_the_pointer_loads(dtype):
+    """The GPU's default loads q, k, v and dO by TMA over the whole packed batch, so a tile that
+    runs past its sequence holds the next sequence's rows (zeros only past the batch) where the
+    pointer loads give zeros: the output, the saved lse and all three gradients are the same
+    bits anyway (ragged sequences, v read in place at the qkv rows' stride, two forward tiles)."""
+    att, dt = _mod("attention"), getattr(torch, dtype)
+    g = torch.Generator().manual_seed(12)
+    lens = [1, 33, 64, 130, 70]
+    t = sum(lens)
+    qkv = rand(g, t, (HQ + 2 * HKV) * D, dtype=dt)
+    q, k, v = (x.reshape(t, -1, D) for x in qkv.split([HQ * D, HKV * D, HKV * D], dim=-1))
+    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), device=DEV)
+    do = rand(g, t, HQ, D, dtype=dt)
+    for config in (att.TRAIN_CONFIG, (64, 4, 2)):
+        outs = []
+        for tma in (False, True):
+            qr, kr, vr = q.contiguous().requires_grad_(), k.contiguous().requires_grad_(), v.detach().requires_grad_()
+            o = att.varlen_attention(qr, kr, vr, cu, D ** -0.5, config=config, tma=tma)
+            outs.append((o, o.grad_fn.saved_tensors[4], *torch.autograd.grad(o, [qr, kr, vr], do)))
+        for name, a, b in zip(("o", "lse", "dq", "dk", "dv"), *outs):
+            assert torch.equal(a, b), (config, name)
+
+
 def test_attention_reads_v_in_place():
     """v given as a slice of a qkv row buffer (as the model passes it) is read at its token stride:
     the output and all three gradients equal those of a contiguous v, bit for bit."""

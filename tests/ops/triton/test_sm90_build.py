@@ -2,7 +2,8 @@
 cuobjdump ship with the triton wheel; ``benchmarks/triton/attention_sass.py``, run in its own
 process because this suite's kernels run under ``TRITON_INTERPRET=1``).
 
-- Every attention launch candidate maps each ``tl.dot`` to a wgmma. The per-row bits the GPU
+- Every attention launch candidate (the training kernel with TMA and with pointer loads) maps
+  each ``tl.dot`` to a wgmma. The per-row bits the GPU
   tests prove (any BLOCK_M >= 64, rows on the M or the N side) hold for wgmma; an mma.sync gives
   other bits (BLOCK_M 16/32 on the H200), so a kernel change that made Triton fall back to it
   would break the paged == training contract on the GPU.
@@ -35,6 +36,7 @@ def built() -> dict:
 
 def test_every_candidate_builds_wgmma_only(built):
     kernels = {**{f"training {c}": r for c, r in built["training"].items()},
+               **{f"training {c}, pointer loads": r for c, r in built["training_pointer_loads"].items()},
                **{f"paged {c}": r for c, r in built["paged"].items()},
                **{f"paged default, GROUP {g}": r for g, r in built["paged_default_by_group"].items()}}
     assert len(kernels) >= 10
