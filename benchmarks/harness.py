@@ -43,6 +43,31 @@ def kernel_rows(prof) -> list[tuple[str, int, float]]:
                    if e.device_type == DeviceType.CUDA and e.device_time_total > 0), key=lambda r: -r[2])
 
 
+def idle_gaps(kernels: list[tuple[float, float, str]], top: int = 12) -> dict:
+    """Where the GPU waited within a profiled span: kernels as (start, end, name) in microseconds
+    (overlaps allowed). The span from the first start to the last end, the time no kernel ran,
+    and the ``top`` longest gaps with the kernels on either side (a host sync, or a stretch of
+    launches the host cannot keep ahead of, shows here and nowhere in the kernel totals)."""
+    gaps, busy_end, last = [], None, ""
+    for start, end, name in sorted(kernels):
+        if busy_end is not None and start > busy_end:
+            gaps.append((start - busy_end, last, name))
+        if busy_end is None or end > busy_end:
+            busy_end, last = end, name
+    span = busy_end - min(k[0] for k in kernels) if kernels else 0.0
+    idle = sum(g[0] for g in gaps)
+    return {"span_ms": round(span / 1e3, 3), "idle_ms": round(idle / 1e3, 3), "gaps": len(gaps),
+            "gaps_over_50us_ms": round(sum(g[0] for g in gaps if g[0] > 50) / 1e3, 3),
+            "top": [{"us": round(g, 1), "after": a[:70], "before": b[:70]} for g, a, b in sorted(gaps)[::-1][:top]]}
+
+
+def profiled_kernels(prof) -> list[tuple[float, float, str]]:
+    """(start, end, name) in microseconds of every GPU kernel and memcpy a ``torch.profiler`` run recorded."""
+    from torch.autograd import DeviceType
+
+    return [(e.time_range.start, e.time_range.end, e.name) for e in prof.events() if e.device_type == DeviceType.CUDA]
+
+
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     """Relative Frobenius error of ``a`` against the (float64) reference ``b``."""
     return float((a.double() - b.double()).norm() / b.double().norm())

@@ -16,7 +16,8 @@ Stacks (each in its own process, so that peak memory and Liger's monkey-patching
   ``*_compile``      ``stock`` / ``liger`` with the whole step under ``torch.compile``.
 Per stack: tokens/s of forward+backward and of a forward-only log-prob pass (median of
 ``--steps`` timed steps after warm-up), peak GPU memory of the step; ratios against the fastest
-non-rlk stack of the same run; ``--profile``: also one step's kernels per stack, by time. Results:
+non-rlk stack of the same run; ``--profile``: also one step's kernels per stack, by time, and the
+GPU's idle time within it (``harness.idle_gaps``: the longest gaps and their neighbours). Results:
 ``$OUT/train_step_<shape>.json``.
 
     python benchmarks/train_step.py --shape 1.7b
@@ -144,7 +145,7 @@ def step_kernels(step, top: int = 30) -> dict:
     it): the step's total kernel time and launches, and the ``top`` kernels by time -- where one
     stack's step is slower than another's."""
     import torch
-    from harness import kernel_rows
+    from harness import idle_gaps, kernel_rows, profiled_kernels
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -152,7 +153,8 @@ def step_kernels(step, top: int = 30) -> dict:
         torch.cuda.synchronize()
     rows = kernel_rows(prof)
     return {"total_ms": round(sum(r[2] for r in rows) / 1e3, 2), "launches": sum(r[1] for r in rows),
-            "top": [{"kernel": k[:110], "n": n, "ms": round(t / 1e3, 3)} for k, n, t in rows[:top]]}
+            "top": [{"kernel": k[:110], "n": n, "ms": round(t / 1e3, 3)} for k, n, t in rows[:top]],
+            "idle": idle_gaps(profiled_kernels(prof))}
 
 
 def main() -> None:

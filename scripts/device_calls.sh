@@ -9,6 +9,13 @@
 #                                              # training step (rlk, Liger), the head sweep (carry .wheels)
 #   CALL=engine bash scripts/device_calls.sh   # the 8B engine against stock vLLM (carry .vllm-cuda);
 #                                              # ENGINE_ARGS adds vllm_cuda.py arguments (--engine-profile)
+#   CALL=attn   bash scripts/device_calls.sh   # attention's TMA loads: its bitwise tests natively (training configs,
+#                                              # paged schedules, backward), the training-shape sweep (TMA against
+#                                              # pointer loads, cuDNN), the 1.7B training step (rlk, Liger; carry .wheels)
+#   CALL=attn_vllm bash scripts/device_calls.sh  # the 1.7B training step (rlk, Liger; the GPU's idle gaps), the 8B
+#                                              # paged-runner and TMA-thread tests, the training class against CUDA
+#                                              # vLLM (rlk-verify, three configurations; generate) (carry .wheels
+#                                              # and .vllm-cuda)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
 #                                              # with graphs up to 2048 tokens (its default) and 512 (vLLM's)
 #                                              # (carry .vllm-cuda)
@@ -37,6 +44,22 @@ head2)
     part train 200 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 90"
     tail -30 "$ROOT_OUT/train.log"
     part head_sweep 180 PART=sweep SKIP_ATTN=1 SKIP_OPS=1 SKIP_MATMUL=1
+    ;;
+attn)
+    part attn_tests 170 PART=tests TESTS="tests/ops/triton/test_kernels.py tests/gpu/test_triton_contract_8b.py" \
+        K="attention or tma_products or paged_runner" TEST_TIMEOUT=160
+    part attn_sweep 130 PART=sweep SKIP_OPS=1 SKIP_HEAD=1 SKIP_MATMUL=1 ATTN_ARGS=--train
+    grep -E "^train|fwd default" "$ROOT_OUT/attn_sweep.log" | tail -20
+    part train 200 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 90"
+    tail -30 "$ROOT_OUT/train.log"
+    ;;
+attn_vllm)
+    part train 150 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 70"
+    tail -12 "$ROOT_OUT/train.log"
+    part contract_8b 110 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K="qwen3_8b_shape or tma_products" \
+        TEST_TIMEOUT=100
+    part vllm_tests 290 PART=tests TESTS="tests/gpu/test_vllm_cuda.py tests/gpu/test_generate_cuda.py" \
+        K="(qwen3 and not tp2 and (temp1 or chunked or block16)) or left" TEST_TIMEOUT=150
     ;;
 engine)
     part engine_8b 540 PART=vllm SHAPE=8b ENGINES=stock,rlk VLLM_ARGS="--limit 230 ${ENGINE_ARGS:-}"

@@ -43,3 +43,14 @@ def test_totals_and_per_step_isolate_decode_steps(tmp_path):
     assert (d["busy_us"], d["span_us"], d["idle_us"], d["kernels"]) == (15.0, 20.0, 5.0, 2.0)
     assert d["top"] == [{"kernel": "gemm", "n": 1.0, "us": 10.0}, {"kernel": "attn", "n": 1.0, "us": 5.0}]
     assert d["step_spans"]["execute_context_0(0)_generation_1(1)"] == {"n": 4, "us": 15.0}
+
+
+def test_idle_gaps_counts_time_no_kernel_covers():
+    from harness import idle_gaps
+
+    # a: 0-10, b overlaps it (5-20), a gap of 30 before c (50-60), a gap of 5 before d (65-70)
+    r = idle_gaps([(50.0, 60.0, "c"), (0.0, 10.0, "a"), (5.0, 20.0, "b"), (65.0, 70.0, "d")])
+    assert (r["span_ms"], r["idle_ms"], r["gaps"]) == (0.07, 0.035, 2)
+    assert r["top"][0] == {"us": 30.0, "after": "b", "before": "c"}
+    assert r["gaps_over_50us_ms"] == 0.0
+    assert idle_gaps([])["gaps"] == 0
