@@ -16,6 +16,8 @@
 #                                              # paged-runner and TMA-thread tests, the training class against CUDA
 #                                              # vLLM (rlk-verify, three configurations; generate) (carry .wheels
 #                                              # and .vllm-cuda)
+#   CALL=vllm_rest bash scripts/device_calls.sh  # the CUDA vLLM suite's other qwen3 configurations (the compiled
+#                                              # class, batches 1/5/16 greedy, one sequence at a time) (carry .vllm-cuda)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
 #                                              # with graphs up to 2048 tokens (its default) and 512 (vLLM's)
 #                                              # (carry .vllm-cuda)
@@ -60,6 +62,10 @@ attn_vllm)
         TEST_TIMEOUT=100
     part vllm_tests 290 PART=tests TESTS="tests/gpu/test_vllm_cuda.py tests/gpu/test_generate_cuda.py" \
         K="(qwen3 and not tp2 and (temp1 or chunked or block16)) or left" TEST_TIMEOUT=150
+    ;;
+vllm_rest)
+    part vllm_rest 300 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
+        K="qwen3 and not tp2 and (compiled or greedy or max_num_seqs_1)" TEST_TIMEOUT=140
     ;;
 engine)
     part engine_8b 540 PART=vllm SHAPE=8b ENGINES=stock,rlk VLLM_ARGS="--limit 230 ${ENGINE_ARGS:-}"
