@@ -16,8 +16,9 @@ Stacks (each in its own process, so that peak memory and Liger's monkey-patching
   ``*_compile``      ``stock`` / ``liger`` with the whole step under ``torch.compile``.
 Per stack: tokens/s of forward+backward and of a forward-only log-prob pass (median of
 ``--steps`` timed steps after warm-up), peak GPU memory of the step; ratios against the fastest
-non-rlk stack of the same run; ``--profile``: also one step's kernels per stack, by time, and the
-GPU's idle time within it (``harness.idle_gaps``: the longest gaps and their neighbours). Results:
+non-rlk stack of the same run; ``--profile``: also one step's kernels per stack, by time, the
+GPU's idle time within it (``harness.idle_gaps``: the longest gaps and their neighbours) and the
+step's wall time split by CUDA events (``step_split``). Results:
 ``$OUT/train_step_<shape>.json``.
 
     python benchmarks/train_step.py --shape 1.7b
@@ -137,7 +138,37 @@ def stage_stack(a) -> dict:
            "warmup_s": round(warm_s, 1)}
     if a.profile and cuda:
         res["kernels"] = step_kernels(train_step)
+        res["split"] = step_split(model, loss_fn, ids)
     return res
+
+
+def step_split(model, loss_fn, ids, reps: int = 3) -> dict:
+    """Where a step's wall time goes (median of ``reps`` steps, ms): GPU time between CUDA events
+    recorded at the step's start, after the forward's launches and after the backward's; the host's
+    time to launch the forward and the backward; the wall time to the final sync. Against the
+    profiled kernel span: host work the GPU waits for at the step's edges shows as wall > GPU."""
+    import statistics
+
+    import torch
+
+    rows = []
+    for _ in range(reps):
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        ev[0].record()
+        model.zero_grad(set_to_none=True)
+        loss = loss_fn(ids)
+        ev[1].record()
+        t1 = time.perf_counter()
+        loss.backward()
+        ev[2].record()
+        t2 = time.perf_counter()
+        torch.cuda.synchronize()
+        t3 = time.perf_counter()
+        rows.append({"gpu_forward": ev[0].elapsed_time(ev[1]), "gpu_backward": ev[1].elapsed_time(ev[2]),
+                     "host_forward": (t1 - t0) * 1e3, "host_backward": (t2 - t1) * 1e3, "wall": (t3 - t0) * 1e3})
+    return {k: round(statistics.median(r[k] for r in rows), 2) for k in rows[0]}
 
 
 def step_kernels(step, top: int = 30) -> dict:

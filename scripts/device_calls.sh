@@ -18,6 +18,12 @@
 #                                              # and .vllm-cuda)
 #   CALL=vllm_rest bash scripts/device_calls.sh  # the CUDA vLLM suite's other qwen3 configurations (the compiled
 #                                              # class, batches 1/5/16 greedy, one sequence at a time) (carry .vllm-cuda)
+#   CALL=mlp    bash scripts/device_calls.sh   # the fused SiLU-mul + down projection natively (its bits, the
+#                                              # dense ops' tests), the 1.7B training step (rlk, Liger; the step's
+#                                              # wall time split by CUDA events), the whole 8B model's training
+#                                              # step (rlk, Liger; TRAIN_8B_LAYERS, default 36) (carry .wheels)
+#   CALL=vllm_more bash scripts/device_calls.sh  # the CUDA vLLM suite: llama_bias (three configurations), qwen3's
+#                                              # large-batch and full-graph ones, serve and generate (carry .vllm-cuda)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
 #                                              # with graphs up to 2048 tokens (its default) and 512 (vLLM's)
 #                                              # (carry .vllm-cuda)
@@ -66,6 +72,21 @@ attn_vllm)
 vllm_rest)
     part vllm_rest 300 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
         K="qwen3 and not tp2 and (compiled or greedy or max_num_seqs_1)" TEST_TIMEOUT=140
+    ;;
+mlp)
+    part dense_tests 70 PART=tests TESTS="tests/ops/triton/test_kernels.py tests/ops/test_contract.py" \
+        K="silu_mul or rowwise or linear or backward_is_deterministic" TEST_TIMEOUT=60
+    part train 160 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 70"
+    tail -14 "$ROOT_OUT/train.log"
+    # the whole 8B model (36 layers: rlk about 60 GB, Liger about 80 at 8 x 2048 tokens)
+    part train_8b 345 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
+        TRAIN_ARGS="--stacks rlk,liger --steps 6 --limit 150"
+    tail -14 "$ROOT_OUT/train_8b.log"
+    ;;
+vllm_more)
+    part vllm_more 560 PART=tests TESTS="tests/gpu/test_vllm_cuda.py tests/gpu/test_serve_cuda.py tests/gpu/test_generate_cuda.py" \
+        K="not tp2 and ((llama_bias and (batches_16 or chunked or block16)) or (qwen3 and (batches_64 or full_graphs)) or openai or generate)" \
+        TEST_TIMEOUT=150
     ;;
 engine)
     part engine_8b 540 PART=vllm SHAPE=8b ENGINES=stock,rlk VLLM_ARGS="--limit 230 ${ENGINE_ARGS:-}"

@@ -30,13 +30,13 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench, bench_graph, info, log, rel_err, save  # noqa: E402
 
+from rlk_models.ops.triton import linear  # noqa: E402
 from rlk_models.ops.triton.matmul import (  # noqa: E402
     CANDIDATE_CONFIGS,
     HALF,
     Launch,
     k_groups,
     launch_for,
-    linear,
     matmul,
     mm,
 )

@@ -24,10 +24,10 @@ from harness import bench, info, log, rel_err, save  # noqa: E402
 from rlk_models.ops import rope_table  # noqa: E402
 
 rn = importlib.import_module("rlk_models.ops.triton.rms_norm")  # the package re-exports a function of that name
+from rlk_models.ops.triton import silu_mul  # noqa: E402
 from rlk_models.ops.triton.embedding import embedding  # noqa: E402
 from rlk_models.ops.triton.rms_norm import add_rms_norm, rms_norm  # noqa: E402
 from rlk_models.ops.triton.rope import rope  # noqa: E402
-from rlk_models.ops.triton.silu_mul import silu_mul  # noqa: E402
 
 
 def check(name, fn, ref64, torch_fn, make, res, params=()):

@@ -5,12 +5,120 @@ gradient plumbing are written once."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from .canonical import HeadStats, TileProbs, one_shard_stats
-from .checks import check_embedding, check_head
+from .checks import check_embedding, check_head, check_linear, check_silu_mul, check_silu_mul_linear
+
+
+@dataclass(frozen=True)
+class DenseKernels:
+    """A backend's kernels under ``linear``, ``silu_mul`` and ``silu_mul_linear`` (no autograd,
+    2-D contiguous operands):
+
+    - ``linear(x2, w, b, out_dtype, row_parallel) -> [M, N]``: the forward (K in the canonical
+      K-groups when ``row_parallel``);
+    - ``grad_output(dy2, x_dtype)``: the incoming gradient as the backward kernels read it;
+    - ``grad_input(dy2, w, dtype) -> [M, K]``, ``grad_weight(dy2, x2, dtype) -> [N, K]``,
+      ``grad_bias(dy2, dtype) -> [N]``;
+    - ``silu_mul(gu2) -> [M, I]``: silu of the first half of each row times the second half;
+    - ``silu_mul_backward(gu2, dy2, with_act) -> (dgu2 [M, 2I], act [M, I] or None)``: with
+      ``with_act``, the same pass over gu2 also writes ``silu_mul(gu2)``, bit for bit."""
+    linear: Callable
+    grad_output: Callable
+    grad_input: Callable
+    grad_weight: Callable
+    grad_bias: Callable
+    silu_mul: Callable
+    silu_mul_backward: Callable
+
+
+def dense_ops(k: DenseKernels) -> tuple[Callable, Callable, Callable]:
+    """``(linear, silu_mul, silu_mul_linear)`` of a backend from its ``DenseKernels``."""
+
+    def grads(dy2, x2, w, b, need_w: bool, need_b: bool):
+        dw = k.grad_weight(dy2, x2, w.dtype) if need_w else None
+        db = k.grad_bias(dy2, b.dtype) if b is not None and need_b else None
+        return dw, db
+
+    class _Linear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, b, out_dtype, row_parallel):
+            x2 = x.reshape(-1, x.shape[-1]).contiguous()
+            ctx.save_for_backward(x2, w, b)
+            ctx.x_shape = x.shape
+            return k.linear(x2, w, b, out_dtype, row_parallel).reshape(*x.shape[:-1], w.shape[0])
+
+        @staticmethod
+        def backward(ctx, dy):
+            x2, w, b = ctx.saved_tensors
+            dy2 = k.grad_output(dy.reshape(-1, w.shape[0]), x2.dtype)
+            dx = k.grad_input(dy2, w, x2.dtype).reshape(ctx.x_shape) if ctx.needs_input_grad[0] else None
+            return dx, *grads(dy2, x2, w, b, ctx.needs_input_grad[1], ctx.needs_input_grad[2]), None, None
+
+    class _SiluMul(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, gate_up):
+            gu2 = gate_up.reshape(-1, gate_up.shape[-1]).contiguous()
+            ctx.save_for_backward(gu2)
+            ctx.shape = gate_up.shape
+            return k.silu_mul(gu2).view(*gate_up.shape[:-1], gate_up.shape[-1] // 2)
+
+        @staticmethod
+        def backward(ctx, dy):
+            (gu2,) = ctx.saved_tensors
+            dy2 = dy.reshape(gu2.shape[0], gu2.shape[1] // 2).contiguous()
+            return k.silu_mul_backward(gu2, dy2, False)[0].view(ctx.shape)
+
+    class _SiluMulLinear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, gate_up, w, b, keep_act):
+            gu2 = gate_up.reshape(-1, gate_up.shape[-1]).contiguous()
+            act = k.silu_mul(gu2)
+            ctx.save_for_backward(gu2, w, b, *((act,) if keep_act else ()))
+            ctx.shape = gate_up.shape
+            return k.linear(act, w, b, act.dtype, True).reshape(*gate_up.shape[:-1], w.shape[0])
+
+        @staticmethod
+        def backward(ctx, dy):
+            gu2, w, b, *kept = ctx.saved_tensors
+            need_gu, need_w, need_b = ctx.needs_input_grad[:3]
+            dy2 = k.grad_output(dy.reshape(-1, w.shape[0]), gu2.dtype)
+            act, dgu = (kept[0] if kept else None), None
+            if need_gu:  # the product's gradient first: the pass that reads gate_up for it rebuilds the product
+                dgu, rebuilt = k.silu_mul_backward(gu2, k.grad_input(dy2, w, gu2.dtype), need_w and act is None)
+                act = act if act is not None else rebuilt
+            if need_w and act is None:
+                act = k.silu_mul(gu2)
+            dw, db = grads(dy2, act, w, b, need_w, need_b)
+            return (dgu.view(ctx.shape) if dgu is not None else None), dw, db, None
+
+    def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+               out_dtype: torch.dtype | None = None, row_parallel: bool = False) -> torch.Tensor:
+        """``x [..., K] @ weight[N, K].T (+ bias[N])`` -> [..., N] in ``out_dtype`` (default x.dtype);
+        ``row_parallel``: K in the canonical K-groups (a layer whose K tensor parallelism splits)."""
+        check_linear(x, weight)
+        return _Linear.apply(x, weight, bias, out_dtype or x.dtype, row_parallel)
+
+    def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+        """``[..., 2I] -> [..., I]``: silu of the first half times the second half."""
+        check_silu_mul(gate_up)
+        return _SiluMul.apply(gate_up)
+
+    def silu_mul_linear(gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                        keep_act: bool = False) -> torch.Tensor:
+        """The MLP's down projection of its SiLU-gated product, ``linear(silu_mul(gate_up), weight,
+        bias, row_parallel=True)`` bit for bit, forward and backward. Unless ``keep_act``, the
+        product [..., I] is not kept for the backward: the pass of the SiLU-mul backward that reads
+        gate_up for its gradient writes it again (after the product's gradient, before the
+        weight's), so the rebuild costs no extra read of gate_up."""
+        check_silu_mul_linear(gate_up, weight, bias)
+        return _SiluMulLinear.apply(gate_up, weight, bias, keep_act)
+
+    return linear, silu_mul, silu_mul_linear
 
 
 def embedding_op(backward: Callable) -> Callable:

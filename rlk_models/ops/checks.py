@@ -108,6 +108,15 @@ def check_silu_mul(gate_up: torch.Tensor) -> None:
         raise ValueError(f"silu_mul: last dim must be even (gate|up), got {gate_up.shape[-1]}")
 
 
+def check_silu_mul_linear(gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    check_silu_mul(gate_up)
+    if weight.dim() != 2 or weight.shape[1] != gate_up.shape[-1] // 2:
+        raise ValueError(f"silu_mul_linear: gate_up {tuple(gate_up.shape)} gives {gate_up.shape[-1] // 2} features, "
+                         f"weight {tuple(weight.shape)} expects [N, {gate_up.shape[-1] // 2}]")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"silu_mul_linear: bias {tuple(bias.shape)} does not match weight's {weight.shape[0]} outputs")
+
+
 def check_rope(x: torch.Tensor, positions: torch.Tensor, table: torch.Tensor) -> None:
     if x.dim() != 3 or x.shape[-1] != table.shape[-1] or positions.shape != x.shape[:1]:
         raise ValueError(f"rope: x {tuple(x.shape)}, positions {tuple(positions.shape)}, "

@@ -59,7 +59,8 @@ def assert_rows(fn, x: torch.Tensor, *extra):
 def test_matmul_rows_and_launch_choices(name):
     import triton
 
-    from rlk_models.ops.triton.matmul import CANDIDATE_CONFIGS, HALF, Launch, k_groups, linear, matmul
+    from rlk_models.ops.triton import linear
+    from rlk_models.ops.triton.matmul import CANDIDATE_CONFIGS, HALF, Launch, k_groups, matmul
 
     k, n = SHAPES[name]
     rp = name in ROW_PARALLEL
@@ -144,7 +145,7 @@ def _rowwise_case(name: str):
     from rlk_models.ops.triton.embedding import embedding
     from rlk_models.ops.triton.rms_norm import rms_norm
     from rlk_models.ops.triton.rope import rope
-    from rlk_models.ops.triton.silu_mul import silu_mul
+    from rlk_models.ops.triton import silu_mul
 
     g = gen(1)
     if name.startswith("rms_norm"):
@@ -318,7 +319,8 @@ def test_head_graphs_give_the_eager_heads_bits():
 _FRESH_THREADS = """
 import json, threading
 import torch
-from rlk_models.ops.triton.matmul import linear, mm
+from rlk_models.ops.triton import linear
+from rlk_models.ops.triton.matmul import mm
 from rlk_models.ops.triton.utils import tma_ok
 
 g = torch.Generator(device="cuda").manual_seed(0)

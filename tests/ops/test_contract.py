@@ -189,6 +189,41 @@ def test_add_rms_norm_is_the_add_then_the_norm(backend, m, d, dtype, seed, strea
 
 @on_backends
 @SETTINGS
+@given(m=st.integers(0, 9), i=st.sampled_from([8, 24, 256]), n=st.sampled_from(WEIRD), bias=st.booleans(),
+       dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999), which=st.sampled_from(["all", "gate_up", "weight"]))
+def test_silu_mul_linear_is_silu_mul_then_the_down_projection(backend, m, i, n, bias, dtype, seed, which):
+    """The MLP's fused SiLU-mul + down projection returns exactly linear(silu_mul(gate_up), w, b,
+    row_parallel=True) and the two ops' gradients (whichever inputs want one), whether it keeps the
+    product for the backward or rebuilds it there -- and rebuilding, it keeps only gate_up and the
+    parameters."""
+    use(backend)
+    gu, w = rand(m, 2 * i, dtype=dtype, seed=seed, scale=3), rand(n, i, dtype=dtype, seed=seed + 1, scale=0.2)
+    b = rand(n, dtype=dtype, seed=seed + 2) if bias else None
+    dy = rand(m, n, dtype=dtype, seed=seed + 3)
+
+    def run(mode):
+        wants = {"all": (True, True), "gate_up": (True, False), "weight": (False, True)}[which]
+        ins = [t.detach().clone().requires_grad_(want) for t, want in zip((gu, w), wants)]
+        bl = b.detach().clone().requires_grad_(wants[1]) if b is not None else None
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
+            if mode == "apart":
+                y = ops.linear(ops.silu_mul(ins[0]), ins[1], bl, row_parallel=True)
+            else:
+                y = ops.silu_mul_linear(ins[0], ins[1], bl, keep_act=mode == "keep")
+        grads = torch.autograd.grad(y, [t for t in (*ins, bl) if t is not None and t.requires_grad], dy)
+        return [y, *grads], saved
+
+    want, _ = run("apart")
+    for mode in ("keep", "rebuild"):
+        got, saved = run(mode)
+        assert all(torch.equal(a, c) for a, c in zip(got, want, strict=True)), mode
+        kept = [(m, 2 * i), (n, i)] + [(n,)] * bias + [(m, i)] * (mode == "keep")
+        assert sorted(saved) == sorted(kept), (mode, saved)
+
+
+@on_backends
+@SETTINGS
 @given(t=st.integers(0, 9), h=st.integers(1, 4), d=st.sampled_from([2, 16, 64, 128]), dtype=st.sampled_from(DTYPES),
        seed=st.integers(0, 999), in_place=st.booleans())
 def test_rms_norm_rope_is_the_norm_then_the_rope(backend, t, h, d, dtype, seed, in_place):

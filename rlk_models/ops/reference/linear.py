@@ -24,7 +24,6 @@ from __future__ import annotations
 import torch
 
 from ..canonical import LINEAR_K_GROUPS
-from ..checks import check_linear
 from .primitives import matmul_nt, pairwise_combine, tree_sum
 
 
@@ -62,31 +61,22 @@ def combine_partials(parts: torch.Tensor, bias: torch.Tensor | None, out_dtype: 
     return y.to(out_dtype)
 
 
-class _Linear(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w, b, out_dtype, groups):
-        x2 = x.reshape(-1, x.shape[-1])
-        ctx.save_for_backward(x2, w, b)
-        ctx.x_shape = x.shape
-        return linear_fwd(x2, w, b, groups).to(out_dtype).reshape(*x.shape[:-1], w.shape[0])
-
-    @staticmethod
-    def backward(ctx, dy):
-        x2, w, b = ctx.saved_tensors
-        dy2 = dy.reshape(-1, w.shape[0]).to(torch.float32)
-        dx = dw = db = None
-        if ctx.needs_input_grad[0]:
-            dx = matmul_nt(dy2, w.t(), LINEAR_K_GROUPS).to(x2.dtype).reshape(ctx.x_shape)
-        if ctx.needs_input_grad[1]:
-            dw = matmul_nt(dy2.t(), x2.t(), LINEAR_K_GROUPS).to(w.dtype)
-        if b is not None and ctx.needs_input_grad[2]:
-            db = tree_sum(dy2.t(), LINEAR_K_GROUPS).to(b.dtype)
-        return dx, dw, db, None, None
+def linear_forward(x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, out_dtype: torch.dtype,
+                   row_parallel: bool) -> torch.Tensor:
+    return linear_fwd(x2, w, b, LINEAR_K_GROUPS if row_parallel else 1).to(out_dtype)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-           out_dtype: torch.dtype | None = None, row_parallel: bool = False) -> torch.Tensor:
-    """``x [..., K] @ weight[N, K].T (+ bias[N])`` -> [..., N] in ``out_dtype`` (default x.dtype);
-    ``row_parallel``: K in the canonical K-groups (a layer whose K tensor parallelism splits)."""
-    check_linear(x, weight)
-    return _Linear.apply(x, weight, bias, out_dtype or x.dtype, LINEAR_K_GROUPS if row_parallel else 1)
+def grad_output(dy2: torch.Tensor, x_dtype: torch.dtype) -> torch.Tensor:
+    return dy2.to(torch.float32)
+
+
+def grad_input(dy2: torch.Tensor, w: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return matmul_nt(dy2, w.t(), LINEAR_K_GROUPS).to(dtype)
+
+
+def grad_weight(dy2: torch.Tensor, x2: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return matmul_nt(dy2.t(), x2.t(), LINEAR_K_GROUPS).to(dtype)
+
+
+def grad_bias(dy2: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return tree_sum(dy2.t(), LINEAR_K_GROUPS).to(dtype)

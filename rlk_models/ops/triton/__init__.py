@@ -21,17 +21,19 @@ import os
 
 import torch
 
+from ..autograd import DenseKernels, dense_ops
 from ..canonical import LINEAR_K_GROUPS, VOCAB_GROUPS, VOCAB_TILE
+from . import matmul as _mm
 from .attention import BLOCK_N as ATTN_BLOCK_N
 from .attention import paged_attention, varlen_attention
 from .embedding import embedding
 from .kv_cache import write_kv
 from .logprob_head import combine_shards, full_logprobs, logprob_head, shard_stats
-from .matmul import combine_partials, linear, partials_per_rank, shard_partial
+from .matmul import combine_partials, partials_per_rank, shard_partial
 from .reduce import token_sum
 from .rms_norm import add_rms_norm, qk_norm_rope, rms_norm, rms_norm_rope
 from .rope import rope
-from .silu_mul import silu_mul
+from .silu_mul import silu_mul_backward, silu_mul_forward
 from .utils import BLOCK_K
 
 NAME = "triton"
@@ -41,6 +43,11 @@ DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"  # where
 FINGERPRINT = {"backend": NAME, "contract_version": 4, "block_k": BLOCK_K, "linear_k_groups": LINEAR_K_GROUPS,
                "vocab_tile": VOCAB_TILE, "vocab_groups": VOCAB_GROUPS, "attention_block_n": ATTN_BLOCK_N,
                "transcendentals": "triton-libdevice", "rope_table": "float64-block64"}
+
+
+linear, silu_mul, silu_mul_linear = dense_ops(DenseKernels(
+    _mm.linear_forward, _mm.grad_output, _mm.grad_input, _mm.grad_weight, _mm.grad_bias, silu_mul_forward,
+    silu_mul_backward))
 
 
 def is_available() -> tuple[bool, str]:
@@ -53,4 +60,4 @@ def is_available() -> tuple[bool, str]:
 
 __all__ = ["add_rms_norm", "combine_partials", "combine_shards", "embedding", "full_logprobs", "linear",
            "logprob_head", "paged_attention", "partials_per_rank", "qk_norm_rope", "rms_norm", "rms_norm_rope", "rope",
-           "shard_partial", "shard_stats", "silu_mul", "token_sum", "varlen_attention", "write_kv"]
+           "shard_partial", "shard_stats", "silu_mul", "silu_mul_linear", "token_sum", "varlen_attention", "write_kv"]

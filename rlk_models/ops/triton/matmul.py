@@ -57,7 +57,6 @@ import triton
 import triton.language as tl
 
 from ..canonical import LINEAR_K_GROUPS as K_GROUPS
-from ..checks import check_linear
 from .utils import BLOCK_K, ONE_PASS, bind_cuda_context, dot_k_range, fit_stages, num_sms, tma_ok
 
 HALF = K_GROUPS // 2  # groups per half: the run folded in order before the halves are added
@@ -487,35 +486,27 @@ def matmul(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, o
     return mm(x, w, bias, out_dtype, groups=k_groups(x.shape[1]) if row_parallel else 1, launch=launch, tma=tma)
 
 
-class _Linear(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w, b, out_dtype, row_parallel):
-        x2 = x.reshape(-1, x.shape[-1]).contiguous()
-        ctx.save_for_backward(x2, w, b)
-        ctx.x_shape = x.shape
-        return matmul(x2, w, b, out_dtype, row_parallel).reshape(*x.shape[:-1], w.shape[0])
-
-    @staticmethod
-    def backward(ctx, dy):
-        x2, w, b = ctx.saved_tensors
-        dy2 = dy.reshape(-1, w.shape[0]).to(x2.dtype).contiguous()
-        dx = dw = db = None
-        if ctx.needs_input_grad[0]:
-            dx = mm(dy2, w, b_kn=True, out_dtype=x2.dtype, groups=1).reshape(ctx.x_shape)
-        if ctx.needs_input_grad[1]:
-            dw = mm(dy2, x2, a_km=True, b_kn=True, out_dtype=w.dtype, groups=1)
-        if b is not None and ctx.needs_input_grad[2]:
-            ones = torch.ones(1, dy2.shape[0], dtype=dy2.dtype, device=dy2.device)
-            db = mm(ones, dy2, b_kn=True, out_dtype=torch.float32, groups=1)[0].to(b.dtype)
-        return dx, dw, db, None, None
+def linear_forward(x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, out_dtype: torch.dtype,
+                   row_parallel: bool) -> torch.Tensor:
+    return matmul(x2, w, b, out_dtype, row_parallel)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-           out_dtype: torch.dtype | None = None, row_parallel: bool = False) -> torch.Tensor:
-    """``x [..., K] @ weight[N, K].T (+ bias[N])`` -> [..., N] in ``out_dtype`` (default x.dtype);
-    ``row_parallel``: K in the canonical K-groups (a layer whose K tensor parallelism splits)."""
-    check_linear(x, weight)
-    return _Linear.apply(x, weight, bias, out_dtype or x.dtype, row_parallel)
+# the backward's products (a backward promises determinism, not invariance: plain K order)
+def grad_output(dy2: torch.Tensor, x_dtype: torch.dtype) -> torch.Tensor:
+    return dy2.to(x_dtype).contiguous()
+
+
+def grad_input(dy2: torch.Tensor, w: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return mm(dy2, w, b_kn=True, out_dtype=dtype, groups=1)
+
+
+def grad_weight(dy2: torch.Tensor, x2: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return mm(dy2, x2, a_km=True, b_kn=True, out_dtype=dtype, groups=1)
+
+
+def grad_bias(dy2: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    ones = torch.ones(1, dy2.shape[0], dtype=dy2.dtype, device=dy2.device)
+    return mm(ones, dy2, b_kn=True, out_dtype=torch.float32, groups=1)[0].to(dtype)
 
 
 def partials_per_rank(tp_size: int) -> int:

@@ -6,7 +6,9 @@ Contract
     no vector-body/scalar-tail split; bits differ from the reference backend's Cephes exp by an
     ulp-level amount (tolerance-level).
 
-Backward: ``dg = dy * u * s * (1 + g * (1 - s))``, ``du = dy * g * s`` (fp32, elementwise).
+Backward: ``dg = dy * u * s * (1 + g * (1 - s))``, ``du = dy * g * s`` (fp32, elementwise); the same
+pass can write the forward's product again (``silu_mul_backward(..., with_act=True)``: the down
+projection's weight gradient reads it, ``autograd.dense_ops``'s ``silu_mul_linear``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ..checks import check_silu_mul
 
 BLOCK = 1024
 
@@ -32,7 +33,9 @@ def _silu_mul_fwd(gu_ptr, y_ptr, inter, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _silu_mul_bwd(gu_ptr, dy_ptr, dgu_ptr, inter, BLOCK: tl.constexpr):
+def _silu_mul_bwd(gu_ptr, dy_ptr, dgu_ptr, act_ptr, inter, WITH_ACT: tl.constexpr, BLOCK: tl.constexpr):
+    """WITH_ACT: also store the forward's product (``_silu_mul_fwd``'s expression, so its bits) from the
+    g, u and s this pass has anyway -- the down projection's weight gradient reads it."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < inter
@@ -43,31 +46,25 @@ def _silu_mul_bwd(gu_ptr, dy_ptr, dgu_ptr, inter, BLOCK: tl.constexpr):
     tl.store(dgu_ptr + row * 2 * inter + cols, (dy * u * (s * (1.0 + g * (1.0 - s)))).to(dgu_ptr.dtype.element_ty),
              mask=mask)
     tl.store(dgu_ptr + row * 2 * inter + inter + cols, (dy * (g * s)).to(dgu_ptr.dtype.element_ty), mask=mask)
+    if WITH_ACT:
+        tl.store(act_ptr + row * inter + cols, (g * s * u).to(act_ptr.dtype.element_ty), mask=mask)
 
 
-class _SiluMul(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, gate_up):
-        inter = gate_up.shape[-1] // 2
-        gu = gate_up.reshape(-1, 2 * inter).contiguous()
-        y = torch.empty(gu.shape[0], inter, dtype=gate_up.dtype, device=gate_up.device)
-        if gu.shape[0]:
-            _silu_mul_fwd[(gu.shape[0], triton.cdiv(inter, BLOCK))](gu, y, inter, BLOCK=BLOCK)
-        ctx.save_for_backward(gu)
-        ctx.shape = gate_up.shape
-        return y.view(*gate_up.shape[:-1], inter)
-
-    @staticmethod
-    def backward(ctx, dy):
-        (gu,) = ctx.saved_tensors
-        inter = gu.shape[1] // 2
-        dgu = torch.empty_like(gu)
-        if gu.shape[0]:
-            _silu_mul_bwd[(gu.shape[0], triton.cdiv(inter, BLOCK))](gu, dy.reshape(-1, inter).contiguous(), dgu, inter,
-                                                                   BLOCK=BLOCK)
-        return dgu.view(ctx.shape)
+def silu_mul_forward(gu: torch.Tensor) -> torch.Tensor:
+    """[M, 2I] contiguous -> [M, I]."""
+    inter = gu.shape[1] // 2
+    y = torch.empty(gu.shape[0], inter, dtype=gu.dtype, device=gu.device)
+    if gu.shape[0]:
+        _silu_mul_fwd[(gu.shape[0], triton.cdiv(inter, BLOCK))](gu, y, inter, BLOCK=BLOCK)
+    return y
 
 
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    check_silu_mul(gate_up)
-    return _SiluMul.apply(gate_up)
+def silu_mul_backward(gu: torch.Tensor, dy: torch.Tensor, with_act: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(dgu [M, 2I], the product [M, I] when ``with_act``) from gu [M, 2I] and dy [M, I], both contiguous."""
+    inter = gu.shape[1] // 2
+    dgu = torch.empty_like(gu)
+    act = torch.empty(gu.shape[0], inter, dtype=gu.dtype, device=gu.device) if with_act else None
+    if gu.shape[0]:
+        _silu_mul_bwd[(gu.shape[0], triton.cdiv(inter, BLOCK))](gu, dy, dgu, dgu if act is None else act, inter,
+                                                               WITH_ACT=with_act, BLOCK=BLOCK)
+    return dgu, act

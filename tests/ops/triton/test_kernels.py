@@ -283,6 +283,29 @@ def test_rowwise_ops_row_invariant_and_close_to_reference(dtype, op, shape):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("keep_act", [False, True])
+def test_silu_mul_linear_is_the_two_ops(dtype, keep_act):
+    """The MLP's fused SiLU-mul + down projection: the two ops' output and gradients bit for bit,
+    the product rebuilt by the SiLU-mul backward kernel (``WITH_ACT``) or kept."""
+    tri, dt = get_backend("triton"), getattr(torch, dtype)
+    g = torch.Generator().manual_seed(9)
+    gu, w, b = bitwise_data(g, 37, 2 * 1536, dtype=dt, scale=3), bitwise_data(g, 96, 1536, dtype=dt, scale=0.1), \
+        bitwise_data(g, 96, dtype=dt)
+    dy = bitwise_data(g, 37, 96, dtype=dt)
+
+    def run(fused):
+        xs = [t.clone().requires_grad_() for t in (gu, w, b)]
+        y = (tri.silu_mul_linear(*xs, keep_act=keep_act) if fused
+             else tri.linear(tri.silu_mul(xs[0]), xs[1], xs[2], row_parallel=True))
+        return y, *torch.autograd.grad(y, xs, dy)
+
+    for a, c in zip(run(True), run(False), strict=True):
+        assert torch.equal(a, c)
+    dgu, act = _mod("silu_mul").silu_mul_backward(gu, dy[:, :1].expand(37, 1536).contiguous(), True)
+    assert torch.equal(act, tri.silu_mul(gu))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_rms_norm_reads_heads_in_place(dtype):
     """Qwen3's q/k norm: per-head RMSNorm of [T, H, D] views into the qkv projection's rows is read
     in place (no copy) and gives the bits and gradients of the same heads made contiguous."""
