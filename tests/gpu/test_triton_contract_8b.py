@@ -142,10 +142,10 @@ def _grad(fn, leaf: torch.Tensor, *args) -> torch.Tensor:
 def _rowwise_case(name: str):
     """(fn, x, extra row-aligned inputs, a function giving one backward's gradient)."""
     from rlk_models.ops import rope_table
+    from rlk_models.ops.triton import silu_mul
     from rlk_models.ops.triton.embedding import embedding
     from rlk_models.ops.triton.rms_norm import rms_norm
     from rlk_models.ops.triton.rope import rope
-    from rlk_models.ops.triton import silu_mul
 
     g = gen(1)
     if name.startswith("rms_norm"):

@@ -7,9 +7,9 @@ Correct on CPU and CUDA, deterministic and batch-invariant by construction (see
 from ..autograd import DenseKernels, dense_ops, sum_op
 from ..canonical import LINEAR_K_GROUPS, VOCAB_GROUPS, VOCAB_TILE
 from ..paged import write_kv
+from . import linear as _linear
 from .attention import attend, paged_attention, varlen_attention
 from .embedding import embedding
-from . import linear as _linear
 from .linear import combine_partials, partials_per_rank, shard_partial
 from .logprob_head import combine_shards, full_logprobs, logprob_head, shard_stats
 from .primitives import tree_sum

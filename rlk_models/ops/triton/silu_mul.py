@@ -17,7 +17,6 @@ import torch
 import triton
 import triton.language as tl
 
-
 BLOCK = 1024
 
 
