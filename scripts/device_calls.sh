@@ -24,6 +24,10 @@
 #                                              # step (rlk, Liger; TRAIN_8B_LAYERS, default 36) (carry .wheels)
 #   CALL=vllm_more bash scripts/device_calls.sh  # the CUDA vLLM suite: llama_bias (three configurations), qwen3's
 #                                              # large-batch and full-graph ones, serve and generate (carry .vllm-cuda)
+#   CALL=vllm_last bash scripts/device_calls.sh  # qwen3 compiled with piecewise graphs, weight sync, llama_bias
+#                                              # under full graphs of mixed steps (carry .vllm-cuda)
+#   CALL=gen_8b bash scripts/device_calls.sh   # generate() on CUDA, the whole 8B model's training step profiled
+#                                              # (rlk, Liger) (carry .wheels and .vllm-cuda)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
 #                                              # with graphs up to 2048 tokens (its default) and 512 (vLLM's)
 #                                              # (carry .vllm-cuda)
@@ -87,6 +91,16 @@ vllm_more)
     part vllm_more 560 PART=tests TESTS="tests/gpu/test_vllm_cuda.py tests/gpu/test_serve_cuda.py tests/gpu/test_generate_cuda.py" \
         K="not tp2 and ((llama_bias and (batches_16 or chunked or block16)) or (qwen3 and (batches_64 or full_graphs)) or openai or generate)" \
         TEST_TIMEOUT=150
+    ;;
+vllm_last)
+    part vllm_last 300 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
+        K="not tp2 and ((qwen3 and compiled_piecewise) or weight_sync or (llama_bias and full_graphs))" TEST_TIMEOUT=200
+    ;;
+gen_8b)
+    part generate 190 PART=tests TESTS=tests/gpu/test_generate_cuda.py TEST_TIMEOUT=150
+    part train_8b 200 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
+        TRAIN_ARGS="--stacks rlk,liger --steps 6 --profile --limit 90"
+    tail -14 "$ROOT_OUT/train_8b.log"
     ;;
 engine)
     part engine_8b 540 PART=vllm SHAPE=8b ENGINES=stock,rlk VLLM_ARGS="--limit 230 ${ENGINE_ARGS:-}"
