@@ -176,6 +176,30 @@ def test_fused_lm_head_gives_token_logprobs_bits(qwen):
     qwen.zero_grad(set_to_none=True)
 
 
+def test_hooked_down_proj_is_called_with_the_same_bits(checkpoints):
+    """The training MLP fuses SiLU-mul and down_proj into one op, except where down_proj is
+    observed: a forward hook on it then sees its input and output (rlk-bisect's records), and the
+    loss and gradients are the fused path's bit for bit."""
+    m = AutoModelForCausalLM.from_pretrained(checkpoints["qwen3"][1], dtype=torch.float32,
+                                            rlk_check_fingerprint=False).train()
+    ids, mask = batch(m.config.vocab_size, seed=4)
+    down = m.model.layers[0].mlp.down_proj
+    seen = []
+
+    def run():
+        m.zero_grad(set_to_none=True)
+        loss = m(ids, attention_mask=mask, labels=ids).loss
+        loss.backward()
+        return [loss] + [p.grad for p in m.parameters()]
+
+    fused = run()
+    handle = down.register_forward_hook(lambda mod, inp, out: seen.append((inp[0].shape[-1], out.shape[-1])))
+    hooked = run()
+    handle.remove()
+    assert seen == [(m.config.intermediate_size, m.config.hidden_size)]  # once, on the product
+    assert all(torch.equal(a, b) for a, b in zip(fused, hooked, strict=True))
+
+
 @pytest.mark.parametrize("gc", [None, {"use_reentrant": True}, {"use_reentrant": False}])
 def test_activations_rebuilt_in_backward_give_identical_gradients(checkpoints, monkeypatch, gc):
     """The down projection's input and both norms' outputs are not kept for the backward but
