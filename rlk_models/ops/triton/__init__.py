@@ -46,7 +46,7 @@ FINGERPRINT = {"backend": NAME, "contract_version": 4, "block_k": BLOCK_K, "line
 
 
 linear, silu_mul, silu_mul_linear = dense_ops(DenseKernels(
-    _mm.linear_forward, _mm.grad_output, _mm.grad_input, _mm.grad_weight, _mm.grad_bias, silu_mul_forward,
+    _mm.matmul, _mm.grad_output, _mm.grad_input, _mm.grad_weight, _mm.grad_bias, silu_mul_forward,
     silu_mul_backward))
 
 

@@ -486,11 +486,6 @@ def matmul(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, o
     return mm(x, w, bias, out_dtype, groups=k_groups(x.shape[1]) if row_parallel else 1, launch=launch, tma=tma)
 
 
-def linear_forward(x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, out_dtype: torch.dtype,
-                   row_parallel: bool) -> torch.Tensor:
-    return matmul(x2, w, b, out_dtype, row_parallel)
-
-
 # the backward's products (a backward promises determinism, not invariance: plain K order)
 def grad_output(dy2: torch.Tensor, x_dtype: torch.dtype) -> torch.Tensor:
     return dy2.to(x_dtype).contiguous()
