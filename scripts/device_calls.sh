@@ -28,6 +28,14 @@
 #                                              # under full graphs of mixed steps (carry .vllm-cuda)
 #   CALL=gen_8b bash scripts/device_calls.sh   # generate() on CUDA, the whole 8B model's training step profiled
 #                                              # (rlk, Liger) (carry .wheels and .vllm-cuda)
+#   CALL=ds     bash scripts/device_calls.sh   # attention's backward with dS kept (dQ one dot a tile): its bitwise tests
+#                                              # natively, the training-shape sweep (kept against recomputed dS), the
+#                                              # whole 8B model's training step profiled (rlk, Liger) (carry .wheels)
+#   CALL=dscheck bash scripts/device_calls.sh  # the kept dS against recomputed with a NaN-filled buffer, every backward
+#                                              # candidate (attention_ds_check.py), the attention tests natively, the
+#                                              # whole 8B model's training step profiled (rlk, Liger) (carry .wheels)
+#   CALL=ds_final bash scripts/device_calls.sh # the kept-dS bitwise tests natively, the whole 8B model's training step
+#                                              # profiled (rlk, Liger) (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
 #                                              # with graphs up to 2048 tokens (its default) and 512 (vLLM's)
 #                                              # (carry .vllm-cuda)
@@ -100,6 +108,30 @@ gen_8b)
     part generate 190 PART=tests TESTS=tests/gpu/test_generate_cuda.py TEST_TIMEOUT=150
     part train_8b 200 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
         TRAIN_ARGS="--stacks rlk,liger --steps 6 --profile --limit 90"
+    tail -14 "$ROOT_OUT/train_8b.log"
+    ;;
+dscheck)
+    part dscheck 150 PART=dscheck DS_ARGS="--configs all"
+    part attn_tests 150 PART=tests TESTS="tests/ops/triton/test_kernels.py tests/gpu/test_triton_contract_8b.py" \
+        K="attention" TEST_TIMEOUT=140
+    part train_8b 200 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
+        TRAIN_ARGS="--stacks rlk,liger --steps 6 --profile --limit 90"
+    tail -14 "$ROOT_OUT/train_8b.log"
+    ;;
+ds_final)
+    part kept_ds_tests 150 PART=tests TESTS=tests/ops/triton/test_kernels.py \
+        K="kept_ds or backward_candidates or tma_loads_are" TEST_TIMEOUT=140
+    part train_8b 170 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
+        TRAIN_ARGS="--stacks rlk,liger --steps 4 --profile --limit 60"
+    tail -14 "$ROOT_OUT/train_8b.log"
+    ;;
+ds)
+    part attn_tests 150 PART=tests TESTS="tests/ops/triton/test_kernels.py tests/gpu/test_triton_contract_8b.py" \
+        K="attention" TEST_TIMEOUT=140
+    part attn_sweep 170 PART=sweep SKIP_OPS=1 SKIP_HEAD=1 SKIP_MATMUL=1 ATTN_ARGS=--train
+    grep -E "^train|fwd default" "$ROOT_OUT/attn_sweep.log" | tail -30
+    part train_8b 240 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
+        TRAIN_ARGS="--stacks rlk,liger --steps 6 --profile --limit 110"
     tail -14 "$ROOT_OUT/train_8b.log"
     ;;
 engine)

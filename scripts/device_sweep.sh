@@ -9,6 +9,7 @@
 #   PART=sweep  bash scripts/device_sweep.sh   # the Triton benchmarks (SKIP_ATTN/OPS/HEAD/MATMUL=1; ATTN_ARGS=--decode:
 #                                              # paged decode at rollout shapes vs FA3; args -> matmul,
 #                                              # OPS_ARGS=--search -> ops_sweep: the RMSNorm backward tilings)
+#   PART=dscheck bash scripts/device_sweep.sh  # attention's kept dS against recomputed (NaN-filled buffer; DS_ARGS)
 #   PART=fsdp   bash scripts/device_sweep.sh   # nvidia-h200-x2: FSDP2 checks over NCCL (rlk_models.testing.fsdp_check)
 #                                              # and one GRPO step TP=2 rollout + FSDP2 (rlk_models.testing.grpo_tp2)
 #   PART=grpo   bash scripts/device_sweep.sh   # the main job on the GPU: Qwen3-0.6B shape, SFT + rlk and stock GRPO
@@ -60,6 +61,9 @@ sweep)
     [ "${SKIP_OPS:-0}" = 1 ] || python3 benchmarks/triton/ops_sweep.py ${OPS_ARGS:-} 2>&1 | tee "$OUT/ops_sweep.log"
     [ "${SKIP_HEAD:-0}" = 1 ] || python3 benchmarks/triton/head_sweep.py 2>&1 | tee "$OUT/head_sweep.log"
     [ "${SKIP_MATMUL:-0}" = 1 ] || python3 benchmarks/triton/matmul_sweep.py "$@" 2>&1 | tee "$OUT/matmul_sweep.log"
+    ;;
+dscheck)
+    python3 benchmarks/triton/attention_ds_check.py ${DS_ARGS:-} 2>&1 | tee "$OUT/attention_ds_check.log" | tail -30
     ;;
 fsdp)
     # a 2-layer Qwen3-8B-shaped checkpoint (triton backend); 2 ranks (NCCL), then 1 rank accumulating both

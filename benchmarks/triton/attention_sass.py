@@ -29,6 +29,7 @@ from matmul_sass import TARGET, describe  # noqa: E402
 from rlk_models.ops.triton.attention import (  # noqa: E402
     BLOCK_N,
     BWD_CANDIDATES,
+    DQ_RECOMPUTE_CONFIG,
     PAGED_CANDIDATES,
     PAGED_CONFIG,
     SWAP_N,
@@ -36,12 +37,13 @@ from rlk_models.ops.triton.attention import (  # noqa: E402
     TRAIN_CONFIG,
     _bwd_dkdv,
     _bwd_dq,
+    _bwd_dq_ds,
     _paged_fwd,
     _varlen_fwd,
 )
 
 SM_SHARED, CTA_RESERVED, SM_REGS, SM_THREADS = 228 * 1024, 1024, 65536, 2048  # sm_90 per SM
-_I32 = ("sq", "so", "s_blk", "s_head", "s_off", "s_bt", "block_size", "sk", "sv")  # strides: multiples of 16
+_I32 = ("sq", "so", "s_blk", "s_head", "s_off", "s_bt", "block_size", "sk", "sv", "s_ds")  # strides: multiples of 16
 
 
 def _compile(fn, types: dict, consts: dict, warps: int, stages: int):
@@ -78,17 +80,28 @@ def training(config: tuple[int, int, int], group: int = 4, d: int = 128, tma: bo
 
 def backward(config: tuple[tuple[int, int, int, int], tuple[int, int, int, int]], group: int = 4, d: int = 128,
              tma: bool = True) -> dict:
-    """The dK/dV and the dQ kernel of a ``BWD_CANDIDATES`` entry."""
+    """The backward kernels of a ``BWD_CANDIDATES`` entry: dK/dV storing dS and dQ from it (the default
+    path), and dK/dV alone and dQ recomputing dS (past ``DS_BYTES``, at ``DQ_RECOMPUTE_CONFIG``)."""
     (bm, bn, warps, stages), (bm2, bn2, warps2, stages2) = config
+    bm3, bn3, warps3, stages3 = DQ_RECOMPUTE_CONFIG
+    pad = max(bm, bn, bm2, bn2)
     common = dict(lse_ptr="*fp32", delta_ptr="*fp32", cu_ptr="*i32", qk_scale="fp32", sm_scale="fp32", T="i32",
                   sq="i32", sk="i32", sv="i32")
-    rows = lambda r: f"tensordesc<bf16[{r}, {d}]>" if tma else "*bf16"  # noqa: E731
-    dkdv = dict(common, q_ptr=rows(bm), k_ptr="*bf16", v_ptr="*bf16", do_ptr=rows(bm), dk_ptr="*bf16", dv_ptr="*bf16")
-    dq = dict(common, q_ptr=rows(bm2), k_ptr=rows(bn2), v_ptr=rows(bn2), do_ptr=rows(bm2), dq_ptr="*bf16")
-    return {"dkdv": report(_compile(_bwd_dkdv, dkdv, dict(GROUP=group, D=d, BLOCK_M=bm, BLOCK_N=bn, TMA=tma), warps,
-                                    stages), warps),
-            "dq": report(_compile(_bwd_dq, dq, dict(GROUP=group, D=d, BLOCK_M=bm2, BLOCK_N=bn2, TMA=tma), warps2,
-                                  stages2), warps2)}
+    rows = lambda r, w=d: f"tensordesc<bf16[{r}, {w}]>" if tma else "*bf16"  # noqa: E731
+    dkdv = dict(common, q_ptr=rows(bm), k_ptr="*bf16", v_ptr="*bf16", do_ptr=rows(bm), dk_ptr="*bf16", dv_ptr="*bf16",
+                s_ds="i32", ds_rows="i32")
+    dq = dict(common, q_ptr=rows(bm3), k_ptr=rows(bn3), v_ptr=rows(bn3), do_ptr=rows(bm3), dq_ptr="*bf16")
+    dq_ds = dict(ds_ptr=rows(bm2, bn2), k_ptr=rows(bn2), dq_ptr="*bf16", cu_ptr="*i32", sm_scale="fp32", sq="i32",
+                 sk="i32", s_ds="i32", ds_rows="i32")
+    kv = dict(GROUP=group, D=d, BLOCK_M=bm, BLOCK_N=bn, TMA=tma, PAD=pad)
+    return {"dkdv_ds": report(_compile(_bwd_dkdv, dict(dkdv, ds_ptr=rows(bm, bn)), dict(kv, WRITE_DS=True), warps,
+                                       stages), warps),
+            "dq_ds": report(_compile(_bwd_dq_ds, dq_ds, dict(GROUP=group, D=d, BLOCK_M=bm2, BLOCK_N=bn2, TMA=tma,
+                                                             PAD=pad), warps2, stages2), warps2),
+            "dkdv": report(_compile(_bwd_dkdv, dict(dkdv, ds_ptr="*bf16"), dict(kv, WRITE_DS=False), warps, stages),
+                           warps),
+            "dq": report(_compile(_bwd_dq, dq, dict(GROUP=group, D=d, BLOCK_M=bm3, BLOCK_N=bn3, TMA=tma), warps3,
+                                  stages3), warps3)}
 
 
 def mma(kernel) -> dict:

@@ -192,7 +192,8 @@ def decode(res, block_size: int = 16):
     res["decode"] = out
 
 
-TRAIN_SHAPES = {"1.7b": (8, 2048, 16, 8), "8b": (8, 4096, 32, 8)}  # (batch, sequence, Hq, Hkv), D = 128
+# (batch, sequence, Hq, Hkv), D = 128; "8b_2k": the training step benchmark's 8B batch (train_step.py)
+TRAIN_SHAPES = {"1.7b": (8, 2048, 16, 8), "8b_2k": (8, 2048, 32, 8), "8b": (8, 4096, 32, 8)}
 
 
 def train(res):
@@ -234,10 +235,16 @@ def train(res):
                                                                      "vs_sdpa": t / base["fwd_ms"]}
         qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
         want = None
-        for bc, tma in [(bc, True) for bc in attn.BWD_CANDIDATES] + [(attn.BWD_CONFIG, False)]:
+        kept_ds = attn.DS_BYTES
+        # every candidate with TMA loads and dS kept (the defaults); the default with pointer loads, and with dQ
+        # recomputing dS ("recompute": the path past DS_BYTES, bitwise the same gradients)
+        runs = [(bc, True, "") for bc in attn.BWD_CANDIDATES] + [(attn.BWD_CONFIG, False, " pointer"),
+                                                                  (attn.BWD_CONFIG, True, " recompute")]
+        for bc, tma, label in runs:
             def fb(bc=bc, tma=tma):
                 o = attn.varlen_attention(qg, kg, vg, cu, SCALE, bwd_config=bc, tma=tma)
                 return torch.autograd.grad(o, [qg, kg, vg], do)
+            attn.DS_BYTES = 0 if label == " recompute" else kept_ds
             try:
                 got = fb()
                 again = fb()
@@ -245,13 +252,15 @@ def train(res):
                 continue
             want = want or got
             entry = {"run_to_run": all(torch.equal(a, b) for a, b in zip(got, again)),
-                     "rel_diff_vs_first": max(rel_err(a, b) for a, b in zip(got, want))}
+                     "rel_diff_vs_first": max(rel_err(a, b) for a, b in zip(got, want)),
+                     "equal_to_first": all(torch.equal(a, b) for a, b in zip(got, want))}
             entry["ms"] = bench(fb, warmup=3, rep=20)
             entry["vs_sdpa"] = entry["ms"] / base["fwd_bwd_ms"]
-            row["fwd_bwd"][str(bc) + ("" if tma else " pointer")] = entry
-            log(f"train {name} fwd+bwd {bc}{'' if tma else ' pointer'}: {entry['ms']:.3f} ms "
-                f"({entry['vs_sdpa']:.2f}x SDPA), "
-                f"run to run {entry['run_to_run']}, rel diff {entry['rel_diff_vs_first']:.1e}")
+            row["fwd_bwd"][str(bc) + label] = entry
+            log(f"train {name} fwd+bwd {bc}{label}: {entry['ms']:.3f} ms "
+                f"({entry['vs_sdpa']:.2f}x SDPA), run to run {entry['run_to_run']}, "
+                f"rel diff {entry['rel_diff_vs_first']:.1e}, bitwise the first {entry['equal_to_first']}")
+        attn.DS_BYTES = kept_ds
         best_f = min(row["fwd"], key=lambda c: row["fwd"][c]["ms"])
         best_b = min(row["fwd_bwd"], key=lambda c: row["fwd_bwd"][c]["ms"])
         log(f"train {name}: SDPA {row['sdpa']}; fwd default {row['fwd'][str(TRAIN_CONFIG)]['ms']:.3f} ms, "

@@ -30,8 +30,11 @@ the same per element with the operands swapped)
     16 and 32 (another MMA instruction) -- so paged BLOCK_M is at least 64.
 
 Backward (deterministic, no atomics): ``delta = rowsum(o * do)``; one kernel per KV tile and KV
-head walks the group's query heads in order and their query tiles in order (dK, dV); another per
-query tile and head walks the key tiles in order (dQ). fp32 accumulation, one rounding.
+head walks the group's query heads in order and their query tiles in order (dK, dV) and stores
+each tile's dS, rounded as its dK dot reads it; another per query tile and head walks the key
+tiles in order, dQ += dS @ K -- one dot a tile from the kept dS. Where dS would take more than
+``DS_BYTES``, dQ's kernel recomputes it from q, k, v and dO instead (three dots a tile): the same
+dS, the same dots in the same order, so the same bits (tests). fp32 accumulation, one rounding.
 
 Loads: on the GPU the training kernels read q, k, v and dO by TMA (2-D descriptors over the
 packed batch, ``_rows_tile``), else by masked pointer loads; the same bits either way (tests).
@@ -59,11 +62,16 @@ PAGED_CONFIG = (64, 4, 3, 5)
 # Backward: (BLOCK_M query rows, BLOCK_N keys, num_warps, num_stages) of the dK/dV kernel and of the dQ kernel. A
 # backward promises determinism, not invariance, so its tiles are free: a candidate changes dK/dV/dQ's bits (never
 # the forward's), and each is checked run to run and against float64 (tests/ops/triton, attention_sweep.py --train).
-BWD_CONFIG = ((64, 64, 4, 2), (64, 64, 4, 2))
-# For sm_90 the dK/dV default builds 255 registers and spills 128 bytes; dQ 226, none spilled.
-BWD_CANDIDATES = [BWD_CONFIG, ((64, 128, 8, 2), (64, 64, 4, 2)), ((64, 64, 8, 2), (64, 64, 4, 2)),
-                  ((64, 64, 4, 2), (128, 64, 8, 2)), ((64, 64, 4, 3), (64, 64, 4, 3)),
-                  ((128, 64, 8, 2), (64, 64, 8, 2))]
+BWD_CONFIG = ((64, 64, 4, 2), (128, 64, 4, 3))
+# dQ when it recomputes dS (past DS_BYTES): the same dots as from the kept dS (key tiles of 64, rows on wgmma's M
+# side), so the same bits
+DQ_RECOMPUTE_CONFIG = (64, 64, 4, 2)
+# For sm_90 (``attention_sass.py --backward``) the dK/dV default, storing dS by TMA, builds 255 registers, spills 64
+# bytes and takes 115 KB of shared memory (2 programs an SM); dQ from kept dS 226 registers, 98 KB, none spilled.
+# (Session 23 dropped dK/dV (64, 128, 8, 2) and (64, 64, 8, 2): 2.95-3.28x and 1.84-1.92x cuDNN's forward + backward
+# at the 1.7B and 8B shapes, against the default's 1.23-1.28x.)
+BWD_CANDIDATES = [BWD_CONFIG, ((64, 64, 4, 2), (64, 64, 4, 2)), ((64, 64, 4, 3), (64, 64, 4, 3)),
+                  ((128, 64, 8, 2), (64, 64, 8, 2)), ((64, 64, 4, 2), (64, 64, 4, 4))]
 # The tuning spaces the H200 sweep times (BLOCK_M >= 64 only); tests/gpu proves each gives the bits above, by
 # TMA and by pointer loads. What Triton 3.6 builds for sm_90 (shared memory; programs an SM, at most 113 KB each
 # for two): training (64, 4, 2) 82 KB, 2; (64, 4, 3) 114 KB, 1 (the row-sum operand's 2 KB put it over);
@@ -76,6 +84,11 @@ TRAIN_CANDIDATES = [(64, 4, 2), (64, 4, 3), (128, 8, 2), (128, 8, 3), (64, 4, 4)
 # programs an SM, 180-188 registers at 4 warps, 127 at 8; swap_stages 7 137 KB, 1.
 PAGED_CANDIDATES = [(64, 4, 3, 5), (64, 4, 2, 5), (64, 4, 4, 5), (64, 4, 3, 3), (64, 4, 3, 6), (64, 8, 3, 5),
                     (64, 8, 2, 5), (64, 4, 3, 7), (128, 8, 2, 5)]
+# The backward keeps the scores' gradient dS (input dtype, a [T + sequences x pad, max_len] plane a query head) when
+# all heads' fit in this many bytes: written by the dK/dV kernel and read by dQ's, which then needs one dot a tile
+# instead of three (H200, session 23: attention forward + backward 1.11x cuDNN's time, from 1.24x, at 8 x 2048 tokens
+# with the 1.7B and the 8B heads). 8 x 2048 tokens at 32 query heads need 2.2 GB; past the cap, dQ recomputes dS.
+DS_BYTES = 4 << 30
 LOG2E = 1.4426950408889634
 SWAP_N = 16                 # paged: a request of <= 16 (token, group head) rows runs them on the dots' N side
 
@@ -321,15 +334,16 @@ def _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale, CAUSAL: tl.cons
 
 
 @triton.jit
-def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_ptr, qk_scale, sm_scale, T,
-              sq, sk, sv, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              TMA: tl.constexpr):
+def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_ptr, ds_ptr, qk_scale, sm_scale, T,
+              sq, sk, sv, s_ds, ds_rows, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr, TMA: tl.constexpr, WRITE_DS: tl.constexpr, PAD: tl.constexpr):
     """dK and dV of a key block (grid: key block, sequence, KV head; the first blocks walk the most
     query tiles and start first); v read at its own token stride ``sv``, dv stored at dk's. (A
     transposed form -- keys on the dots' M side, P^T and dS^T as register operands, the tiles past
     the diagonal unmasked -- measured slower in the 1.7B training step: 27.8 against 20.9 ms a
     step, spilling 488 bytes for sm_90 against this form's 128.) TMA: q and dO are descriptors.
-    The key block is read once, by pointers."""
+    The key block is read once, by pointers. WRITE_DS: also store each
+    tile's dS, rounded as dK's dot reads it, for ``_bwd_dq_ds`` (``_ds_base``; by TMA when TMA)."""
     pid_n, seq, kvh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(cu_ptr + seq)
     L = tl.load(cu_ptr + seq + 1) - start
@@ -351,8 +365,16 @@ def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, c
                 q, do, lse, delta = _bwd_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, start, m0, rm, row_ok, sq, h, T, D,
                                               TMA)
                 p, ds = _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale, True)
+                ds = ds.to(q.dtype)
+                if WRITE_DS:
+                    base = _ds_base(h, seq, start, ds_rows, PAD)
+                    if TMA:  # the whole tile: its rows past the sequence are in this sequence's padding
+                        ds_ptr.store([base + m0, pid_n * BLOCK_N], ds)
+                    else:
+                        tl.store(ds_ptr + (base + rm).to(tl.int64)[:, None] * s_ds + rn[None, :], ds,
+                                 mask=row_ok[:, None])
                 dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
-                dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk)
+                dk = tl.dot(tl.trans(ds), q, dk)
         tl.store(dk_ptr + kv_off, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=key_ok[:, None])
         tl.store(dv_ptr + kv_off, dv.to(dv_ptr.dtype.element_ty), mask=key_ok[:, None])
 
@@ -396,6 +418,56 @@ def _bwd_dq(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_ptr, qk_
         tl.store(dq_ptr + q_off, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
+@triton.jit
+def _ds_base(h, seq, start, ds_rows, PAD: tl.constexpr):
+    """The kept dS's row of query head h, token 0 of the sequence starting at token ``start``: a
+    plane of ``ds_rows`` = T + sequences x PAD rows a head, each sequence's rows PAD after the last
+    one's end (columns: key positions), so its last query tile, rounded up to PAD rows, is its own."""
+    return h * ds_rows + start + seq * PAD
+
+
+@triton.jit
+def _bwd_dq_ds(ds_ptr, k_ptr, dq_ptr, cu_ptr, sm_scale, sq, sk, s_ds, ds_rows, GROUP: tl.constexpr,
+               D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr, PAD: tl.constexpr):
+    """``_bwd_dq`` from the dS that ``_bwd_dkdv`` stored: the same
+    dots of the same dS and K tiles in the same key order, without recomputing P and dP. A diagonal
+    tile's dS is zeroed past the diagonal (``_bwd_dkdv`` wrote no rows of a query tile that ends
+    before its key block); rows past the sequence are never stored. TMA: ds and k are descriptors."""
+    pid_m, seq, h = tl.num_programs(0) - 1 - tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    kvh = h // GROUP
+    start = tl.load(cu_ptr + seq)
+    L = tl.load(cu_ptr + seq + 1) - start
+    row0 = pid_m * BLOCK_M
+    if row0 < L:
+        rm = row0 + tl.arange(0, BLOCK_M)
+        rd = tl.arange(0, D)
+        row_ok = rm < L
+        base = _ds_base(h, seq, start, ds_rows, PAD)
+        dq = tl.zeros((BLOCK_M, D), tl.float32)
+        interior = row0 // BLOCK_N * BLOCK_N
+        for n0 in range(0, interior, BLOCK_N):  # key tiles every row sees, then the diagonal's
+            rn = n0 + tl.arange(0, BLOCK_N)
+            k = _rows_tile(k_ptr, start, n0, rn, rn < L, sk, kvh * D, D, TMA)
+            dq = tl.dot(_rows_tile(ds_ptr, base, row0, rm, row_ok, s_ds, n0, BLOCK_N, TMA), k, dq)
+        for n0 in range(interior, tl.minimum(row0 + BLOCK_M, L), BLOCK_N):
+            rn = n0 + tl.arange(0, BLOCK_N)
+            k = _rows_tile(k_ptr, start, n0, rn, rn < L, sk, kvh * D, D, TMA)
+            ds = _rows_tile(ds_ptr, base, row0, rm, row_ok, s_ds, n0, BLOCK_N, TMA)
+            dq = tl.dot(tl.where(rn[None, :] <= rm[:, None], ds, 0.0), k, dq)
+        q_off = (start + rm).to(tl.int64)[:, None] * sq + h * D + rd[None, :]
+        tl.store(dq_ptr + q_off, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+def keeps_ds(rows: int, width: int, heads: int, elem_size: int, dq_warps: int) -> bool:
+    """Whether the backward keeps dS: a [rows, width] plane a query head in the input dtype, all heads
+    at once, within ``DS_BYTES`` (else dQ recomputes it: kept in chunks of KV heads, the smaller
+    dK/dV grids measured slower than recomputing at 8 x 4096 tokens, 32/8 heads), and dQ's kernel
+    at 4 warps (one warpgroup). At 8 warps and 128 query rows Triton 3.6's build of ``_bwd_dq_ds``
+    gave other dQ bits run to run on the H200 (rows 48-55 and 64-71 of a tile, at random; none of
+    them read an unwritten element: ``benchmarks/triton/attention_ds_check.py``, session 23)."""
+    return dq_warps == 4 and heads * rows * width * elem_size <= DS_BYTES
+
+
 def _check_head_dim(d: int) -> None:
     if d < 16 or d & (d - 1):
         raise ValueError(f"triton attention: head_dim {d} must be a power of two >= 16")
@@ -407,6 +479,12 @@ def _rows_descs(rows: int, *xs: torch.Tensor) -> list:
     from triton.tools.tensor_descriptor import TensorDescriptor
     return [TensorDescriptor(x, [x.shape[0], x.shape[1] * x.shape[2]], [x.stride(0), 1], [rows, x.shape[2]])
             for x in xs]
+
+
+def _ds_descs(ds: torch.Tensor, *blocks: tuple[int, int]) -> list:
+    """TMA descriptors over the kept dS, one a tile shape (the dK/dV kernel's store, dQ's load)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    return [TensorDescriptor(ds, list(ds.shape), [ds.stride(0), 1], list(b)) for b in blocks]
 
 
 class _VarlenAttention(torch.autograd.Function):
@@ -450,19 +528,33 @@ class _VarlenAttention(torch.autograd.Function):
             n_seq = cu.numel() - 1
             (bm, bn, warps, stages), (bm2, bn2, warps2, stages2) = ctx.bwd_config
             tma = ctx.tma and tma_ok(do)
+            group = hq // hkv
+            # dS kept: a plane of `rows` (tokens, each sequence padded) x `width` (key positions) a query head
+            pad = max(bm, bn, bm2, bn2)
+            width, rows = triton.cdiv(ctx.max_len, pad) * pad, t + n_seq * pad
+            keep = keeps_ds(rows, width, hq, q.element_size(), warps2)
+            if not keep:  # dQ recomputes P and dS from q, k, v and dO
+                bm2, bn2, warps2, stages2 = DQ_RECOMPUTE_CONFIG
             if tma:
                 bind_cuda_context(q.device)  # autograd's device thread may have no context yet
-                q1, do1, q2, do2, k2, v2 = _rows_descs(bm, q, do) + _rows_descs(bm2, q, do) + _rows_descs(bn2, k, v)
+                q1, do1, k2 = _rows_descs(bm, q, do) + _rows_descs(bn2, k)
+                q2, do2, v2 = (None,) * 3 if keep else _rows_descs(bm2, q, do) + _rows_descs(bn2, v)
             else:
                 q1, do1, q2, do2, k2, v2 = q, do, q, do, k, v
+            ds = torch.empty(hq * rows, width, dtype=q.dtype, device=q.device) if keep else dk  # dk: an unused pointer
+            ds1, ds2 = _ds_descs(ds, (bm, bn), (bm2, bn2)) if keep and tma else (ds, ds)
             _bwd_dkdv[(triton.cdiv(ctx.max_len, bn), n_seq, hkv)](
-                q1, k, v, do1, *args, dk, dv, cu, ctx.scale * LOG2E, ctx.scale, t, q.stride(0), k.stride(0),
-                v.stride(0), GROUP=hq // hkv, D=d, BLOCK_M=bm, BLOCK_N=bn, TMA=tma, num_warps=warps,
-                num_stages=stages)
-            _bwd_dq[(triton.cdiv(ctx.max_len, bm2), n_seq, hq)](
-                q2, k2, v2, do2, *args, dq, cu, ctx.scale * LOG2E, ctx.scale, t, q.stride(0), k.stride(0),
-                v.stride(0), GROUP=hq // hkv, D=d, BLOCK_M=bm2, BLOCK_N=bn2, TMA=tma, num_warps=warps2,
-                num_stages=stages2)
+                q1, k, v, do1, *args, dk, dv, cu, ds1, ctx.scale * LOG2E, ctx.scale, t, q.stride(0), k.stride(0),
+                v.stride(0), width, rows, GROUP=group, D=d, BLOCK_M=bm, BLOCK_N=bn, TMA=tma, WRITE_DS=keep, PAD=pad,
+                num_warps=warps, num_stages=stages)
+            dq_launch = dict(GROUP=group, D=d, BLOCK_M=bm2, BLOCK_N=bn2, TMA=tma, num_warps=warps2, num_stages=stages2)
+            if keep:  # dQ is one dot a tile
+                _bwd_dq_ds[(triton.cdiv(ctx.max_len, bm2), n_seq, hq)](
+                    ds2, k2, dq, cu, ctx.scale, q.stride(0), k.stride(0), width, rows, PAD=pad, **dq_launch)
+            else:
+                _bwd_dq[(triton.cdiv(ctx.max_len, bm2), n_seq, hq)](
+                    q2, k2, v2, do2, *args, dq, cu, ctx.scale * LOG2E, ctx.scale, t, q.stride(0), k.stride(0),
+                    v.stride(0), **dq_launch)
         else:
             dq.zero_(), dk.zero_(), dv.zero_()
         return dq, dk, dv, None, None, None, None, None

@@ -620,6 +620,43 @@ def test_attention_backward_candidates_close_to_float64_and_deterministic(bwd):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_backward_kept_ds_is_the_recomputed_one(dtype, monkeypatch):
+    """dQ from the dS that the dK/dV kernel stored is bitwise dQ recomputed from q, k, v and dO
+    (the path past ``DS_BYTES``, its own ``DQ_RECOMPUTE_CONFIG``), and dK, dV do not change:
+    ragged sequences, GQA, every backward candidate (tile shapes and so the padding of dS's rows),
+    TMA and pointer loads. Under the interpreter a dot's sums follow the block shape (module
+    docstring), so there it checks the candidates whose dK/dV and dQ tiles agree, the recomputing
+    kernel running the same tiles."""
+    att, dt = _mod("attention"), getattr(torch, dtype)
+    g = torch.Generator().manual_seed(13)
+    lens = [1, 33, 64, 130, 200, 70]
+    t = sum(lens)
+    q, k, v = rand(g, t, HQ, D, dtype=dt), rand(g, t, HKV, D, dtype=dt), rand(g, t, HKV, D, dtype=dt)
+    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), device=DEV)
+    do = rand(g, t, HQ, D, dtype=dt)
+    kept = [c for c in att.BWD_CANDIDATES if c[1][2] == 4]  # dQ from kept dS runs at 4 warps only (keeps_ds)
+    same_tiles = [c for c in kept if c[0][:2] == c[1][:2]]
+    assert att.BWD_CONFIG in kept and same_tiles
+    assert not att.keeps_ds(1, 1, 1, 2, 8)
+    for cfg in kept if NATIVE else same_tiles:
+        if not NATIVE:
+            monkeypatch.setattr(att, "DQ_RECOMPUTE_CONFIG", cfg[1])
+        pad = max(cfg[0][:2] + cfg[1][:2])
+        rows, width = t + len(lens) * pad, -(-200 // pad) * pad  # each sequence padded; max_len 200 rounded up
+        need = HQ * rows * width * q.element_size()
+        for tma in ((False, True) if NATIVE else (False,)):
+            runs = {}
+            for name, cap in (("kept", need), ("recomputed", need - 1)):
+                monkeypatch.setattr(att, "DS_BYTES", cap)
+                assert att.keeps_ds(rows, width, HQ, q.element_size(), cfg[1][2]) == (name == "kept")
+                qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
+                o = att.varlen_attention(qr, kr, vr, cu, D ** -0.5, bwd_config=cfg, tma=tma)
+                runs[name] = torch.autograd.grad(o, [qr, kr, vr], do)
+            for grad, a, b in zip(("dq", "dk", "dv"), runs["kept"], runs["recomputed"]):
+                assert torch.equal(a, b), (cfg, tma, grad)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_attention_tma_loads_are_the_pointer_loads(dtype):
     """The GPU's default loads q, k, v and dO by TMA over the whole packed batch, so a tile that
     runs past its sequence holds the next sequence's rows (zeros only past the batch) where the
