@@ -638,6 +638,14 @@ def test_attention_backward_kept_ds_is_the_recomputed_one(dtype, monkeypatch):
     same_tiles = [c for c in kept if c[0][:2] == c[1][:2]]
     assert att.BWD_CONFIG in kept and same_tiles
     assert not att.keeps_ds(1, 1, 1, 2, 8)
+    launches = []
+
+    class Spy:  # counts the launches of dQ's kept-dS kernel
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return kernel[grid]
+    kernel = att._bwd_dq_ds
+    monkeypatch.setattr(att, "_bwd_dq_ds", Spy())
     for cfg in kept if NATIVE else same_tiles:
         if not NATIVE:
             monkeypatch.setattr(att, "DQ_RECOMPUTE_CONFIG", cfg[1])
@@ -651,7 +659,9 @@ def test_attention_backward_kept_ds_is_the_recomputed_one(dtype, monkeypatch):
                 assert att.keeps_ds(rows, width, HQ, q.element_size(), cfg[1][2]) == (name == "kept")
                 qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
                 o = att.varlen_attention(qr, kr, vr, cu, D ** -0.5, bwd_config=cfg, tma=tma)
+                launches.clear()
                 runs[name] = torch.autograd.grad(o, [qr, kr, vr], do)
+                assert len(launches) == (name == "kept"), (cfg, name, launches)
             for grad, a, b in zip(("dq", "dk", "dv"), runs["kept"], runs["recomputed"]):
                 assert torch.equal(a, b), (cfg, tma, grad)
 
