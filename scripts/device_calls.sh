@@ -36,6 +36,9 @@
 #                                              # whole 8B model's training step profiled (rlk, Liger) (carry .wheels)
 #   CALL=ds_final bash scripts/device_calls.sh # the kept-dS bitwise tests natively, the whole 8B model's training step
 #                                              # profiled (rlk, Liger) (carry .wheels)
+#   CALL=halves bash scripts/device_calls.sh   # the row-parallel matmul with 2 K-groups and h0 stashed against cuBLAS and
+#                                              # today's 8 groups (matmul_halves_probe.py), then CUDA vLLM suite
+#                                              # configurations not yet run under contract 4 (carry .vllm-cuda)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
 #                                              # with graphs up to 2048 tokens (its default) and 512 (vLLM's)
 #                                              # (carry .vllm-cuda)
@@ -117,6 +120,11 @@ dscheck)
     part train_8b 200 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
         TRAIN_ARGS="--stacks rlk,liger --steps 6 --profile --limit 90"
     tail -14 "$ROOT_OUT/train_8b.log"
+    ;;
+halves)
+    part halves 240 PART=halves
+    part vllm_rest2 300 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
+        K="not tp2 and (compiled or default_block or weight_sync)" TEST_TIMEOUT=140
     ;;
 ds_final)
     part kept_ds_tests 150 PART=tests TESTS=tests/ops/triton/test_kernels.py \

@@ -10,6 +10,7 @@
 #                                              # paged decode at rollout shapes vs FA3; args -> matmul,
 #                                              # OPS_ARGS=--search -> ops_sweep: the RMSNorm backward tilings)
 #   PART=dscheck bash scripts/device_sweep.sh  # attention's kept dS against recomputed (NaN-filled buffer; DS_ARGS)
+#   PART=halves bash scripts/device_sweep.sh   # row-parallel matmul with 2 K-groups, h0 stashed (HALVES_ARGS)
 #   PART=fsdp   bash scripts/device_sweep.sh   # nvidia-h200-x2: FSDP2 checks over NCCL (rlk_models.testing.fsdp_check)
 #                                              # and one GRPO step TP=2 rollout + FSDP2 (rlk_models.testing.grpo_tp2)
 #   PART=grpo   bash scripts/device_sweep.sh   # the main job on the GPU: Qwen3-0.6B shape, SFT + rlk and stock GRPO
@@ -64,6 +65,10 @@ sweep)
     ;;
 dscheck)
     python3 benchmarks/triton/attention_ds_check.py ${DS_ARGS:-} 2>&1 | tee "$OUT/attention_ds_check.log" | tail -30
+    ;;
+halves)
+    python3 benchmarks/triton/matmul_halves_probe.py ${HALVES_ARGS:-} 2>&1 \
+        | tee "$OUT/matmul_halves_probe.log" | tail -20
     ;;
 fsdp)
     # a 2-layer Qwen3-8B-shaped checkpoint (triton backend); 2 ranks (NCCL), then 1 rank accumulating both

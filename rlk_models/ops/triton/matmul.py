@@ -437,7 +437,9 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     grouped = groups > 1
     # a split program folds one group or one whole half: the fused order's pieces (a run of 2 would
     # give (p0 + p1) + (p2 + p3) where the fold computes ((p0 + p1) + p2) + p3); int32 buffer offsets
-    split = int(launch.split) if grouped and launch.split in (1, HALF) and groups * m * n < 2 ** 31 else 0
+    # (and whole pieces: a split by halves of fewer than 4 groups, e.g. a probe's 2, runs fused)
+    split = (int(launch.split) if grouped and launch.split in (1, HALF) and groups % launch.split == 0
+             and groups * m * n < 2 ** 31 else 0)
     bm, bn, warps, stages = fitted_config(launch.config, a.element_size(), 4 if split else out.element_size(),
                                           accumulate, explicit)
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)

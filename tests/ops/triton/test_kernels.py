@@ -203,6 +203,40 @@ def test_matmul_row_parallel_adds_two_halves(split):
     assert mm.matmul(x, w, row_parallel=True, launch=lc, tma=False).item() == 2.0 ** 24 + 2
 
 
+
+def test_matmul_two_groups_split_by_halves_runs_fused():
+    """A split by halves needs whole halves of 4 groups; asked of 2 groups (what
+    benchmarks/triton/matmul_halves_probe.py compares against) it runs the fused form, the same
+    bits, instead of a split into zero pieces."""
+    mm = _mod("matmul")
+    g = torch.Generator().manual_seed(21)
+    x, w = bitwise_data(g, 33, 256), bitwise_data(g, 48, 256)
+    fused = mm.mm(x, w, groups=2, launch=mm.Launch((16, 32, 4, 2)), tma=False)
+    assert torch.equal(mm.mm(x, w, groups=2, launch=mm.Launch((16, 32, 4, 2), split=mm.HALF), tma=False), fused)
+    assert torch.equal(fused, mm.mm(x, w, groups=2, launch=mm.Launch((16, 32, 4, 2), split=1), tma=False))
+
+
+def test_matmul_halves_probe_is_two_groups():
+    """benchmarks/triton/matmul_halves_probe.py's kernel (h0 stashed, one accumulator) computes
+    ``mm(..., groups=2)``: ragged M and N, two tile shapes."""
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[3] / "benchmarks"
+    sys.path[:0] = [str(bench / "triton"), str(bench)]
+    try:
+        probe = importlib.import_module("matmul_halves_probe")
+    finally:
+        del sys.path[:2]
+    mm = _mod("matmul")
+    g = torch.Generator().manual_seed(22)
+    x, w = bitwise_data(g, 200, 512), bitwise_data(g, 384 if NATIVE else 192, 512)
+    if NATIVE:
+        x, w = x.bfloat16(), w.bfloat16()
+    want = mm.mm(x, w, groups=2)
+    for config in ((64, 128, 4, 2), (128, 256, 8, 3)) if NATIVE else ((64, 128, 4, 2),):
+        assert torch.equal(probe.halves_stash(x, w, config), want), config
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("k", [64, 72, 200, 1024])
 def test_matmul_close_to_float64(dtype, k):
