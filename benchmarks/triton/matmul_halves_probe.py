@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench_graph, info, log, save  # noqa: E402
 from matmul_sweep import SHAPES  # noqa: E402
 
-from rlk_models.ops.triton.matmul import k_groups, mm  # noqa: E402
+from rlk_models.ops.triton.matmul import _tile_coords, k_groups, mm  # noqa: E402
 from rlk_models.ops.triton.utils import BLOCK_K, fit_stages  # noqa: E402
 
 
@@ -44,12 +44,8 @@ def _halves_stash_kernel(a_desc, b_desc, c_desc, stash_ptr, M, N, K, BLOCK_M: tl
     same accumulator, y = (0 + h0) + h1. In two column halves, so that a stash half and the whole
     accumulator are the most in registers at once. (A persistent tile loop spilled 512 bytes at
     128 x 256 for sm_90; this form builds 169 registers, none spilled.)"""
-    num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     tile = tl.program_id(0)
-    in_group = GROUP_M * num_pid_n
-    first_m = (tile // in_group) * GROUP_M
-    size_m = min(num_pid_m - first_m, GROUP_M)
-    pid_m, pid_n = first_m + (tile % size_m), (tile % in_group) // size_m
+    pid_m, pid_n = _tile_coords(tile, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     half = K // 2
     base = stash_ptr + tile.to(tl.int64) * BLOCK_M * BLOCK_N
     slot_lo = base + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N // 2)[None, :]

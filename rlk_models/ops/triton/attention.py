@@ -433,16 +433,9 @@ def _bwd_dq_ds(ds_ptr, k_ptr, dq_ptr, cu_ptr, sm_scale, sq, sk, s_ds, ds_rows, G
     dots of the same dS and K tiles in the same key order, without recomputing P and dP. A diagonal
     tile's dS is zeroed past the diagonal (``_bwd_dkdv`` wrote no rows of a query tile that ends
     before its key block); rows past the sequence are never stored. TMA: ds and k are descriptors."""
-    pid_m, seq, h = tl.num_programs(0) - 1 - tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    kvh = h // GROUP
-    start = tl.load(cu_ptr + seq)
-    L = tl.load(cu_ptr + seq + 1) - start
-    row0 = pid_m * BLOCK_M
+    start, L, h, kvh, row0, rm, rd, row_ok = _query_block(cu_ptr, GROUP, D, BLOCK_M)
     if row0 < L:
-        rm = row0 + tl.arange(0, BLOCK_M)
-        rd = tl.arange(0, D)
-        row_ok = rm < L
-        base = _ds_base(h, seq, start, ds_rows, PAD)
+        base = _ds_base(h, tl.program_id(1), start, ds_rows, PAD)
         dq = tl.zeros((BLOCK_M, D), tl.float32)
         interior = row0 // BLOCK_N * BLOCK_N
         for n0 in range(0, interior, BLOCK_N):  # key tiles every row sees, then the diagonal's
