@@ -18,6 +18,8 @@ gradients). The micro-batches are fixed variable-length sequences (``micro_batch
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import gc
 import json
 import os
 import tempfile
@@ -39,12 +41,22 @@ def _packed(seqs: list[torch.Tensor], device) -> tuple[torch.Tensor, torch.Tenso
     return torch.cat(seqs).to(device), cu
 
 
+def _grads(model, micro: list[list[torch.Tensor]], device) -> dict[str, torch.Tensor]:
+    """Full fp32 gradients of ``-sum(token log-probs)``, the micro-batches accumulated in order."""
+    model.zero_grad(set_to_none=True)
+    for b in micro:
+        loss = -model.ops.token_sum(model.packed_token_logprobs(*_packed(b, device)))
+        loss.backward()
+    return {n: p.grad.full_tensor().float().cpu() for n, p in model.named_parameters()}
+
+
 def run(rank: int, world: int, ckpt: str, out: str, accumulate: int = 1, init: str | None = None) -> None:
     from transformers import AutoModelForCausalLM
 
     import rlk_models  # noqa: F401  (Auto classes)
     from rlk_models.training.fsdp import fully_shard_model
 
+    faulthandler.enable(all_threads=True)  # a native abort prints every thread's Python stack
     cuda = torch.cuda.is_available()
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', rank))}") if cuda else torch.device("cpu")
     if cuda:
@@ -67,14 +79,7 @@ def run(rank: int, world: int, ckpt: str, out: str, accumulate: int = 1, init: s
                                    ref.packed_token_logprobs(*_packed(b, device))) for b in mine)
         del ref
 
-        def grads() -> dict[str, torch.Tensor]:
-            model.zero_grad(set_to_none=True)
-            for b in mine:  # micro-batches in order, gradients accumulated
-                loss = -model.ops.token_sum(model.packed_token_logprobs(*_packed(b, device)))
-                loss.backward()
-            return {n: p.grad.full_tensor().float().cpu() for n, p in model.named_parameters()}
-
-        g1, g2 = grads(), grads()
+        g1, g2 = _grads(model, mine, device), _grads(model, mine, device)
         run_to_run = all(torch.equal(g1[n], g2[n]) for n in g1)
         flags = torch.tensor([int(same), int(run_to_run)], device=device)
         dist.all_reduce(flags, op=dist.ReduceOp.MIN)
@@ -85,6 +90,12 @@ def run(rank: int, world: int, ckpt: str, out: str, accumulate: int = 1, init: s
                 "world": world, "accumulate": accumulate, "device": device.type,
                 "forward_equals_bf16_model": bool(flags[0]), "grads_run_to_run": bool(flags[1]),
                 "micro_batch_tokens": [sum(len(s) for s in b) for b in batches]}, indent=1))
+        # Teardown in a fixed order, every rank together: no rank closes its gloo/NCCL pairs while
+        # another still runs, and the sharded model and mesh (which hold the process group) go
+        # while the interpreter is whole rather than in its finalization.
+        dist.barrier()
+        del model, mesh
+        gc.collect()
     finally:
         dist.destroy_process_group()
 
