@@ -36,6 +36,13 @@ class DenseKernels:
     silu_mul_backward: Callable
 
 
+def _shaped(t: torch.Tensor, *shape: int) -> torch.Tensor:
+    """``t`` as ``shape`` (same elements, contiguous): ``t`` itself where the shape is already that,
+    so that a 2-D op's output is not a view. (FSDP2 warns on a wrapped module returning a view --
+    an in-place op on one would skip its pre-backward hook -- and the decoder is 2-D throughout.)"""
+    return t if t.shape == shape else t.view(shape)
+
+
 def dense_ops(k: DenseKernels) -> tuple[Callable, Callable, Callable]:
     """``(linear, silu_mul, silu_mul_linear)`` of a backend from its ``DenseKernels``."""
 
@@ -50,13 +57,13 @@ def dense_ops(k: DenseKernels) -> tuple[Callable, Callable, Callable]:
             x2 = x.reshape(-1, x.shape[-1]).contiguous()
             ctx.save_for_backward(x2, w, b)
             ctx.x_shape = x.shape
-            return k.linear(x2, w, b, out_dtype, row_parallel).reshape(*x.shape[:-1], w.shape[0])
+            return _shaped(k.linear(x2, w, b, out_dtype, row_parallel), *x.shape[:-1], w.shape[0])
 
         @staticmethod
         def backward(ctx, dy):
             x2, w, b = ctx.saved_tensors
             dy2 = k.grad_output(dy.reshape(-1, w.shape[0]), x2.dtype)
-            dx = k.grad_input(dy2, w, x2.dtype).reshape(ctx.x_shape) if ctx.needs_input_grad[0] else None
+            dx = _shaped(k.grad_input(dy2, w, x2.dtype), *ctx.x_shape) if ctx.needs_input_grad[0] else None
             return dx, *grads(dy2, x2, w, b, ctx.needs_input_grad[1], ctx.needs_input_grad[2]), None, None
 
     class _SiluMul(torch.autograd.Function):
@@ -65,13 +72,13 @@ def dense_ops(k: DenseKernels) -> tuple[Callable, Callable, Callable]:
             gu2 = gate_up.reshape(-1, gate_up.shape[-1]).contiguous()
             ctx.save_for_backward(gu2)
             ctx.shape = gate_up.shape
-            return k.silu_mul(gu2).view(*gate_up.shape[:-1], gate_up.shape[-1] // 2)
+            return _shaped(k.silu_mul(gu2), *gate_up.shape[:-1], gate_up.shape[-1] // 2)
 
         @staticmethod
         def backward(ctx, dy):
             (gu2,) = ctx.saved_tensors
             dy2 = dy.reshape(gu2.shape[0], gu2.shape[1] // 2).contiguous()
-            return k.silu_mul_backward(gu2, dy2, False)[0].view(ctx.shape)
+            return _shaped(k.silu_mul_backward(gu2, dy2, False)[0], *ctx.shape)
 
     class _SiluMulLinear(torch.autograd.Function):
         @staticmethod
@@ -80,7 +87,7 @@ def dense_ops(k: DenseKernels) -> tuple[Callable, Callable, Callable]:
             act = k.silu_mul(gu2)
             ctx.save_for_backward(gu2, w, b, *((act,) if keep_act else ()))
             ctx.shape = gate_up.shape
-            return k.linear(act, w, b, act.dtype, True).reshape(*gate_up.shape[:-1], w.shape[0])
+            return _shaped(k.linear(act, w, b, act.dtype, True), *gate_up.shape[:-1], w.shape[0])
 
         @staticmethod
         def backward(ctx, dy):
@@ -94,7 +101,7 @@ def dense_ops(k: DenseKernels) -> tuple[Callable, Callable, Callable]:
             if need_w and act is None:
                 act = k.silu_mul(gu2)
             dw, db = grads(dy2, act, w, b, need_w, need_b)
-            return (dgu.view(ctx.shape) if dgu is not None else None), dw, db, None
+            return (_shaped(dgu, *ctx.shape) if dgu is not None else None), dw, db, None
 
     def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                out_dtype: torch.dtype | None = None, row_parallel: bool = False) -> torch.Tensor:
