@@ -1,6 +1,7 @@
 """The matmul's TMA kernel compiled for the H200 (sm_90) on any machine, no GPU needed: per launch
 form a hash of its machine code (SASS), registers, spill stack, shared memory, and the number of
-loops left in its TTGIR after Triton's loop-nest fusion and pipelining.
+loops left in its TTGIR after Triton's loop-nest fusion and pipelining, and whether ptxas serialized
+its wgmma pipeline (``wgmma_serialized``: ptxas's reasons; empty when the wgmmas overlap).
 
 What it is for: a kernel refactor that must not change the defaults shows the same SASS hashes
 before and after (run it on both commits and diff the JSON); a new form shows whether the compiler
@@ -66,6 +67,20 @@ def compile_form(launch: Launch, groups: int, a_km: bool = False, b_kn: bool = F
     return triton.compile(src, target=TARGET, options=dict(num_warps=warps, num_stages=stages))
 
 
+def wgmma_serialized(kernel) -> list[str]:
+    """What ptxas says when it serializes the kernel's wgmma pipeline (its "Potential Performance
+    Loss" notes, e.g. C7514: a non-wgmma instruction reads an in-flight wgmma's accumulator
+    registers). ptxas then waits after every wgmma in the function: the same bits, silently slower.
+    Triton does not show these notes, so the PTX is compiled again with ``-v``."""
+    ptxas = os.path.join(os.path.dirname(_cuobjdump()), "ptxas")
+    with tempfile.NamedTemporaryFile(suffix=".ptx", mode="w") as f:
+        f.write(kernel.asm["ptx"])
+        f.flush()
+        log = subprocess.run([ptxas, f"-arch=sm_{TARGET.arch}a", "-v", f.name, "-o", os.devnull], capture_output=True,
+                             text=True, check=True).stderr
+    return sorted(set(re.findall(r"\((C\d+)\) Potential Performance Loss: (.*?) in the function", log)))
+
+
 def describe(kernel) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
@@ -79,7 +94,8 @@ def describe(kernel) -> dict:
     reg, stack = (int(re.search(rf"{k}:(\d+)", usage).group(1)) for k in ("REG", "STACK"))
     return {"sass": hashlib.sha1("\n".join(code).encode()).hexdigest()[:12], "instructions": len(code),
             "registers": reg, "spill_stack_bytes": stack, "shared_bytes": kernel.metadata.shared,
-            "loops": kernel.asm["ttgir"].count("scf.for")}
+            "loops": kernel.asm["ttgir"].count("scf.for"),
+            "wgmma_serialized": [f"{code}: {why}" for code, why in wgmma_serialized(kernel)]}
 
 
 def forms() -> dict[str, tuple[Launch, int, dict]]:
