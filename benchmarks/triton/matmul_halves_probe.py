@@ -32,8 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench_graph, info, log, save  # noqa: E402
 from matmul_sweep import SHAPES  # noqa: E402
 
-from rlk_models.ops.triton.matmul import _tile_coords, k_groups, mm  # noqa: E402
+from rlk_models.ops.triton.matmul import _group_tma, _tile_coords, k_groups, mm  # noqa: E402
 from rlk_models.ops.triton.utils import BLOCK_K, fit_stages  # noqa: E402
+
+
+@triton.jit
+def _column_halves(acc, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A [BLOCK_M, BLOCK_N] tile as its left and right [BLOCK_M, BLOCK_N / 2] halves."""
+    return tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
 
 
 @triton.jit
@@ -41,28 +47,23 @@ def _halves_stash_kernel(a_desc, b_desc, c_desc, stash_ptr, M, N, K, BLOCK_M: tl
                          BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """One tile a program: the first half's K chain, stashed in the tile's fp32 slot (``stash_ptr``:
     [tiles, BLOCK_M, BLOCK_N]; read back moments later, from L2), then the second half's chain in the
-    same accumulator, y = (0 + h0) + h1. In two column halves, so that a stash half and the whole
-    accumulator are the most in registers at once. (A persistent tile loop spilled 512 bytes at
-    128 x 256 for sm_90; this form builds 169 registers, none spilled.)"""
+    same accumulator, y = (0 + h0) + h1. Each chain is ``mm``'s own (``_group_tma``). In two column
+    halves, so that a stash half and the whole accumulator are the most in registers at once. (A
+    persistent tile loop spilled 512 bytes at 128 x 256 for sm_90; this form builds 169 registers,
+    none spilled.)"""
     tile = tl.program_id(0)
     pid_m, pid_n = _tile_coords(tile, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     half = K // 2
     base = stash_ptr + tile.to(tl.int64) * BLOCK_M * BLOCK_N
     slot_lo = base + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N // 2)[None, :]
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, half, BLOCK_K):
-        a = a_desc.load([pid_m * BLOCK_M, k0])
-        b = b_desc.load([pid_n * BLOCK_N, k0])
-        acc = tl.dot(a, b.T, acc)
-    lo, hi = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+    acc = _group_tma(a_desc, b_desc, pid_m, pid_n, 0, half, half, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32),
+                     False, False, BLOCK_M, BLOCK_N, BLOCK_K, False)
+    lo, hi = _column_halves(acc, BLOCK_M, BLOCK_N)
     tl.store(slot_lo, 0.0 + lo)
     tl.store(slot_lo + BLOCK_N // 2, 0.0 + hi)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(half, K, BLOCK_K):
-        a = a_desc.load([pid_m * BLOCK_M, k0])
-        b = b_desc.load([pid_n * BLOCK_N, k0])
-        acc = tl.dot(a, b.T, acc)
-    lo, hi = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+    acc = _group_tma(a_desc, b_desc, pid_m, pid_n, half, K, half, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32),
+                     False, False, BLOCK_M, BLOCK_N, BLOCK_K, False)
+    lo, hi = _column_halves(acc, BLOCK_M, BLOCK_N)
     c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], (tl.load(slot_lo) + lo).to(c_desc.dtype))
     c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2], (tl.load(slot_lo + BLOCK_N // 2) + hi)
                  .to(c_desc.dtype))

@@ -203,7 +203,6 @@ def test_matmul_row_parallel_adds_two_halves(split):
     assert mm.matmul(x, w, row_parallel=True, launch=lc, tma=False).item() == 2.0 ** 24 + 2
 
 
-
 def test_matmul_two_groups_split_by_halves_runs_fused():
     """A split by halves needs whole halves of 4 groups; asked of 2 groups (what
     benchmarks/triton/matmul_halves_probe.py compares against) it runs the fused form, the same
@@ -236,6 +235,7 @@ def test_matmul_halves_probe_is_two_groups():
     want = mm.mm(x, w, groups=2)
     for config in ((64, 128, 4, 2), (128, 256, 8, 3)) if NATIVE else ((64, 128, 4, 2),):
         assert torch.equal(probe.halves_stash(x, w, config), want), config
+
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("k", [64, 72, 200, 1024])
