@@ -45,11 +45,16 @@ def built() -> dict:
     return _sass("attention_sass.py", "--backward")
 
 
+def _forward_kernels(built: dict) -> dict:
+    """Every training (TMA and pointer loads) and paged candidate, and the paged default at GROUP 1 and 16."""
+    return {**{f"training {c}": r for c, r in built["training"].items()},
+            **{f"training {c}, pointer loads": r for c, r in built["training_pointer_loads"].items()},
+            **{f"paged {c}": r for c, r in built["paged"].items()},
+            **{f"paged default, GROUP {g}": r for g, r in built["paged_default_by_group"].items()}}
+
+
 def test_every_candidate_builds_wgmma_only(built):
-    kernels = {**{f"training {c}": r for c, r in built["training"].items()},
-               **{f"training {c}, pointer loads": r for c, r in built["training_pointer_loads"].items()},
-               **{f"paged {c}": r for c, r in built["paged"].items()},
-               **{f"paged default, GROUP {g}": r for g, r in built["paged_default_by_group"].items()}}
+    kernels = _forward_kernels(built)
     assert len(kernels) >= 10
     bad = {name: (r["wgmma"], r["mma_sync"]) for name, r in kernels.items() if not r["wgmma"] or r["mma_sync"]}
     assert not bad, f"a tl.dot not built as wgmma (wgmma shapes, mma.sync count): {bad}"
@@ -61,10 +66,7 @@ def test_paged_default_runs_two_programs_an_sm_unspilled(built):
 
 
 def test_no_default_or_candidate_serializes_its_wgmmas(built):
-    kernels = {**{f"training {c}": r for c, r in built["training"].items()},
-               **{f"training {c}, pointer loads": r for c, r in built["training_pointer_loads"].items()},
-               **{f"paged {c}": r for c, r in built["paged"].items()},
-               **{f"paged default, GROUP {g}": r for g, r in built["paged_default_by_group"].items()},
+    kernels = {**_forward_kernels(built),
                **{f"backward {c} {k}": r for c, ks in built["backward"].items() for k, r in ks.items()}}
     assert len(kernels) >= 30
     serialized = {name: r["wgmma_serialized"] for name, r in kernels.items() if r["wgmma_serialized"]}
