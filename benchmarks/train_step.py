@@ -138,6 +138,7 @@ def stage_stack(a) -> dict:
            "warmup_s": round(warm_s, 1)}
     if a.profile and cuda:
         res["kernels"] = step_kernels(train_step)
+        res["forward_kernels"] = step_kernels(forward_only)  # the RL "old policy" pass
         res["split"] = step_split(model, loss_fn, ids)
     return res
 
@@ -202,7 +203,7 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/train_step")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--limit", type=float, default=400, help="seconds per stack process")
-    ap.add_argument("--profile", action="store_true", help="also one step's kernels per stack (torch.profiler)")
+    ap.add_argument("--profile", action="store_true", help="also one step's and one forward-only pass's kernels per stack (torch.profiler)")
     ap.add_argument("--stack")
     ap.add_argument("--model")
     a = ap.parse_args()

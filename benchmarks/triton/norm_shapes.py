@@ -1,0 +1,71 @@
+"""The decoder's three norm launches at a training step's size, each against the memory it must move:
+``add_rms_norm`` (residual add + hidden RMSNorm), the same without the add, and ``qk_norm_rope``
+(Qwen3's q/k norms + RoPE, read in place from the qkv rows), beside torch's add then ``F.rms_norm``
+and a plain copy of the same bytes (the bandwidth this GPU reaches). The 8B forward-only profile of
+session 25 put ``_rms_fwd`` at 28.3 ms for 109 launches (about 2x what the bytes need at copy speed);
+this says which launch is off.
+
+    python benchmarks/triton/norm_shapes.py --tokens 16384 --shapes 8b,1.7b
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import bench_graph, info, log, save  # noqa: E402
+
+from rlk_models.ops.triton.rms_norm import add_rms_norm, qk_norm_rope, rms_norm  # noqa: E402
+
+SHAPES = {"8b": (4096, 32, 8, 128), "1.7b": (2048, 16, 8, 128)}  # hidden, q heads, kv heads, head dim
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--shapes", default="8b,1.7b")
+    args = ap.parse_args()
+    dev, t = torch.device("cuda"), args.tokens
+    res = {"info": info(), "tokens": t, "rows": []}
+    log(res["info"])
+    g = torch.Generator(device=dev).manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, device=dev, generator=g).bfloat16()
+
+    for name in args.shapes.split(","):
+        hidden, hq, hkv, hd = SHAPES[name]
+        x, r, w = rand(t, hidden), rand(t, hidden), rand(hidden)
+        qkv = rand(t, (hq + 2 * hkv) * hd)
+        q = qkv[:, :hq * hd].view(t, hq, hd)
+        k = qkv[:, hq * hd:(hq + hkv) * hd].view(t, hkv, hd)
+        wq, wk = rand(hd), rand(hd)
+        pos = torch.arange(t, device=dev) % 2048
+        inv = 1.0 / (1e6 ** (torch.arange(0, hd, 2, device=dev).float() / hd))
+        ang = torch.arange(2048, device=dev).float()[:, None] * inv[None, :]
+        table = torch.cat([ang.cos(), ang.sin()], dim=-1)
+        big = rand(t, hidden * 2)
+        qk = (hq + hkv) * hd * t * 2  # bytes of q and k
+        cases = {  # name: (fn, bytes it must move)
+            "add_rms_norm": (lambda: add_rms_norm(x, r, w, 1e-6), 4 * x.numel() * 2),
+            "torch_add_then_rms_norm": (lambda: F.rms_norm(x + r, (hidden,), w, 1e-6), 5 * x.numel() * 2),
+            "rms_norm": (lambda: rms_norm(x, w, 1e-6), 2 * x.numel() * 2),
+            "torch_rms_norm": (lambda: F.rms_norm(x, (hidden,), w, 1e-6), 2 * x.numel() * 2),
+            "qk_norm_rope": (lambda: qk_norm_rope(q, k, wq, wk, 1e-6, pos, table), 2 * qk),
+            "copy_2_hidden": (lambda: big.clone(), 2 * big.numel() * 2),
+        }
+        for case, (fn, nbytes) in cases.items():
+            ms = bench_graph(fn)
+            row = {"shape": name, "case": case, "us": ms * 1e3, "tb_per_s": nbytes / ms / 1e9}
+            res["rows"].append(row)
+            log(f"{name:5} {case:24} {ms * 1e3:8.1f} us  {row['tb_per_s']:.2f} TB/s")
+    save("norm_shapes", res)
+
+
+if __name__ == "__main__":
+    main()
