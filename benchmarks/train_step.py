@@ -203,7 +203,8 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/train_step")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--limit", type=float, default=400, help="seconds per stack process")
-    ap.add_argument("--profile", action="store_true", help="also one step's and one forward-only pass's kernels per stack (torch.profiler)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also one step's and one forward-only pass's kernels per stack (torch.profiler)")
     ap.add_argument("--stack")
     ap.add_argument("--model")
     a = ap.parse_args()

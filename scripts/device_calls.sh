@@ -39,6 +39,10 @@
 #   CALL=halves bash scripts/device_calls.sh   # the row-parallel matmul with 2 K-groups and h0 stashed against cuBLAS and
 #                                              # today's 8 groups (matmul_halves_probe.py), then CUDA vLLM suite
 #                                              # configurations not yet run under contract 4 (carry .vllm-cuda)
+#   CALL=norms  bash scripts/device_calls.sh   # the norm launches at the 8B/1.7B step sizes (which of the three is off;
+#                                              # the q/k rotation in registers timed and checked), the norm/rope
+#                                              # tests natively, then the 8B step with both passes' kernels
+#                                              # profiled (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
 #                                              # with graphs up to 2048 tokens (its default) and 512 (vLLM's)
 #                                              # (carry .vllm-cuda)
@@ -120,6 +124,13 @@ dscheck)
     part train_8b 200 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
         TRAIN_ARGS="--stacks rlk,liger --steps 6 --profile --limit 90"
     tail -14 "$ROOT_OUT/train_8b.log"
+    ;;
+norms)
+    part norms 120 PART=norms
+    part norm_tests 150 PART=tests TESTS=tests/ops/triton/test_kernels.py K="rope or rms_norm" TEST_TIMEOUT=140
+    part train_8b 200 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
+        TRAIN_ARGS="--stacks rlk,liger --steps 4 --profile --limit 75"
+    tail -8 "$ROOT_OUT/train_8b.log"
     ;;
 halves)
     part halves 240 PART=halves

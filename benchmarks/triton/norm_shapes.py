@@ -3,7 +3,8 @@
 (Qwen3's q/k norms + RoPE, read in place from the qkv rows), beside torch's add then ``F.rms_norm``
 and a plain copy of the same bytes (the bandwidth this GPU reaches). The 8B forward-only profile of
 session 25 put ``_rms_fwd`` at 28.3 ms for 109 launches (about 2x what the bytes need at copy speed);
-this says which launch is off.
+this says which launch is off, and times the q/k rotation in registers (``ROPE_REGS``, a candidate)
+against the default's rotation of the stored row, checking the two bitwise.
 
     python benchmarks/triton/norm_shapes.py --tokens 16384 --shapes 8b,1.7b
 """
@@ -11,6 +12,7 @@ this says which launch is off.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
@@ -21,6 +23,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench_graph, info, log, save  # noqa: E402
 
 from rlk_models.ops.triton.rms_norm import add_rms_norm, qk_norm_rope, rms_norm  # noqa: E402
+
+NORM = importlib.import_module("rlk_models.ops.triton.rms_norm")  # the module (the package exports the function)
+
+
+def qk_norm_rope_in_registers(*a):
+    """``qk_norm_rope`` by the candidate ROPE_REGS (``rms_norm.ROPE_IN_REGISTERS``)."""
+    NORM.ROPE_IN_REGISTERS = True
+    try:
+        return qk_norm_rope(*a)
+    finally:
+        NORM.ROPE_IN_REGISTERS = False
 
 SHAPES = {"8b": (4096, 32, 8, 128), "1.7b": (2048, 16, 8, 128)}  # hidden, q heads, kv heads, head dim
 
@@ -57,8 +70,13 @@ def main() -> None:
             "rms_norm": (lambda: rms_norm(x, w, 1e-6), 2 * x.numel() * 2),
             "torch_rms_norm": (lambda: F.rms_norm(x, (hidden,), w, 1e-6), 2 * x.numel() * 2),
             "qk_norm_rope": (lambda: qk_norm_rope(q, k, wq, wk, 1e-6, pos, table), 2 * qk),
+            "qk_norm_rope_in_registers": (lambda: qk_norm_rope_in_registers(q, k, wq, wk, 1e-6, pos, table), 2 * qk),
             "copy_2_hidden": (lambda: big.clone(), 2 * big.numel() * 2),
         }
+        same = all(torch.equal(a, b) for a, b in zip(qk_norm_rope(q, k, wq, wk, 1e-6, pos, table),
+                                                       qk_norm_rope_in_registers(q, k, wq, wk, 1e-6, pos, table)))
+        res["rows"].append({"shape": name, "in_registers_equals_stored": same})
+        log(f"{name:5} qk_norm_rope in registers bitwise the stored rotation: {same}")
         for case, (fn, nbytes) in cases.items():
             ms = bench_graph(fn)
             row = {"shape": name, "case": case, "us": ms * 1e3, "tb_per_s": nbytes / ms / 1e9}

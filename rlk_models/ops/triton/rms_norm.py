@@ -31,6 +31,11 @@ import triton.language as tl
 from ..checks import check_add_rms_norm, check_rms_norm, check_rms_norm_rope
 from .rope import rope_backward, rotated_hi, rotated_lo
 
+# rms_norm_rope's rotation on the row in registers (``_rms_fwd``'s ROPE_REGS) instead of on its stored
+# copy: the same bits by construction (the interpreter tests run both); the default once the H200 times
+# it (benchmarks/triton/norm_shapes.py times both). A head whose D is not a power of two keeps the stored copy.
+ROPE_IN_REGISTERS = False
+
 
 def _block(d: int) -> tuple[int, int]:
     b = triton.next_power_of_2(d)
@@ -71,7 +76,7 @@ def _head_row(row, H, SX, D):
 @triton.jit
 def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D, H, SX, eps, HALF, w2_ptr, y2_ptr,
              rstd2_ptr, H1, ROWS: tl.constexpr, BLOCK_D: tl.constexpr, RES: tl.constexpr, ROPE: tl.constexpr,
-             BLOCK_HALF: tl.constexpr, TWO: tl.constexpr):
+             BLOCK_HALF: tl.constexpr, TWO: tl.constexpr, ROPE_REGS: tl.constexpr = False):
     """y = RMSNorm(x) of ROWS rows (y, r, s: contiguous rows of D), each reduced alone along the
     tile's D axis; x's row ``row`` is head ``row % H`` of token ``row // H``, at ``(row // H) * SX +
     (row % H) * D`` (H = 1, SX = D: plain rows; a [T, H, D] view of q or k inside the qkv
@@ -79,10 +84,12 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D
     stored (the residual stream's next value), and then the same code from the load on. ROPE: then
     y's stored rows are rotated in place by the rope kernel's ``rotated_lo``/``rotated_hi`` (halves
     read back after a barrier, the table row at the token's position), so y = rope(RMSNorm(x)) with
-    the two ops' rounding points. TWO: heads ``>= H1`` are a second tensor's (q's heads, then k's,
-    in one qkv row): their weight is w2 and their rows go to y2/rstd2 ([T, H - H1]), the others' to
-    y/rstd ([T, H1]) -- the same code per row (two tensors, not views of one buffer: a custom op's
-    outputs must not alias)."""
+    the two ops' rounding points. ROPE_REGS (D a power of two): the halves are taken apart in
+    registers instead (reshape, permute, split; no store, barrier and reload) -- the same values
+    through the same operations, so the same bits (a candidate until timed: ``ROPE_IN_REGISTERS``).
+    TWO: heads ``>= H1`` are a second tensor's (q's heads, then k's, in one qkv row): their weight
+    is w2 and their rows go to y2/rstd2 ([T, H - H1]), the others' to y/rstd ([T, H1]) -- the same
+    code per row (two tensors, not views of one buffer: a custom op's outputs must not alias)."""
     row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     row_ok = row < M
     cols = tl.arange(0, BLOCK_D)[None, :]  # 2-D from the start: one layout for x, w and y (no conversion)
@@ -104,9 +111,19 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D
     x = x.to(tl.float32)
     rstd = 1.0 / tl.sqrt_rn(tl.sum(x * x, axis=1) / D + eps)
     n = (x * rstd[:, None]).to(y_ptr.dtype.element_ty)
-    tl.store(y_row[:, None] + cols, n * w, mask=mask)
+    if ROPE and ROPE_REGS:  # the row's halves taken apart in registers (D = BLOCK_D = 2 * BLOCK_HALF), rotated, joined
+        x1, x2 = tl.split(tl.permute(tl.reshape(n * w, (ROWS, 2, BLOCK_HALF)), (0, 2, 1)))
+        x1, x2 = x1.to(tl.float32), x2.to(tl.float32)
+        j = tl.arange(0, BLOCK_HALF)[None, :]
+        at = tab_ptr + tl.load(pos_ptr + row // H, mask=row_ok, other=0).to(tl.int64)[:, None] * 2 * HALF + j
+        c = tl.load(at, mask=row_ok[:, None], other=0.0)
+        sn = tl.load(at + HALF, mask=row_ok[:, None], other=0.0)
+        y = tl.join(rotated_lo(x1, x2, c, sn).to(n.dtype), rotated_hi(x1, x2, c, sn).to(n.dtype))
+        tl.store(y_row[:, None] + cols, tl.reshape(tl.permute(y, (0, 2, 1)), (ROWS, BLOCK_D)), mask=mask)
+    else:
+        tl.store(y_row[:, None] + cols, n * w, mask=mask)
     tl.store(rstd_at, rstd, mask=row_ok)
-    if ROPE:
+    if ROPE and not ROPE_REGS:
         tl.debug_barrier()  # the normalised rows, stored by every thread, are read back in pairs
         j = tl.arange(0, BLOCK_HALF)[None, :]
         ok = row_ok[:, None] & (j < HALF)
@@ -285,6 +302,7 @@ def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None
                                           eps, d // 2, second[0] if second else w, y2, rstd2, h1, ROWS=rows,
                                           BLOCK_D=block, RES=res, ROPE=rope is not None,
                                           BLOCK_HALF=triton.next_power_of_2(max(1, d // 2)), TWO=second is not None,
+                                          ROPE_REGS=rope is not None and ROPE_IN_REGISTERS and d == block,
                                           num_warps=warps)
     return (y, rstd) if second is None else (y, rstd, y2, rstd2)
 
