@@ -35,6 +35,7 @@ def qk_norm_rope_in_registers(*a):
     finally:
         NORM.ROPE_IN_REGISTERS = False
 
+
 SHAPES = {"8b": (4096, 32, 8, 128), "1.7b": (2048, 16, 8, 128)}  # hidden, q heads, kv heads, head dim
 
 
