@@ -2,6 +2,9 @@
 --profile`` writes (``kernels.top``), summed by part, as one horizontal bar per run (PNG).
 
     python benchmarks/plot_train_step.py OUT.png LABEL=FILE.json:STACK [LABEL=FILE.json:STACK ...]
+
+``STACK/forward`` plots that stack's forward-only pass instead (``forward_kernels``, recorded by
+``train_step.py --profile`` since session 25).
 """
 
 from __future__ import annotations
@@ -43,11 +46,20 @@ def main() -> None:
     import matplotlib.pyplot as plt
 
     out, specs = sys.argv[1], sys.argv[2:]
-    runs = {}
+    runs, passes = {}, set()
     for spec in specs:
         label, rest = spec.split("=", 1)
         path, stack = rest.rsplit(":", 1)
-        runs[label] = json.load(open(path))[stack]
+        stack, _, which = stack.partition("/")
+        run = json.load(open(path))[stack]
+        passes.add("forward-only pass" if which == "forward" else "training step")
+        if which == "forward":
+            run = {"kernels": run["forward_kernels"], "tok_per_s": run["forward_tok_per_s"]}
+        elif which:
+            raise SystemExit(f"{spec}: /{which} is not a pass (only /forward)")
+        else:
+            run = {"kernels": run["kernels"], "tok_per_s": run["train_tok_per_s"]}
+        runs[label] = run
     fig, ax = plt.subplots(figsize=(8, 3.8))
     labels, left = list(runs), [0.0] * len(runs)
     for p in PARTS:
@@ -55,11 +67,11 @@ def main() -> None:
         ax.barh(labels, vals, left=left, label=p)
         left = [a + b for a, b in zip(left, vals)]
     for i, lb in enumerate(labels):
-        ax.text(left[i] + 3, i, f"{left[i]:.0f} ms, {runs[lb]['train_tok_per_s']:,} tok/s", va="center", fontsize=8)
+        ax.text(left[i] + 3, i, f"{left[i]:.0f} ms, {runs[lb]['tok_per_s']:,} tok/s", va="center", fontsize=8)
         print(lb, {p: round(v, 1) for p, v in by_part(runs[lb]).items()})
     ax.set_xlim(0, max(left) * 1.3)
     ax.invert_yaxis()
-    ax.set_xlabel("GPU kernel time of one training step (ms)")
+    ax.set_xlabel(f"GPU kernel time of one {' or one '.join(sorted(passes, reverse=True))} (ms)")
     ax.legend(ncol=3, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18))
     fig.tight_layout()
     fig.savefig(out, dpi=120)
