@@ -22,6 +22,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench_graph, info, log, save  # noqa: E402
 
+from rlk_models.ops import rope_table  # noqa: E402
 from rlk_models.ops.triton.rms_norm import add_rms_norm, qk_norm_rope, rms_norm  # noqa: E402
 
 NORM = importlib.import_module("rlk_models.ops.triton.rms_norm")  # the module (the package exports the function)
@@ -60,9 +61,7 @@ def main() -> None:
         k = qkv[:, hq * hd:(hq + hkv) * hd].view(t, hkv, hd)
         wq, wk = rand(hd), rand(hd)
         pos = torch.arange(t, device=dev) % 2048
-        inv = 1.0 / (1e6 ** (torch.arange(0, hd, 2, device=dev).float() / hd))
-        ang = torch.arange(2048, device=dev).float()[:, None] * inv[None, :]
-        table = torch.cat([ang.cos(), ang.sin()], dim=-1)
+        table = rope_table(hd, 2048, {"rope_type": "default", "rope_theta": 1e6}).to(dev)
         big = rand(t, hidden * 2)
         qk = (hq + hkv) * hd * t * 2  # bytes of q and k
         cases = {  # name: (fn, bytes it must move)

@@ -74,6 +74,15 @@ def _head_row(row, H, SX, D):
 
 
 @triton.jit
+def _table_rows(pos_ptr, tab_ptr, row, row_ok, H, HALF, j, ok):
+    """The rope table's cos and sin halves ([rows, j]) at the position of each row's token (row // H)."""
+    pos = tl.load(pos_ptr + row // H, mask=row_ok, other=0).to(tl.int64)[:, None]
+    c = tl.load(tab_ptr + pos * 2 * HALF + j, mask=ok, other=0.0)
+    sn = tl.load(tab_ptr + pos * 2 * HALF + HALF + j, mask=ok, other=0.0)
+    return c, sn
+
+
+@triton.jit
 def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D, H, SX, eps, HALF, w2_ptr, y2_ptr,
              rstd2_ptr, H1, ROWS: tl.constexpr, BLOCK_D: tl.constexpr, RES: tl.constexpr, ROPE: tl.constexpr,
              BLOCK_HALF: tl.constexpr, TWO: tl.constexpr, ROPE_REGS: tl.constexpr = False):
@@ -115,9 +124,7 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D
         x1, x2 = tl.split(tl.permute(tl.reshape(n * w, (ROWS, 2, BLOCK_HALF)), (0, 2, 1)))
         x1, x2 = x1.to(tl.float32), x2.to(tl.float32)
         j = tl.arange(0, BLOCK_HALF)[None, :]
-        at = tab_ptr + tl.load(pos_ptr + row // H, mask=row_ok, other=0).to(tl.int64)[:, None] * 2 * HALF + j
-        c = tl.load(at, mask=row_ok[:, None], other=0.0)
-        sn = tl.load(at + HALF, mask=row_ok[:, None], other=0.0)
+        c, sn = _table_rows(pos_ptr, tab_ptr, row, row_ok, H, HALF, j, row_ok[:, None] & (j < HALF))
         y = tl.join(rotated_lo(x1, x2, c, sn).to(n.dtype), rotated_hi(x1, x2, c, sn).to(n.dtype))
         tl.store(y_row[:, None] + cols, tl.reshape(tl.permute(y, (0, 2, 1)), (ROWS, BLOCK_D)), mask=mask)
     else:
@@ -127,9 +134,7 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D
         tl.debug_barrier()  # the normalised rows, stored by every thread, are read back in pairs
         j = tl.arange(0, BLOCK_HALF)[None, :]
         ok = row_ok[:, None] & (j < HALF)
-        pos = tl.load(pos_ptr + row // H, mask=row_ok, other=0).to(tl.int64)[:, None]
-        c = tl.load(tab_ptr + pos * 2 * HALF + j, mask=ok, other=0.0)
-        sn = tl.load(tab_ptr + pos * 2 * HALF + HALF + j, mask=ok, other=0.0)
+        c, sn = _table_rows(pos_ptr, tab_ptr, row, row_ok, H, HALF, j, ok)
         lo = y_row[:, None] + j
         x1 = tl.load(lo, mask=ok, other=0.0).to(tl.float32)
         x2 = tl.load(lo + HALF, mask=ok, other=0.0).to(tl.float32)
