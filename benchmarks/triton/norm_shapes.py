@@ -3,8 +3,8 @@
 (Qwen3's q/k norms + RoPE, read in place from the qkv rows), beside torch's add then ``F.rms_norm``
 and a plain copy of the same bytes (the bandwidth this GPU reaches). The 8B forward-only profile of
 session 25 put ``_rms_fwd`` at 28.3 ms for 109 launches (about 2x what the bytes need at copy speed);
-this says which launch is off, and times the q/k rotation in registers (``ROPE_REGS``, a candidate)
-against the default's rotation of the stored row, checking the two bitwise.
+this says which launch is off (session 26: ``qk_norm_rope``, at 0.79 TB/s while its int64 row
+division was a subroutine call a row).
 
     python benchmarks/triton/norm_shapes.py --tokens 16384 --shapes 8b,1.7b
 """
@@ -12,7 +12,6 @@ against the default's rotation of the stored row, checking the two bitwise.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
 
@@ -23,19 +22,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench_graph, info, log, save  # noqa: E402
 
 from rlk_models.ops import rope_table  # noqa: E402
-from rlk_models.ops.triton.rms_norm import add_rms_norm, qk_norm_rope, rms_norm  # noqa: E402
-
-NORM = importlib.import_module("rlk_models.ops.triton.rms_norm")  # the module (the package exports the function)
-
-
-def qk_norm_rope_in_registers(*a):
-    """``qk_norm_rope`` by the candidate ROPE_REGS (``rms_norm.ROPE_IN_REGISTERS``)."""
-    NORM.ROPE_IN_REGISTERS = True
-    try:
-        return qk_norm_rope(*a)
-    finally:
-        NORM.ROPE_IN_REGISTERS = False
-
+from rlk_models.ops.triton.rms_norm import (  # noqa: E402
+    _norm_rope_backward,
+    add_rms_norm,
+    qk_norm_rope,
+    rms_norm,
+    rms_norm_rope,
+)
+from rlk_models.ops.triton.rope import rope_backward  # noqa: E402
 
 SHAPES = {"8b": (4096, 32, 8, 128), "1.7b": (2048, 16, 8, 128)}  # hidden, q heads, kv heads, head dim
 
@@ -64,19 +58,24 @@ def main() -> None:
         table = rope_table(hd, 2048, {"rope_type": "default", "rope_theta": 1e6}).to(dev)
         big = rand(t, hidden * 2)
         qk = (hq + hkv) * hd * t * 2  # bytes of q and k
+        dq, dk = rand(t, hq, hd), rand(t, hkv, hd)
+        rq, rk = torch.rand(t * hq, device=dev) + 0.5, torch.rand(t * hkv, device=dev) + 0.5
+
+        def qk_backward():  # _QKNormRope.backward: each tensor's rope backward, then its norm's (dx, dw)
+            _norm_rope_backward(dq, q, wq, rq, True, (pos, table))
+            _norm_rope_backward(dk, k, wk, rk, True, (pos, table))
+
         cases = {  # name: (fn, bytes it must move)
             "add_rms_norm": (lambda: add_rms_norm(x, r, w, 1e-6), 4 * x.numel() * 2),
             "torch_add_then_rms_norm": (lambda: F.rms_norm(x + r, (hidden,), w, 1e-6), 5 * x.numel() * 2),
             "rms_norm": (lambda: rms_norm(x, w, 1e-6), 2 * x.numel() * 2),
             "torch_rms_norm": (lambda: F.rms_norm(x, (hidden,), w, 1e-6), 2 * x.numel() * 2),
             "qk_norm_rope": (lambda: qk_norm_rope(q, k, wq, wk, 1e-6, pos, table), 2 * qk),
-            "qk_norm_rope_in_registers": (lambda: qk_norm_rope_in_registers(q, k, wq, wk, 1e-6, pos, table), 2 * qk),
+            "rms_norm_rope_q": (lambda: rms_norm_rope(q, wq, 1e-6, pos, table), 2 * hq * hd * t * 2),
+            "qk_backward": (qk_backward, 2 * qk + 3 * qk),  # rope: dy in, out; norm: x, dy in, dx out
+            "rope_backward_q": (lambda: rope_backward(dq, pos, table), 2 * hq * hd * t * 2),
             "copy_2_hidden": (lambda: big.clone(), 2 * big.numel() * 2),
         }
-        same = all(torch.equal(a, b) for a, b in zip(qk_norm_rope(q, k, wq, wk, 1e-6, pos, table),
-                                                       qk_norm_rope_in_registers(q, k, wq, wk, 1e-6, pos, table)))
-        res["rows"].append({"shape": name, "in_registers_equals_stored": same})
-        log(f"{name:5} qk_norm_rope in registers bitwise the stored rotation: {same}")
         for case, (fn, nbytes) in cases.items():
             ms = bench_graph(fn)
             row = {"shape": name, "case": case, "us": ms * 1e3, "tb_per_s": nbytes / ms / 1e9}

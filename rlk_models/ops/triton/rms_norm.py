@@ -31,11 +31,6 @@ import triton.language as tl
 from ..checks import check_add_rms_norm, check_rms_norm, check_rms_norm_rope
 from .rope import rope_backward, rotated_hi, rotated_lo
 
-# rms_norm_rope's rotation on the row in registers (``_rms_fwd``'s ROPE_REGS) instead of on its stored
-# copy: the same bits by construction (the interpreter tests run both); the default once the H200 times
-# it (benchmarks/triton/norm_shapes.py times both). A head whose D is not a power of two keeps the stored copy.
-ROPE_IN_REGISTERS = False
-
 
 def _block(d: int) -> tuple[int, int]:
     b = triton.next_power_of_2(d)
@@ -44,8 +39,9 @@ def _block(d: int) -> tuple[int, int]:
 
 def _fwd_rows(d: int) -> int:
     """Rows a forward program normalises: a function of D only (1 from D = 1024 up; a head's 128:
-    8, so a program moves 2 KiB of bf16, not 256 bytes -- one row a program left the per-head q/k
-    norm latency-bound at 0.8 TB/s on the H200)."""
+    8, so a program moves 2 KiB of bf16, not 256 bytes). What had held the per-head q/k norm at
+    0.8 TB/s on the H200 with either was an int64 ``row // H`` (a division subroutine a row): int32
+    now, 2.1 TB/s (benchmarks/triton/norm_shapes.py, session 26)."""
     return max(1, 1024 // triton.next_power_of_2(d))
 
 
@@ -67,25 +63,18 @@ def bwd_tile_candidates(d: int) -> list[tuple[int, int, int]]:
 
 
 @triton.jit
-def _head_row(row, H, SX, D):
-    """Where x's row ``row`` starts (a scalar or a vector of rows): head ``row % H`` of token ``row // H``,
-    tokens SX elements apart -- a [T, H, D] view read in place (H = 1, SX = D: plain rows)."""
-    return (row // H).to(tl.int64) * SX + (row % H) * D
-
-
-@triton.jit
-def _table_rows(pos_ptr, tab_ptr, row, row_ok, H, HALF, j, ok):
-    """The rope table's cos and sin halves ([rows, j]) at the position of each row's token (row // H)."""
-    pos = tl.load(pos_ptr + row // H, mask=row_ok, other=0).to(tl.int64)[:, None]
-    c = tl.load(tab_ptr + pos * 2 * HALF + j, mask=ok, other=0.0)
-    sn = tl.load(tab_ptr + pos * 2 * HALF + HALF + j, mask=ok, other=0.0)
-    return c, sn
+def _head_row(tok, head, SX, D):
+    """Where x's row starts (a scalar or a vector of rows): head ``head`` of token ``tok``, tokens SX
+    elements apart -- a [T, H, D] view read in place (H = 1, SX = D: plain rows). tok and head are
+    int32, the ``// H`` and ``% H`` of an int32 row (an int64 division is a subroutine call a row,
+    which held the fused q/k norm + RoPE at 0.8 TB/s on the H200; 2.1 TB/s in int32)."""
+    return tok.to(tl.int64) * SX + head * D
 
 
 @triton.jit
 def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D, H, SX, eps, HALF, w2_ptr, y2_ptr,
              rstd2_ptr, H1, ROWS: tl.constexpr, BLOCK_D: tl.constexpr, RES: tl.constexpr, ROPE: tl.constexpr,
-             BLOCK_HALF: tl.constexpr, TWO: tl.constexpr, ROPE_REGS: tl.constexpr = False):
+             BLOCK_HALF: tl.constexpr, TWO: tl.constexpr):
     """y = RMSNorm(x) of ROWS rows (y, r, s: contiguous rows of D), each reduced alone along the
     tile's D axis; x's row ``row`` is head ``row % H`` of token ``row // H``, at ``(row // H) * SX +
     (row % H) * D`` (H = 1, SX = D: plain rows; a [T, H, D] view of q or k inside the qkv
@@ -93,48 +82,41 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D
     stored (the residual stream's next value), and then the same code from the load on. ROPE: then
     y's stored rows are rotated in place by the rope kernel's ``rotated_lo``/``rotated_hi`` (halves
     read back after a barrier, the table row at the token's position), so y = rope(RMSNorm(x)) with
-    the two ops' rounding points. ROPE_REGS (D a power of two): the halves are taken apart in
-    registers instead (reshape, permute, split; no store, barrier and reload) -- the same values
-    through the same operations, so the same bits (a candidate until timed: ``ROPE_IN_REGISTERS``).
-    TWO: heads ``>= H1`` are a second tensor's (q's heads, then k's, in one qkv row): their weight
-    is w2 and their rows go to y2/rstd2 ([T, H - H1]), the others' to y/rstd ([T, H1]) -- the same
-    code per row (two tensors, not views of one buffer: a custom op's outputs must not alias)."""
-    row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    the two ops' rounding points. TWO: heads ``>= H1`` are a second tensor's (q's heads, then k's,
+    in one qkv row): their weight is w2 and their rows go to y2/rstd2 ([T, H - H1]), the others' to
+    y/rstd ([T, H1]) -- the same code per row (two tensors, not views of one buffer: a custom op's
+    outputs must not alias). Rows, tokens and heads are int32 (M < 2**31, checked by the caller),
+    element offsets int64."""
+    row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = row < M
+    tok, head = row // H, row % H  # once a row (H = 1 is specialised: no division)
     cols = tl.arange(0, BLOCK_D)[None, :]  # 2-D from the start: one layout for x, w and y (no conversion)
     mask = row_ok[:, None] & (cols < D)
-    x = tl.load(x_ptr + _head_row(row, H, SX, D)[:, None] + cols, mask=mask, other=0.0)
+    x = tl.load(x_ptr + _head_row(tok, head, SX, D)[:, None] + cols, mask=mask, other=0.0)
     w = tl.load(w_ptr + cols, mask=cols < D, other=0.0)
-    y_row, rstd_at = y_ptr + row * D, rstd_ptr + row  # each row's output row and rstd
+    y_row, rstd_at = y_ptr + row.to(tl.int64) * D, rstd_ptr + row  # each row's output row and rstd
     if TWO:
-        tok, head = row // H, row % H
         second = head >= H1
         out = tl.where(second, tok * (H - H1) + head - H1, tok * H1 + head)  # the row's index in its tensor
-        y_row = tl.where(second, y2_ptr, y_ptr) + out * D
+        y_row = tl.where(second, y2_ptr, y_ptr) + out.to(tl.int64) * D
         rstd_at = tl.where(second, rstd2_ptr, rstd_ptr) + out
         w = tl.where(second[:, None], tl.load(w2_ptr + cols, mask=cols < D, other=0.0), w)
     if RES:
-        off = row[:, None] * D + cols
+        off = row.to(tl.int64)[:, None] * D + cols
         x = (x.to(tl.float32) + tl.load(r_ptr + off, mask=mask, other=0.0).to(tl.float32)).to(s_ptr.dtype.element_ty)
         tl.store(s_ptr + off, x, mask=mask)
     x = x.to(tl.float32)
     rstd = 1.0 / tl.sqrt_rn(tl.sum(x * x, axis=1) / D + eps)
     n = (x * rstd[:, None]).to(y_ptr.dtype.element_ty)
-    if ROPE and ROPE_REGS:  # the row's halves taken apart in registers (D = BLOCK_D = 2 * BLOCK_HALF), rotated, joined
-        x1, x2 = tl.split(tl.permute(tl.reshape(n * w, (ROWS, 2, BLOCK_HALF)), (0, 2, 1)))
-        x1, x2 = x1.to(tl.float32), x2.to(tl.float32)
-        j = tl.arange(0, BLOCK_HALF)[None, :]
-        c, sn = _table_rows(pos_ptr, tab_ptr, row, row_ok, H, HALF, j, row_ok[:, None] & (j < HALF))
-        y = tl.join(rotated_lo(x1, x2, c, sn).to(n.dtype), rotated_hi(x1, x2, c, sn).to(n.dtype))
-        tl.store(y_row[:, None] + cols, tl.reshape(tl.permute(y, (0, 2, 1)), (ROWS, BLOCK_D)), mask=mask)
-    else:
-        tl.store(y_row[:, None] + cols, n * w, mask=mask)
+    tl.store(y_row[:, None] + cols, n * w, mask=mask)
     tl.store(rstd_at, rstd, mask=row_ok)
-    if ROPE and not ROPE_REGS:
+    if ROPE:
         tl.debug_barrier()  # the normalised rows, stored by every thread, are read back in pairs
         j = tl.arange(0, BLOCK_HALF)[None, :]
         ok = row_ok[:, None] & (j < HALF)
-        c, sn = _table_rows(pos_ptr, tab_ptr, row, row_ok, H, HALF, j, ok)
+        pos = tl.load(pos_ptr + tok, mask=row_ok, other=0).to(tl.int64)[:, None]  # the table row of its position
+        c = tl.load(tab_ptr + pos * 2 * HALF + j, mask=ok, other=0.0)
+        sn = tl.load(tab_ptr + pos * 2 * HALF + HALF + j, mask=ok, other=0.0)
         lo = y_row[:, None] + j
         x1 = tl.load(lo, mask=ok, other=0.0).to(tl.float32)
         x2 = tl.load(lo + HALF, mask=ok, other=0.0).to(tl.float32)
@@ -173,7 +155,8 @@ def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, ds_ptr, M, D, head
         rmask = rows < M
         ok = rmask[:, None] & cmask[None, :]
         off = rows.to(tl.int64)[:, None] * D + cols[None, :]
-        x = tl.load(x_ptr + _head_row(rows, heads, sx, D)[:, None] + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + _head_row(rows // heads, rows % heads, sx, D)[:, None] + cols[None, :], mask=ok,
+                    other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + off, mask=ok, other=0.0).to(tl.float32)
         rstd = tl.load(rstd_ptr + rows, mask=rmask, other=0.0)
         n = x * rstd[:, None]
@@ -293,6 +276,8 @@ def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None
     of s = x2 + r2, written into s; with rope = (positions [m // heads], fp32 table), y rotated.
     With second = (w2, h1): heads >= h1 use w2 and are returned apart, (y, rstd, y2, rstd2)."""
     d = w.shape[0]
+    if m >= 2**31:
+        raise ValueError(f"rms_norm: {m} rows (tokens x heads) exceed the kernels' int32 row index (< 2**31)")
     h1 = heads if second is None else second[1]
     y = torch.empty(m // heads * h1, d, dtype=x2.dtype, device=x2.device)
     rstd = torch.empty(y.shape[0], dtype=torch.float32, device=x2.device)
@@ -307,7 +292,6 @@ def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None
                                           eps, d // 2, second[0] if second else w, y2, rstd2, h1, ROWS=rows,
                                           BLOCK_D=block, RES=res, ROPE=rope is not None,
                                           BLOCK_HALF=triton.next_power_of_2(max(1, d // 2)), TWO=second is not None,
-                                          ROPE_REGS=rope is not None and ROPE_IN_REGISTERS and d == block,
                                           num_warps=warps)
     return (y, rstd) if second is None else (y, rstd, y2, rstd2)
 

@@ -453,33 +453,6 @@ def test_qk_norm_rope_in_one_launch_is_the_two_ops(dtype, d):
     assert torch.equal(yq, fused[0].detach()) and torch.equal(yk, fused[1].detach())
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("d", [64, 128])
-def test_rope_in_registers_is_the_stored_rotation(dtype, d, monkeypatch):
-    """``_rms_fwd``'s candidate ROPE_REGS (the row's halves rotated in registers, no store and
-    reload): the bits of the default's rotation of the stored row, for q and k in one launch and a
-    lone ``rms_norm_rope``, ragged rows against the program's 8-row tile (37 tokens x 6 heads)."""
-    from rlk_models.ops import rope_table
-
-    rn, dt = _mod("rms_norm"), getattr(torch, dtype)
-    g = torch.Generator().manual_seed(5)
-    t, hq, hk = 37, 4, 2
-    qkv = rand(g, t, (hq + 2 * hk) * d, dtype=dt, scale=3.0)
-    wq, wk = rand(g, d, dtype=dt), rand(g, d, dtype=dt)
-    table = rope_table(d, 4096, {"rope_type": "default", "rope_theta": 1e6}).to(DEV)
-    pos = torch.randint(0, 4096, (t,), generator=g).to(DEV)
-    q, k = qkv[:, :hq * d].view(t, hq, d), qkv[:, hq * d:(hq + hk) * d].view(t, hk, d)
-    outs, launches = [], []
-    real = rn._rms_fwd.run
-    monkeypatch.setattr(rn._rms_fwd, "run", lambda *a, **kw: (launches.append(kw["ROPE_REGS"]), real(*a, **kw))[1])
-    for regs in (False, True):
-        monkeypatch.setattr(rn, "ROPE_IN_REGISTERS", regs)
-        outs.append((*rn.qk_norm_rope(q, k, wq, wk, 1e-6, pos, table), rn.rms_norm_rope(q, wq, 1e-6, pos, table)))
-    assert launches == [False, False, True, True]  # the candidate really ran
-    for name, a, b in zip(("yq", "yk", "y"), *outs, strict=True):
-        assert torch.equal(a, b), name
-
-
 @pytest.mark.parametrize("d", [80, 4096])  # one chunk of rows; several chunks (the dw partials' fold)
 def test_rms_norm_backward_chunks_close_to_float64(d):
     """The fused backward: dx and dw against float64 autograd with several row chunks, and dx alone
