@@ -453,6 +453,23 @@ def test_qk_norm_rope_in_one_launch_is_the_two_ops(dtype, d):
     assert torch.equal(yq, fused[0].detach()) and torch.equal(yk, fused[1].detach())
 
 
+@pytest.mark.parametrize("n,d", [(1, 32), (37, 80), (513, 128)])  # the unroll's tail; columns masked; several rounds
+def test_fold_chunks_adds_in_chunk_order(n, d):
+    """dw's fold of the chunk partials (unrolled, loads ahead of the adds): bitwise the fp32 adds
+    c = 0, 1, ..., n - 1 one after another; partials from 1e-8 to 1e8 make any other order differ."""
+    rn = _mod("rms_norm")
+    g = torch.Generator().manual_seed(n)
+    parts = torch.randn(n, d, generator=g) * torch.logspace(-8, 8, n)[torch.randperm(n, generator=g)][:, None]
+    out = torch.empty(d, device=DEV)
+    rn._fold_chunks[(triton.cdiv(d, rn.FOLD_COLS),)](parts.to(DEV), out, n, d, BLOCK_C=rn.FOLD_COLS,
+                                                     AHEAD=rn.FOLD_AHEAD, num_warps=1)
+    want, backwards = torch.zeros(d), torch.zeros(d)
+    for c in range(n):
+        want, backwards = want + parts[c], backwards + parts[n - 1 - c]
+    assert torch.equal(out.cpu(), want)
+    assert n < 3 or not torch.equal(want, backwards)  # the data tells the orders apart
+
+
 @pytest.mark.parametrize("d", [80, 4096])  # one chunk of rows; several chunks (the dw partials' fold)
 def test_rms_norm_backward_chunks_close_to_float64(d):
     """The fused backward: dx and dw against float64 autograd with several row chunks, and dx alone
