@@ -43,6 +43,10 @@
 #                                              # the q/k rotation in registers timed and checked), the norm/rope
 #                                              # tests natively, then the 8B step with both passes' kernels
 #                                              # profiled (carry .wheels)
+#   CALL=norms2 bash scripts/device_calls.sh  # the norm launches (int32 rows, weight read in x's layout, dw's fold
+#                                              # unrolled), the norm/rope/fold tests natively, the 8B step profiled,
+#                                              # then CUDA vLLM's qwen3 (q/k norm + RoPE) graphs off and large batches
+#                                              # (carry .wheels and .vllm-cuda)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
 #                                              # with graphs up to 2048 tokens (its default) and 512 (vLLM's)
 #                                              # (carry .vllm-cuda)
@@ -131,6 +135,15 @@ norms)
     part train_8b 200 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
         TRAIN_ARGS="--stacks rlk,liger --steps 4 --profile --limit 75"
     tail -8 "$ROOT_OUT/train_8b.log"
+    ;;
+norms2)
+    part norms 90 PART=norms
+    part norm_tests 120 PART=tests TESTS=tests/ops/triton/test_kernels.py K="rope or rms or qk or fold" TEST_TIMEOUT=110
+    part train_8b 190 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
+        TRAIN_ARGS="--stacks rlk,liger --steps 4 --profile --limit 75"
+    tail -8 "$ROOT_OUT/train_8b.log"
+    part vllm_qwen3 190 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
+        K="qwen3 and not tp2 and (graphs_off or batches_64)" TEST_TIMEOUT=180
     ;;
 halves)
     part halves 240 PART=halves

@@ -93,14 +93,16 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D
     cols = tl.arange(0, BLOCK_D)[None, :]  # 2-D from the start: one layout for x, w and y (no conversion)
     mask = row_ok[:, None] & (cols < D)
     x = tl.load(x_ptr + _head_row(tok, head, SX, D)[:, None] + cols, mask=mask, other=0.0)
-    w = tl.load(w_ptr + cols, mask=cols < D, other=0.0)
-    y_row, rstd_at = y_ptr + row.to(tl.int64) * D, rstd_ptr + row  # each row's output row and rstd
+    y_row, rstd_at, w_row = y_ptr + row.to(tl.int64) * D, rstd_ptr + row, w_ptr + 0 * row  # each row's
     if TWO:
         second = head >= H1
         out = tl.where(second, tok * (H - H1) + head - H1, tok * H1 + head)  # the row's index in its tensor
         y_row = tl.where(second, y2_ptr, y_ptr) + out.to(tl.int64) * D
         rstd_at = tl.where(second, rstd2_ptr, rstd_ptr) + out
-        w = tl.where(second[:, None], tl.load(w2_ptr + cols, mask=cols < D, other=0.0), w)
+        w_row = tl.where(second, w2_ptr, w_ptr)
+    # the weight read a row at a time, in x's layout (L1 hits): a [1, BLOCK_D] load broadcast to the rows
+    # went through shared memory, 2 barriers a program (3 more for the pointer select of TWO)
+    w = tl.load(w_row[:, None] + cols, mask=mask, other=0.0)
     if RES:
         off = row.to(tl.int64)[:, None] * D + cols
         x = (x.to(tl.float32) + tl.load(r_ptr + off, mask=mask, other=0.0).to(tl.float32)).to(s_ptr.dtype.element_ty)
