@@ -47,6 +47,9 @@
 #                                              # unrolled), the norm/rope/fold tests natively, the 8B step profiled,
 #                                              # then CUDA vLLM's qwen3 (q/k norm + RoPE) graphs off and large batches
 #                                              # (carry .wheels and .vllm-cuda)
+#   CALL=norms3 bash scripts/device_calls.sh  # the norm/rope/fold tests natively, the 1.7B step profiled (rlk, Liger),
+#                                              # CUDA vLLM's llama_bias half not yet run under contract 4 (carry .wheels
+#                                              # and .vllm-cuda)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
 #                                              # with graphs up to 2048 tokens (its default) and 512 (vLLM's)
 #                                              # (carry .vllm-cuda)
@@ -144,6 +147,13 @@ norms2)
     tail -8 "$ROOT_OUT/train_8b.log"
     part vllm_qwen3 190 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
         K="qwen3 and not tp2 and (graphs_off or batches_64)" TEST_TIMEOUT=180
+    ;;
+norms3)
+    part norm_tests 60 PART=tests TESTS=tests/ops/triton/test_kernels.py K="rope or rms or qk or fold" TEST_TIMEOUT=55
+    part train 130 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 60"
+    tail -8 "$ROOT_OUT/train.log"
+    part vllm_llama 200 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
+        K="llama_bias and not tp2 and (greedy or max_num_seqs or batches_64)" TEST_TIMEOUT=190
     ;;
 halves)
     part halves 240 PART=halves

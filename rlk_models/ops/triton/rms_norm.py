@@ -176,16 +176,16 @@ def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, ds_ptr, M, D, head
 
 
 # _fold_chunks: columns a program (one warp: a column a thread) and its loop's unroll (partials loaded ahead)
-FOLD_COLS, FOLD_AHEAD = 32, 16
+FOLD_COLS, FOLD_AHEAD = 32, 64
 
 
 @triton.jit
 def _fold_chunks(dwp_ptr, dw_ptr, n_chunks, D, BLOCK_C: tl.constexpr, AHEAD: tl.constexpr):
     """dw = chunk partials added in chunk order (one launch, no host-side loop). The loop is unrolled
-    AHEAD times, and the sm_90 build issues an unrolled body's AHEAD loads before its first add, so
-    the chain of adds waits on one round of loads per AHEAD chunks, not on each (one load in flight
-    a column, 128 columns a program, left this latency-bound: 37 us a launch in the 8B step). The
-    adds are the same, in the same order: c = 0, 1, ..., n_chunks - 1."""
+    AHEAD times, and the sm_90 build issues most of an unrolled body's loads before its first add
+    (45 of 64), so the chain of adds waits on about one round of loads per AHEAD chunks, not on each
+    (one load in flight a column, 128 columns a program: 37 us a launch in the 8B step; unrolled 16
+    deep: 14 us). The adds are the same, in the same order: c = 0, 1, ..., n_chunks - 1."""
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
     for c in tl.range(n_chunks, loop_unroll_factor=AHEAD):
