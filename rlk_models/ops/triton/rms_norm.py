@@ -39,9 +39,9 @@ def _block(d: int) -> tuple[int, int]:
 
 def _fwd_rows(d: int) -> int:
     """Rows a forward program normalises: a function of D only (1 from D = 1024 up; a head's 128:
-    8, so a program moves 2 KiB of bf16, not 256 bytes). What had held the per-head q/k norm at
-    0.8 TB/s on the H200 with either was an int64 ``row // H`` (a division subroutine a row): int32
-    now, 2.1 TB/s (benchmarks/triton/norm_shapes.py, session 26)."""
+    8, so a program moves 2 KiB of bf16, not 256 bytes). What held the per-head q/k norm at 0.8 TB/s
+    on the H200, with 1 row a program and with 8, was an int64 ``row // H`` (a division subroutine
+    a row); in int32, 2.9 TB/s (benchmarks/triton/norm_shapes.py, session 26)."""
     return max(1, 1024 // triton.next_power_of_2(d))
 
 
@@ -67,7 +67,7 @@ def _head_row(tok, head, SX, D):
     """Where x's row starts (a scalar or a vector of rows): head ``head`` of token ``tok``, tokens SX
     elements apart -- a [T, H, D] view read in place (H = 1, SX = D: plain rows). tok and head are
     int32, the ``// H`` and ``% H`` of an int32 row (an int64 division is a subroutine call a row,
-    which held the fused q/k norm + RoPE at 0.8 TB/s on the H200; 2.1 TB/s in int32)."""
+    which held the fused q/k norm + RoPE at 0.8 TB/s on the H200)."""
     return tok.to(tl.int64) * SX + head * D
 
 
