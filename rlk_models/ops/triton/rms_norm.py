@@ -93,7 +93,8 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D
     cols = tl.arange(0, BLOCK_D)[None, :]  # 2-D from the start: one layout for x, w and y (no conversion)
     mask = row_ok[:, None] & (cols < D)
     x = tl.load(x_ptr + _head_row(tok, head, SX, D)[:, None] + cols, mask=mask, other=0.0)
-    y_row, rstd_at, w_row = y_ptr + row.to(tl.int64) * D, rstd_ptr + row, w_ptr + 0 * row  # each row's
+    # each row's output row, rstd and weight
+    y_row, rstd_at, w_row = y_ptr + row.to(tl.int64) * D, rstd_ptr + row, w_ptr + 0 * row
     if TWO:
         second = head >= H1
         out = tl.where(second, tok * (H - H1) + head - H1, tok * H1 + head)  # the row's index in its tensor
