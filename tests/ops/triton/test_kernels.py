@@ -453,6 +453,16 @@ def test_qk_norm_rope_in_one_launch_is_the_two_ops(dtype, d):
     assert torch.equal(yq, fused[0].detach()) and torch.equal(yk, fused[1].detach())
 
 
+def test_rms_norm_refuses_rows_past_int32():
+    """The forward's row, token and head indices are int32: 2**31 rows (tokens x heads) or more
+    is refused with an error naming the limit, before anything is allocated or launched."""
+    rn = _mod("rms_norm")
+    x, w = torch.zeros(1, 8, device=DEV), torch.ones(8, device=DEV)
+    with pytest.raises(ValueError, match=r"2147483648 rows .* int32 row index"):
+        rn._forward(x, w, 1e-6, 2**31, 1, 8)
+    assert rn._forward(x, w, 1e-6, 1, 1, 8)[0].shape == (1, 8)  # the same call with one row runs
+
+
 @pytest.mark.parametrize("n,d", [(1, 32), (37, 80), (513, 128)])  # the unroll's tail; columns masked; several rounds
 def test_fold_chunks_adds_in_chunk_order(n, d):
     """dw's fold of the chunk partials (unrolled, loads ahead of the adds): bitwise the fp32 adds
