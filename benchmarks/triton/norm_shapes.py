@@ -4,7 +4,7 @@
 and a plain copy of the same bytes (the bandwidth this GPU reaches). The 8B forward-only profile of
 session 25 put ``_rms_fwd`` at 28.3 ms for 109 launches (about 2x what the bytes need at copy speed);
 this says which launch is off (session 26: ``qk_norm_rope``, at 0.79 TB/s while its int64 row
-division was a subroutine call a row).
+division was a subroutine call a row), and times the backward launches the same way.
 
     python benchmarks/triton/norm_shapes.py --tokens 16384 --shapes 8b,1.7b
 """
@@ -23,6 +23,7 @@ from harness import bench_graph, info, log, save  # noqa: E402
 
 from rlk_models.ops import rope_table  # noqa: E402
 from rlk_models.ops.triton.rms_norm import (  # noqa: E402
+    _backward,
     _norm_rope_backward,
     add_rms_norm,
     qk_norm_rope,
@@ -60,6 +61,7 @@ def main() -> None:
         qk = (hq + hkv) * hd * t * 2  # bytes of q and k
         dq, dk = rand(t, hq, hd), rand(t, hkv, hd)
         rq, rk = torch.rand(t * hq, device=dev) + 0.5, torch.rand(t * hkv, device=dev) + 0.5
+        dy, ds, rstd = rand(t, hidden), rand(t, hidden), torch.rand(t, device=dev) + 0.5
 
         def qk_backward():  # _QKNormRope.backward: each tensor's rope backward, then its norm's (dx, dw)
             _norm_rope_backward(dq, q, wq, rq, True, (pos, table))
@@ -73,6 +75,9 @@ def main() -> None:
             "qk_norm_rope": (lambda: qk_norm_rope(q, k, wq, wk, 1e-6, pos, table), 2 * qk),
             "rms_norm_rope_q": (lambda: rms_norm_rope(q, wq, 1e-6, pos, table), 2 * hq * hd * t * 2),
             "qk_backward": (qk_backward, 2 * qk + 3 * qk),  # rope: dy in, out; norm: x, dy in, dx out
+            # _AddRMSNorm.backward: the norm's dx plus the residual stream's gradient ds, and dw (its fold too)
+            "add_rms_norm_backward": (lambda: _backward(dy, x, w, rstd, True, ds=ds), 4 * x.numel() * 2),
+            "norm_backward_q": (lambda: _backward(dq, q, wq, rq, True, heads=hq, sx=q.stride(0)), 3 * hq * hd * t * 2),
             "rope_backward_q": (lambda: rope_backward(dq, pos, table), 2 * hq * hd * t * 2),
             "copy_2_hidden": (lambda: big.clone(), 2 * big.numel() * 2),
         }
