@@ -50,6 +50,10 @@
 #   CALL=norms3 bash scripts/device_calls.sh  # the norm/rope/fold tests natively, the 1.7B step profiled (rlk, Liger),
 #                                              # CUDA vLLM's llama_bias half not yet run under contract 4 (carry .wheels
 #                                              # and .vllm-cuda)
+#   CALL=norms4 bash scripts/device_calls.sh  # the norm launches, forward and backward (which backward is off), the
+#                                              # 8B contract's row-wise ops and paged runner natively, the CUDA vLLM
+#                                              # suite's llama_bias configurations not yet run on session 26's norms
+#                                              # (carry .vllm-cuda)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
 #                                              # with graphs up to 2048 tokens (its default) and 512 (vLLM's)
 #                                              # (carry .vllm-cuda)
@@ -154,6 +158,13 @@ norms3)
     tail -8 "$ROOT_OUT/train.log"
     part vllm_llama 200 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
         K="llama_bias and not tp2 and (greedy or max_num_seqs or batches_64)" TEST_TIMEOUT=190
+    ;;
+norms4)
+    part norms 60 PART=norms
+    part contract_8b 120 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K="rowwise or paged_runner" \
+        TEST_TIMEOUT=110
+    part vllm_llama 330 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
+        K="llama_bias and not tp2 and (max_num_seqs or batches_64)" TEST_TIMEOUT=200
     ;;
 halves)
     part halves 240 PART=halves
