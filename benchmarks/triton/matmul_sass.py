@@ -95,6 +95,9 @@ def describe(kernel) -> dict:
     return {"sass": hashlib.sha1("\n".join(code).encode()).hexdigest()[:12], "instructions": len(code),
             "registers": reg, "spill_stack_bytes": stack, "shared_bytes": kernel.metadata.shared,
             "loops": kernel.asm["ttgir"].count("scf.for"),
+            # a 64-bit division or remainder left in the PTX has a run-time divisor (LLVM turns constant ones into
+            # multiplies): on sm_90 a subroutine call a thread (rowwise_sass.py)
+            "int64_divisions": len(re.findall(r"\b(?:div|rem)\.[su]64\b", kernel.asm["ptx"])),
             "wgmma_serialized": [f"{code}: {why}" for code, why in wgmma_serialized(kernel)]}
 
 

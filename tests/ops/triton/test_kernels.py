@@ -793,6 +793,16 @@ def test_write_kv_equals_reference_and_skips_padding(dtype):
     assert torch.equal(view.cpu().nan_to_num(), want.nan_to_num()), "strided cache view"
 
 
+def test_write_kv_refuses_a_cache_past_int32_slots():
+    """The kernel divides slots as int32: a cache of 2**31 slots or more is refused on the host (from
+    its shape; no device value is read), naming the cache and the limit. A stride-0 view stands in."""
+    kv_kernel = _mod("kv_cache")
+    cache = torch.zeros(1, HKV, 1, 2 * D, device=DEV).expand(2**22, HKV, 512, 2 * D)  # 2**31 slots
+    k = torch.zeros(1, HKV, D, device=DEV)
+    with pytest.raises(ValueError, match=r"2147483648 slots.*int32"):
+        kv_kernel.write_kv(cache, k, k, torch.zeros(1, dtype=torch.int64, device=DEV))
+
+
 # --- log-prob head -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -16,7 +16,10 @@ process because this suite's kernels run under ``TRITON_INTERPRET=1``).
   scores still being computed; a wait threading a value also used after it), ptxas waits after
   every wgmma of the function and says so only in a note Triton does not show: the same bits, so
   no other test sees it, just a slower kernel. (Triton 3.6 does it to ``_bwd_dq_ds`` with pointer
-  loads -- C7515, the fallback off the TMA path -- which is therefore not checked.)"""
+  loads -- C7515, the fallback off the TMA path -- which is therefore not checked.)
+- No kernel divides in int64 (``benchmarks/triton/rowwise_sass.py`` builds the row-wise kernels): a
+  64-bit division by a run-time value is a subroutine call a thread on sm_90, the same bits, a
+  kernel several times slower when it moves bytes (session 26's q/k norm + RoPE: 0.79 TB/s)."""
 
 from __future__ import annotations
 
@@ -73,8 +76,28 @@ def test_no_default_or_candidate_serializes_its_wgmmas(built):
     assert not serialized, serialized
 
 
-def test_no_matmul_form_serializes_its_wgmmas():
-    forms = _sass("matmul_sass.py")
-    assert len(forms) > 20
-    serialized = {name: r["wgmma_serialized"] for name, r in forms.items() if r["wgmma_serialized"]}
+@pytest.fixture(scope="module")
+def matmul_forms() -> dict:
+    return _sass("matmul_sass.py")
+
+
+def test_no_matmul_form_serializes_its_wgmmas(matmul_forms):
+    assert len(matmul_forms) > 20
+    serialized = {name: r["wgmma_serialized"] for name, r in matmul_forms.items() if r["wgmma_serialized"]}
     assert not serialized, serialized
+
+
+def test_no_kernel_divides_in_int64(built, matmul_forms):
+    """No launch form of the row-wise kernels (norms, their fused forms and backward, dw's fold, RoPE,
+    SiLU-mul, the KV-cache write), the matmul or attention leaves a 64-bit division or remainder in
+    its PTX: a run-time divisor that LLVM cannot turn into multiplies, which sm_90 runs as a
+    subroutine call a thread. One (``row // H`` on an int64 row) held the fused q/k norm + RoPE at
+    0.79 TB/s until session 26 (11 of them in that form's PTX); the same kernel with int32 rows runs at
+    2.9 TB/s."""
+    rowwise = _sass("rowwise_sass.py")
+    assert len(rowwise) >= 12
+    kernels = {**{f"rowwise {n}": r for n, r in rowwise.items()}, **{f"matmul {n}": r for n, r in matmul_forms.items()},
+               **_forward_kernels(built),
+               **{f"backward {c} {k}": r for c, ks in built["backward"].items() for k, r in ks.items()}}
+    divides = {name: r["int64_divisions"] for name, r in kernels.items() if r["int64_divisions"]}
+    assert not divides, f"64-bit divisions or remainders in the PTX: {divides}"

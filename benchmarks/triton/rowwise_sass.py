@@ -1,0 +1,106 @@
+"""The row-wise kernels (RMSNorm forward and backward with their fused forms, dw's fold, RoPE, SiLU-mul,
+the KV-cache write) compiled for the H200 (sm_90) on any machine, no GPU needed: per launch form
+``matmul_sass.describe`` -- SASS hash, registers, spills, and the int64 divisions in its PTX.
+
+What it is for: these kernels move bytes, so instructions a byte are their speed. An int64 division
+by a value known only at run time (``row // H`` on an int64 row) is a subroutine call a thread on
+sm_90. One held the fused q/k norm + RoPE at 0.79 TB/s until session 26, where the same kernel
+runs at 2.9 TB/s with int32 rows. ``tests/ops/triton/test_sm90_build.py`` fails if any form has one.
+Integer arguments carry the divisibility Triton would give them at the Qwen3-8B shapes (16,384
+tokens, 32 + 8 heads of 128: H = 40 and H = 32 are not multiples of 16, and a row count need not be).
+
+    python benchmarks/triton/rowwise_sass.py       # JSON; not under TRITON_INTERPRET=1 (it compiles)
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import triton
+from triton.compiler import ASTSource
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from matmul_sass import TARGET, describe  # noqa: E402
+
+RMS = importlib.import_module("rlk_models.ops.triton.rms_norm")  # the package exports the functions
+ROPE = importlib.import_module("rlk_models.ops.triton.rope")
+SILU = importlib.import_module("rlk_models.ops.triton.silu_mul")
+KV = importlib.import_module("rlk_models.ops.triton.kv_cache")
+
+
+def _compile(fn, types: dict, consts: dict, div16: tuple[str, ...], warps: int):
+    """``fn`` built for sm_90: ``types`` of its run-time arguments (the rest are ``consts``); pointers
+    and the integers named in ``div16`` are marked multiples of 16, as Triton marks them at launch."""
+    names = fn.arg_names
+    sig = {n: types.get(n, "constexpr") for n in names}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names
+             if types.get(n, "").startswith("*") or n in div16}
+    src = ASTSource(fn, sig, {(names.index(n),): v for n, v in consts.items()}, attrs)
+    return triton.compile(src, target=TARGET, options=dict(num_warps=warps))
+
+
+def rms_forward(d: int, *, res=False, rope=False, two=False, heads=1):
+    """A ``_rms_fwd`` form as ``rms_norm._forward`` launches it (heads = 1 is Triton's constant 1)."""
+    block, warps = RMS._block(d)
+    types = dict(x_ptr="*bf16", w_ptr="*bf16", y_ptr="*bf16", rstd_ptr="*fp32", r_ptr="*bf16", s_ptr="*bf16",
+                 pos_ptr="*i64", tab_ptr="*fp32", w2_ptr="*bf16", y2_ptr="*bf16", rstd2_ptr="*fp32",
+                 M="i32", D="i32", SX="i32", eps="fp32", HALF="i32", H1="i32")
+    consts = dict(ROWS=RMS._fwd_rows(d), BLOCK_D=block, RES=res, ROPE=rope,
+                  BLOCK_HALF=triton.next_power_of_2(max(1, d // 2)), TWO=two)
+    if heads == 1:
+        consts["H"] = 1
+    else:
+        types["H"] = "i32"
+    return _compile(RMS._rms_fwd, types, consts, ("D", "SX", "HALF", "H1"), warps)
+
+
+def rms_backward(d: int, *, ds=False, heads=1):
+    rows, chunk, warps = RMS._bwd_tile(d)
+    types = dict(dy_ptr="*bf16", x_ptr="*bf16", w_ptr="*bf16", rstd_ptr="*fp32", dx_ptr="*bf16", dwp_ptr="*fp32",
+                 ds_ptr="*bf16", M="i32", D="i32", sx="i32")
+    consts = dict(CHUNK=chunk, ROWS=rows, BLOCK_D=triton.next_power_of_2(d), DW=True, DS=ds, NATIVE=True)
+    if heads == 1:
+        consts["heads"] = 1
+    else:
+        types["heads"] = "i32"
+    return _compile(RMS._rms_bwd, types, consts, ("D", "sx"), warps)
+
+
+def forms() -> dict:
+    """Every row-wise launch form of the Qwen3/Llama decoder and its backward, at the 8B shapes."""
+    return {
+        "rms_norm forward, hidden 4096": rms_forward(4096),
+        "add_rms_norm forward, hidden 4096": rms_forward(4096, res=True),
+        "rms_norm forward, per head 128": rms_forward(128, heads=32),
+        "rms_norm_rope forward, per head 128": rms_forward(128, rope=True, heads=32),
+        "qk_norm_rope forward, 32 + 8 heads of 128": rms_forward(128, rope=True, two=True, heads=40),
+        "add_rms_norm backward, hidden 4096": rms_backward(4096, ds=True),
+        "rms_norm backward, per head 128": rms_backward(128, heads=32),
+        "dw fold": _compile(RMS._fold_chunks, dict(dwp_ptr="*fp32", dw_ptr="*bf16", n_chunks="i32", D="i32"),
+                            dict(BLOCK_C=RMS.FOLD_COLS, AHEAD=RMS.FOLD_AHEAD), ("D",), 1),
+        "rope, 32 heads of 128": _compile(
+            ROPE._rope_kernel, dict(x_ptr="*bf16", pos_ptr="*i64", tab_ptr="*fp32", y_ptr="*bf16", H="i32", HALF="i32",
+                                    sx="i32", sy="i32"),
+            dict(SIGN=1.0, BLOCK_H=32, BLOCK_HALF=64), ("H", "HALF", "sx", "sy"), 4),
+        "silu_mul forward": _compile(SILU._silu_mul_fwd, dict(gu_ptr="*bf16", y_ptr="*bf16", inter="i32"),
+                                     dict(BLOCK=SILU.BLOCK), ("inter",), 4),
+        "silu_mul backward": _compile(
+            SILU._silu_mul_bwd, dict(gu_ptr="*bf16", dy_ptr="*bf16", dgu_ptr="*bf16", act_ptr="*bf16", inter="i32"),
+            dict(WITH_ACT=True, BLOCK=SILU.BLOCK), ("inter",), 4),
+        "write_kv, heads of 128": _compile(
+            KV._write_kv_kernel, dict(k_ptr="*bf16", v_ptr="*bf16", cache_ptr="*bf16", slot_ptr="*i64", s_kt="i32",
+                                      s_kh="i32", s_vt="i32", s_vh="i32", s_blk="i32", s_head="i32", s_off="i32",
+                                      block_size="i32"),
+            dict(D=128, BLOCK_D=128), ("s_kt", "s_kh", "s_vt", "s_vh", "s_blk", "s_head", "s_off", "block_size"), 4),
+    }
+
+
+def main() -> None:
+    print(json.dumps({name: describe(kernel) for name, kernel in forms().items()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
