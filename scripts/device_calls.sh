@@ -51,7 +51,8 @@
 #                                              # CUDA vLLM's llama_bias half not yet run under contract 4 (carry .wheels
 #                                              # and .vllm-cuda)
 #   CALL=norms4 bash scripts/device_calls.sh  # the norm launches, forward and backward (which backward is off), the
-#                                              # 8B contract's row-wise ops and paged runner natively, the CUDA vLLM
+#                                              # 8B contract's row-wise ops, the paged runner and the KV-cache write
+#                                              # (int32 slots) natively, the CUDA vLLM
 #                                              # suite's llama_bias configurations not yet run on session 26's norms
 #                                              # (carry .vllm-cuda)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -161,8 +162,8 @@ norms3)
     ;;
 norms4)
     part norms 60 PART=norms
-    part contract_8b 120 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K="rowwise or paged_runner" \
-        TEST_TIMEOUT=110
+    part contract_8b 120 PART=tests TESTS="tests/ops/triton/test_kernels.py tests/gpu/test_triton_contract_8b.py" \
+        K="rowwise or paged_runner or write_kv" TEST_TIMEOUT=110
     part vllm_llama 330 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
         K="llama_bias and not tp2 and (max_num_seqs or batches_64)" TEST_TIMEOUT=200
     ;;
