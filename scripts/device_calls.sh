@@ -39,8 +39,8 @@
 #   CALL=halves bash scripts/device_calls.sh   # the row-parallel matmul with 2 K-groups and h0 stashed against cuBLAS and
 #                                              # today's 8 groups (matmul_halves_probe.py), then CUDA vLLM suite
 #                                              # configurations not yet run under contract 4 (carry .vllm-cuda)
-#   CALL=norms  bash scripts/device_calls.sh   # the norm launches at the 8B/1.7B step sizes (which of the three is off;
-#                                              # the q/k rotation in registers timed and checked), the norm/rope
+#   CALL=norms  bash scripts/device_calls.sh   # the norm launches at the 8B/1.7B step sizes (which of them is off),
+#                                              # the norm/rope
 #                                              # tests natively, then the 8B step with both passes' kernels
 #                                              # profiled (carry .wheels)
 #   CALL=norms2 bash scripts/device_calls.sh  # the norm launches (int32 rows, weight read in x's layout, dw's fold
@@ -68,6 +68,12 @@ part() {  # part NAME SECONDS VAR=VALUE...: one device_sweep.sh run in $ROOT_OUT
     env OUT="$ROOT_OUT/$name" "$@" timeout "$secs" bash scripts/device_sweep.sh > "$ROOT_OUT/$name.log" 2>&1
     echo "exit $?"
     grep -E "passed|failed|error|tok/s|ratio|FAILED|Error" "$ROOT_OUT/$name.log" | tail -25
+}
+train_8b() {  # train_8b SECONDS "TRAIN_ARGS" TAIL: the whole 8B model's training step (rlk, Liger; TRAIN_8B_LAYERS,
+             # default 36: rlk about 60-75 GB, Liger about 80-93 at 8 x 2048 tokens), then the log's last TAIL lines
+    part train_8b "$1" PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
+        TRAIN_ARGS="--stacks rlk,liger $2"
+    tail -"$3" "$ROOT_OUT/train_8b.log"
 }
 case "${CALL:-head}" in
 head)
@@ -109,10 +115,7 @@ mlp)
         K="silu_mul or rowwise or linear or backward_is_deterministic" TEST_TIMEOUT=60
     part train 160 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 70"
     tail -14 "$ROOT_OUT/train.log"
-    # the whole 8B model (36 layers: rlk about 60 GB, Liger about 80 at 8 x 2048 tokens)
-    part train_8b 345 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
-        TRAIN_ARGS="--stacks rlk,liger --steps 6 --limit 150"
-    tail -14 "$ROOT_OUT/train_8b.log"
+    train_8b 345 "--steps 6 --limit 150" 14
     ;;
 vllm_more)
     part vllm_more 560 PART=tests TESTS="tests/gpu/test_vllm_cuda.py tests/gpu/test_serve_cuda.py tests/gpu/test_generate_cuda.py" \
@@ -125,31 +128,23 @@ vllm_last)
     ;;
 gen_8b)
     part generate 190 PART=tests TESTS=tests/gpu/test_generate_cuda.py TEST_TIMEOUT=150
-    part train_8b 200 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
-        TRAIN_ARGS="--stacks rlk,liger --steps 6 --profile --limit 90"
-    tail -14 "$ROOT_OUT/train_8b.log"
+    train_8b 200 "--steps 6 --profile --limit 90" 14
     ;;
 dscheck)
     part dscheck 150 PART=dscheck DS_ARGS="--configs all"
     part attn_tests 150 PART=tests TESTS="tests/ops/triton/test_kernels.py tests/gpu/test_triton_contract_8b.py" \
         K="attention" TEST_TIMEOUT=140
-    part train_8b 200 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
-        TRAIN_ARGS="--stacks rlk,liger --steps 6 --profile --limit 90"
-    tail -14 "$ROOT_OUT/train_8b.log"
+    train_8b 200 "--steps 6 --profile --limit 90" 14
     ;;
 norms)
     part norms 120 PART=norms
     part norm_tests 150 PART=tests TESTS=tests/ops/triton/test_kernels.py K="rope or rms_norm" TEST_TIMEOUT=140
-    part train_8b 200 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
-        TRAIN_ARGS="--stacks rlk,liger --steps 4 --profile --limit 75"
-    tail -8 "$ROOT_OUT/train_8b.log"
+    train_8b 200 "--steps 4 --profile --limit 75" 8
     ;;
 norms2)
     part norms 90 PART=norms
     part norm_tests 120 PART=tests TESTS=tests/ops/triton/test_kernels.py K="rope or rms or qk or fold" TEST_TIMEOUT=110
-    part train_8b 190 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
-        TRAIN_ARGS="--stacks rlk,liger --steps 4 --profile --limit 75"
-    tail -8 "$ROOT_OUT/train_8b.log"
+    train_8b 190 "--steps 4 --profile --limit 75" 8
     part vllm_qwen3 190 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
         K="qwen3 and not tp2 and (graphs_off or batches_64)" TEST_TIMEOUT=180
     ;;
@@ -175,18 +170,14 @@ halves)
 ds_final)
     part kept_ds_tests 150 PART=tests TESTS=tests/ops/triton/test_kernels.py \
         K="kept_ds or backward_candidates or tma_loads_are" TEST_TIMEOUT=140
-    part train_8b 170 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
-        TRAIN_ARGS="--stacks rlk,liger --steps 4 --profile --limit 60"
-    tail -14 "$ROOT_OUT/train_8b.log"
+    train_8b 170 "--steps 4 --profile --limit 60" 14
     ;;
 ds)
     part attn_tests 150 PART=tests TESTS="tests/ops/triton/test_kernels.py tests/gpu/test_triton_contract_8b.py" \
         K="attention" TEST_TIMEOUT=140
     part attn_sweep 170 PART=sweep SKIP_OPS=1 SKIP_HEAD=1 SKIP_MATMUL=1 ATTN_ARGS=--train
     grep -E "^train|fwd default" "$ROOT_OUT/attn_sweep.log" | tail -30
-    part train_8b 240 PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
-        TRAIN_ARGS="--stacks rlk,liger --steps 6 --profile --limit 110"
-    tail -14 "$ROOT_OUT/train_8b.log"
+    train_8b 240 "--steps 6 --profile --limit 110" 14
     ;;
 engine)
     part engine_8b 540 PART=vllm SHAPE=8b ENGINES=stock,rlk VLLM_ARGS="--limit 230 ${ENGINE_ARGS:-}"

@@ -11,8 +11,8 @@
 #                                              # OPS_ARGS=--search -> ops_sweep: the RMSNorm backward tilings)
 #   PART=dscheck bash scripts/device_sweep.sh  # attention's kept dS against recomputed (NaN-filled buffer; DS_ARGS)
 #   PART=halves bash scripts/device_sweep.sh   # row-parallel matmul with 2 K-groups, h0 stashed (HALVES_ARGS)
-#   PART=norms  bash scripts/device_sweep.sh   # the decoder's norm launches at a step's size vs copy bandwidth, the
-#                                              # q/k rotation in registers vs stored (norm_shapes.py; NORM_ARGS)
+#   PART=norms  bash scripts/device_sweep.sh   # the decoder's norm launches, forward and backward, at a step's size
+#                                              # vs copy bandwidth (norm_shapes.py; NORM_ARGS)
 #   PART=fsdp   bash scripts/device_sweep.sh   # nvidia-h200-x2: FSDP2 checks over NCCL (rlk_models.testing.fsdp_check)
 #                                              # and one GRPO step TP=2 rollout + FSDP2 (rlk_models.testing.grpo_tp2)
 #   PART=grpo   bash scripts/device_sweep.sh   # the main job on the GPU: Qwen3-0.6B shape, SFT + rlk and stock GRPO
