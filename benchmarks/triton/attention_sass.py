@@ -20,11 +20,8 @@ import re
 import sys
 from pathlib import Path
 
-import triton
-from triton.compiler import ASTSource
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from matmul_sass import TARGET, describe  # noqa: E402
+from matmul_sass import build, describe  # noqa: E402
 
 from rlk_models.ops.triton.attention import (  # noqa: E402
     BLOCK_N,
@@ -47,14 +44,7 @@ _I32 = ("sq", "so", "s_blk", "s_head", "s_off", "s_bt", "block_size", "sk", "sv"
 
 
 def _compile(fn, types: dict, consts: dict, warps: int, stages: int):
-    names = fn.arg_names
-    sig = {n: types.get(n, "constexpr") for n in names}
-    # pointers and strides divisible by 16, as vLLM's cache and torch's allocations give: without it
-    # the compiler cannot vectorise the loads and does not pipeline them
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names
-             if types.get(n, "").startswith("*") or n in _I32}
-    src = ASTSource(fn, sig, {(names.index(n),): v for n, v in consts.items()}, attrs)
-    return triton.compile(src, target=TARGET, options=dict(num_warps=warps, num_stages=stages))
+    return build(fn, types, consts, _I32, warps, stages)
 
 
 def paged(config: tuple[int, int, int, int], group: int = 4, d: int = 128):

@@ -67,6 +67,20 @@ def compile_form(launch: Launch, groups: int, a_km: bool = False, b_kn: bool = F
     return triton.compile(src, target=TARGET, options=dict(num_warps=warps, num_stages=stages))
 
 
+def build(fn, types: dict, consts: dict, div16, warps: int, stages: int | None = None):
+    """``fn`` compiled for sm_90: ``types`` of its run-time arguments (the rest are ``consts``). Pointers
+    and the integers named in ``div16`` are marked multiples of 16, as Triton marks them at launch
+    (vLLM's cache and torch's allocations give that): without it the compiler cannot vectorise the
+    loads and does not pipeline them. ``stages``: Triton's default when None."""
+    names = fn.arg_names
+    sig = {n: types.get(n, "constexpr") for n in names}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names
+             if types.get(n, "").startswith("*") or n in div16}
+    src = ASTSource(fn, sig, {(names.index(n),): v for n, v in consts.items()}, attrs)
+    options = dict(num_warps=warps) if stages is None else dict(num_warps=warps, num_stages=stages)
+    return triton.compile(src, target=TARGET, options=options)
+
+
 def wgmma_serialized(kernel) -> list[str]:
     """What ptxas says when it serializes the kernel's wgmma pipeline (its "Potential Performance
     Loss" notes, e.g. C7514: a non-wgmma instruction reads an in-flight wgmma's accumulator

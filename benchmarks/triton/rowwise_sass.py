@@ -20,26 +20,14 @@ import sys
 from pathlib import Path
 
 import triton
-from triton.compiler import ASTSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from matmul_sass import TARGET, describe  # noqa: E402
+from matmul_sass import build, describe  # noqa: E402
 
 RMS = importlib.import_module("rlk_models.ops.triton.rms_norm")  # the package exports the functions
 ROPE = importlib.import_module("rlk_models.ops.triton.rope")
 SILU = importlib.import_module("rlk_models.ops.triton.silu_mul")
 KV = importlib.import_module("rlk_models.ops.triton.kv_cache")
-
-
-def _compile(fn, types: dict, consts: dict, div16: tuple[str, ...], warps: int):
-    """``fn`` built for sm_90: ``types`` of its run-time arguments (the rest are ``consts``); pointers
-    and the integers named in ``div16`` are marked multiples of 16, as Triton marks them at launch."""
-    names = fn.arg_names
-    sig = {n: types.get(n, "constexpr") for n in names}
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names
-             if types.get(n, "").startswith("*") or n in div16}
-    src = ASTSource(fn, sig, {(names.index(n),): v for n, v in consts.items()}, attrs)
-    return triton.compile(src, target=TARGET, options=dict(num_warps=warps))
 
 
 def rms_forward(d: int, *, res=False, rope=False, two=False, heads=1):
@@ -54,7 +42,7 @@ def rms_forward(d: int, *, res=False, rope=False, two=False, heads=1):
         consts["H"] = 1
     else:
         types["H"] = "i32"
-    return _compile(RMS._rms_fwd, types, consts, ("D", "SX", "HALF", "H1"), warps)
+    return build(RMS._rms_fwd, types, consts, ("D", "SX", "HALF", "H1"), warps)
 
 
 def rms_backward(d: int, *, ds=False, heads=1):
@@ -66,7 +54,7 @@ def rms_backward(d: int, *, ds=False, heads=1):
         consts["heads"] = 1
     else:
         types["heads"] = "i32"
-    return _compile(RMS._rms_bwd, types, consts, ("D", "sx"), warps)
+    return build(RMS._rms_bwd, types, consts, ("D", "sx"), warps)
 
 
 def forms() -> dict:
@@ -79,18 +67,18 @@ def forms() -> dict:
         "qk_norm_rope forward, 32 + 8 heads of 128": rms_forward(128, rope=True, two=True, heads=40),
         "add_rms_norm backward, hidden 4096": rms_backward(4096, ds=True),
         "rms_norm backward, per head 128": rms_backward(128, heads=32),
-        "dw fold": _compile(RMS._fold_chunks, dict(dwp_ptr="*fp32", dw_ptr="*bf16", n_chunks="i32", D="i32"),
+        "dw fold": build(RMS._fold_chunks, dict(dwp_ptr="*fp32", dw_ptr="*bf16", n_chunks="i32", D="i32"),
                             dict(BLOCK_C=RMS.FOLD_COLS, AHEAD=RMS.FOLD_AHEAD), ("D",), 1),
-        "rope, 32 heads of 128": _compile(
+        "rope, 32 heads of 128": build(
             ROPE._rope_kernel, dict(x_ptr="*bf16", pos_ptr="*i64", tab_ptr="*fp32", y_ptr="*bf16", H="i32", HALF="i32",
                                     sx="i32", sy="i32"),
             dict(SIGN=1.0, BLOCK_H=32, BLOCK_HALF=64), ("H", "HALF", "sx", "sy"), 4),
-        "silu_mul forward": _compile(SILU._silu_mul_fwd, dict(gu_ptr="*bf16", y_ptr="*bf16", inter="i32"),
+        "silu_mul forward": build(SILU._silu_mul_fwd, dict(gu_ptr="*bf16", y_ptr="*bf16", inter="i32"),
                                      dict(BLOCK=SILU.BLOCK), ("inter",), 4),
-        "silu_mul backward": _compile(
+        "silu_mul backward": build(
             SILU._silu_mul_bwd, dict(gu_ptr="*bf16", dy_ptr="*bf16", dgu_ptr="*bf16", act_ptr="*bf16", inter="i32"),
             dict(WITH_ACT=True, BLOCK=SILU.BLOCK), ("inter",), 4),
-        "write_kv, heads of 128": _compile(
+        "write_kv, heads of 128": build(
             KV._write_kv_kernel, dict(k_ptr="*bf16", v_ptr="*bf16", cache_ptr="*bf16", slot_ptr="*i64", s_kt="i32",
                                       s_kh="i32", s_vt="i32", s_vh="i32", s_blk="i32", s_head="i32", s_off="i32",
                                       block_size="i32"),
