@@ -55,6 +55,11 @@
 #                                              # (int32 slots) natively, the CUDA vLLM
 #                                              # suite's llama_bias configurations not yet run on session 26's norms
 #                                              # (carry .vllm-cuda)
+#   CALL=bwd    bash scripts/device_calls.sh   # the norm backward's load pipeline depths and q's and k's norm backward
+#                                              # in one launch, timed and checked bitwise, the norm/rope contract
+#                                              # tests natively, the whole 8B step (carry .wheels)
+#   CALL=bwd_final bash scripts/device_calls.sh  # the 8B contract's row-wise ops natively, the 8B and 1.7B steps
+#                                              # (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
 #                                              # with graphs up to 2048 tokens (its default) and 512 (vLLM's)
 #                                              # (carry .vllm-cuda)
@@ -161,6 +166,18 @@ norms4)
         K="rowwise or paged_runner or write_kv" TEST_TIMEOUT=110
     part vllm_llama 330 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
         K="llama_bias and not tp2 and (max_num_seqs or batches_64)" TEST_TIMEOUT=200
+    ;;
+bwd)
+    part norms 100 PART=norms NORM_ARGS="--stages 1,2,3,4"
+    part norm_tests 110 PART=tests TESTS="tests/ops/triton/test_kernels.py tests/ops/test_contract.py tests/gpu/test_triton_contract_8b.py" \
+        K="(rope or rms or qk or fold or rowwise) and not (linear or attention or silu or embedding or matmul)" TEST_TIMEOUT=100
+    train_8b 200 "--steps 4 --profile --limit 75" 8
+    ;;
+bwd_final)
+    part rowwise_8b 90 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K="rowwise" TEST_TIMEOUT=80
+    train_8b 200 "--steps 4 --profile --limit 75" 8
+    part train 140 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 60"
+    tail -8 "$ROOT_OUT/train.log"
     ;;
 halves)
     part halves 240 PART=halves

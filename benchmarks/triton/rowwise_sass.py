@@ -45,11 +45,13 @@ def rms_forward(d: int, *, res=False, rope=False, two=False, heads=1):
     return build(RMS._rms_fwd, types, consts, ("D", "SX", "HALF", "H1"), warps)
 
 
-def rms_backward(d: int, *, ds=False, heads=1):
+def rms_backward(d: int, *, ds=False, heads=1, stages=None):
+    """A ``_rms_bwd`` form as ``rms_norm._backward`` launches it (``stages``: ``_bwd_stages`` when None)."""
     rows, chunk, warps = RMS._bwd_tile(d)
     types = dict(dy_ptr="*bf16", x_ptr="*bf16", w_ptr="*bf16", rstd_ptr="*fp32", dx_ptr="*bf16", dwp_ptr="*fp32",
                  ds_ptr="*bf16", M="i32", D="i32", sx="i32")
-    consts = dict(CHUNK=chunk, ROWS=rows, BLOCK_D=triton.next_power_of_2(d), DW=True, DS=ds, NATIVE=True)
+    consts = dict(CHUNK=chunk, ROWS=rows, BLOCK_D=triton.next_power_of_2(d), DW=True, DS=ds,
+                  STAGES=RMS._bwd_stages(d) if stages is None else stages, NATIVE=True)
     if heads == 1:
         consts["heads"] = 1
     else:

@@ -53,6 +53,14 @@ def _bwd_tile(d: int) -> tuple[int, int, int]:
     return rows, max(rows, 131072 // b), _block(d)[1]
 
 
+def _bwd_stages(d: int) -> int:
+    """The backward loop's pipeline depth (its loads run this minus one row steps ahead): a launch
+    choice, the same bits at any depth (benchmarks/triton/norm_shapes.py checks). H200, 16,384
+    tokens (session 27): the hidden add + RMSNorm backward (D = 4096) 189.8 / 156.4 / 143.1 / 145.2 us
+    at 1-4 stages; q's per-head backward (D = 128, 32 heads) 142.6 / 131.6 / 175.6 / 175.3 us."""
+    return 3 if d >= 1024 else 2
+
+
 def bwd_tile_candidates(d: int) -> list[tuple[int, int, int]]:
     """The backward tilings benchmarks/triton/ops_sweep.py --search times at width D: the default's
     rows a step and twice them, chunks of 2 to 32 steps (the default: 32 steps of one row at D = 4096,
@@ -141,19 +149,22 @@ def _add_rn(a, b, NATIVE: tl.constexpr):
 
 @triton.jit
 def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, ds_ptr, M, D, heads, sx, CHUNK: tl.constexpr,
-             ROWS: tl.constexpr, BLOCK_D: tl.constexpr, DW: tl.constexpr, DS: tl.constexpr,
+             ROWS: tl.constexpr, BLOCK_D: tl.constexpr, DW: tl.constexpr, DS: tl.constexpr, STAGES: tl.constexpr,
              NATIVE: tl.constexpr = True):
     """dx of rows [chunk * CHUNK, +CHUNK), ROWS at a time, and (DW) this chunk's fp32 dw partial.
     Row r of x is head r % heads of token r // heads, tokens ``sx`` apart (x read in place: per-head
     norms of a slice of the qkv rows); dy and dx are [M, D] rows. DS: dx is the norm's gradient
     rounded to x's dtype plus ds (the gradient that reaches the fused add's sum directly), rounded
-    again -- the bits of that rounded gradient and a separate elementwise add, one pass fewer."""
+    again -- the bits of that rounded gradient and a separate elementwise add, one pass fewer. The
+    loop's loads run STAGES - 1 row steps ahead (Triton's pipeliner: cp.async into shared memory):
+    a chunk is a serial walk, and with one step in flight the hidden add + norm's backward moved
+    2.8 TB/s on the H200 (3 stages: 3.75)."""
     chunk = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
     cmask = cols < D
     w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
     acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    for r0 in range(chunk * CHUNK, tl.minimum(chunk * CHUNK + CHUNK, M), ROWS):
+    for r0 in tl.range(chunk * CHUNK, tl.minimum(chunk * CHUNK + CHUNK, M), ROWS, num_stages=STAGES):
         rows = r0 + tl.arange(0, ROWS)
         rmask = rows < M
         ok = rmask[:, None] & cmask[None, :]
@@ -251,7 +262,9 @@ class _QKNormRope(torch.autograd.Function):
 
 def _norm_rope_backward(dy, x, w, rstd, want_dw: bool, rope=()):
     """(dx shaped as dy, dw or None) of y = RMSNorm(x) -- rotated when ``rope`` = (positions,
-    table): rope's backward first -- over x's rows (``_rms_fwd``'s order)."""
+    table): rope's backward first -- over x's rows (``_rms_fwd``'s order). (Session 27 measured
+    rope's backward inside the norm's kernel, each element with its partner half's dy and the
+    table row: slower on the H200, 343-370 against 291 us for q and k at 8B.)"""
     if rope:
         dy = rope_backward(dy, *rope)
     if _heads_in_place(x):
@@ -308,25 +321,26 @@ def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None
 
 
 def _backward(dy, x2, w, rstd, want_dw: bool, tile: tuple[int, int, int] | None = None, heads: int = 1,
-              sx: int | None = None, ds: torch.Tensor | None = None):
+              sx: int | None = None, ds: torch.Tensor | None = None, stages: int | None = None):
     """(dx [M, D], dw or None) of y = RMSNorm(x2) given dy; ``tile`` (rows per step, rows per
     program, warps) overrides ``_bwd_tile`` (benchmarks: a tiling is deterministic, and a
-    different one sums dw in a different order). x2: [M, D] rows, or with ``heads`` > 1 a
-    [T, heads, D] view whose tokens lie ``sx`` apart. ``ds``: added to dx in the kernel (the bits
-    of ``dx + ds``)."""
+    different one sums dw in a different order), ``stages`` ``_bwd_stages`` (how far the loads run
+    ahead: the same bits at any depth). x2: [M, D] rows, or with ``heads`` > 1 a [T, heads, D] view
+    whose tokens lie ``sx`` apart. ``ds``: added to dx in the kernel (the bits of ``dx + ds``)."""
     d = x2.shape[-1]
     m = x2.numel() // d
     block = _block(d)[0]
     rows, chunk, warps = tile or _bwd_tile(d)
     dx = torch.empty(m, d, dtype=x2.dtype, device=x2.device)
     chunks = max(1, triton.cdiv(m, chunk))
-    dwp = torch.zeros(chunks if want_dw else 1, d, dtype=torch.float32, device=x2.device)
+    alloc = torch.empty if m else torch.zeros  # every chunk's program writes its partial
+    dwp = alloc(chunks if want_dw else 1, d, dtype=torch.float32, device=x2.device)
     if m:
         dy2 = dy.reshape(m, d).contiguous()
         ds2 = ds.reshape(m, d).contiguous() if ds is not None else dx
         _rms_bwd[(chunks,)](dy2, x2, w, rstd, dx, dwp, ds2, m, d, heads, d * heads if sx is None else sx,
                             CHUNK=chunk, ROWS=rows, BLOCK_D=block, DW=want_dw, DS=ds is not None,
-                            NATIVE=x2.is_cuda, num_warps=warps)
+                            STAGES=_bwd_stages(d) if stages is None else stages, NATIVE=x2.is_cuda, num_warps=warps)
     dw = None
     if want_dw:
         dw = torch.empty_like(w)
