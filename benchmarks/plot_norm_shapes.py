@@ -2,7 +2,7 @@
 one group of bars per launch (TB/s = the bytes it must move / its time) and one bar per run, with
 the run's plain copy as the line to reach (PNG).
 
-    python benchmarks/plot_norm_shapes.py OUT.png LABEL=FILE.json [LABEL=FILE.json ...] [--shape 8b]
+    python benchmarks/plot_norm_shapes.py OUT.png LABEL=FILE.json [LABEL=FILE.json ...] [--shape 8b] [--only backward]
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ def main() -> None:
     ap.add_argument("out")
     ap.add_argument("runs", nargs="+", help="LABEL=FILE.json")
     ap.add_argument("--shape", default="8b")
+    ap.add_argument("--only", default="", help="comma-separated: the launches whose name has one (and the copy)")
     args = ap.parse_args()
     import matplotlib
 
@@ -27,7 +28,8 @@ def main() -> None:
     runs = {}
     for spec in args.runs:
         label, path = spec.split("=", 1)
-        rows = [r for r in json.load(open(path))["rows"] if r.get("shape") == args.shape and "case" in r]
+        rows = [r for r in json.load(open(path))["rows"] if r.get("shape") == args.shape and "tb_per_s" in r
+                and (any(o in r["case"] for o in args.only.split(",")) or r["case"] == COPY)]
         if not rows:
             raise SystemExit(f"{path}: no rows of shape {args.shape}")
         runs[label] = {r["case"]: r["tb_per_s"] for r in rows}
