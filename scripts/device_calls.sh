@@ -55,9 +55,9 @@
 #                                              # (int32 slots) natively, the CUDA vLLM
 #                                              # suite's llama_bias configurations not yet run on session 26's norms
 #                                              # (carry .vllm-cuda)
-#   CALL=bwd    bash scripts/device_calls.sh   # the norm backward's load pipeline depths and q's and k's norm backward
-#                                              # in one launch, timed and checked bitwise, the norm/rope contract
-#                                              # tests natively, the whole 8B step (carry .wheels)
+#   CALL=bwd    bash scripts/device_calls.sh   # the norm backward at each load pipeline depth, timed and checked
+#                                              # bitwise, the norm/rope contract tests natively, the whole 8B step
+#                                              # (carry .wheels)
 #   CALL=bwd_final bash scripts/device_calls.sh  # the 8B contract's row-wise ops natively, the 8B and 1.7B steps
 #                                              # (carry .wheels; SKIP_17B=1: not the 1.7B step)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk

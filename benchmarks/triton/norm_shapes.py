@@ -96,8 +96,8 @@ def main() -> None:
             row = {"shape": name, "case": case, "us": ms * 1e3, "tb_per_s": nbytes / ms / 1e9}
             res["rows"].append(row)
             log(f"{name:5} {case:24} {ms * 1e3:8.1f} us  {row['tb_per_s']:.2f} TB/s")
-        # the bits: every depth the same
-        def add_backward(st):
+
+        def add_backward(st):  # the bits: every depth the same
             return _backward(dy, x, w, rstd, True, ds=ds, stages=st)
 
         want = {"qk": qk_backward(1), "add": add_backward(1)}
