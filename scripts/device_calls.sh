@@ -188,7 +188,7 @@ qkcheck)
     # where the fused q/k norm + RoPE and two rms_norm_rope calls differ (forward or backward, which shapes), then
     # the hypothesis contract tests natively, to completion (their failing example printed); TRAIN=1: the 8B step
     mkdir -p "$ROOT_OUT/qk_probe"
-    timeout 100 python3 benchmarks/triton/qk_norm_probe.py > "$ROOT_OUT/qk_probe/qk_norm_probe.log" 2>&1
+    PYTHONPATH="$PWD" timeout 100 python3 benchmarks/triton/qk_norm_probe.py > "$ROOT_OUT/qk_probe/qk_norm_probe.log" 2>&1
     grep -E "DIFFER|cases" "$ROOT_OUT/qk_probe/qk_norm_probe.log" | head -40
     part qk_contract 110 PART=tests TESTS=tests/ops/test_contract.py K="qk_norm_rope_is or rms_norm_rope_is" \
         TEST_TIMEOUT=100
