@@ -58,8 +58,9 @@
 #   CALL=bwd    bash scripts/device_calls.sh   # the norm backward at each load pipeline depth, timed and checked
 #                                              # bitwise, the norm/rope contract tests natively, the whole 8B step
 #                                              # (carry .wheels)
-#   CALL=bwd_final bash scripts/device_calls.sh  # the 8B contract's row-wise ops natively, the 8B and 1.7B steps
-#                                              # (carry .wheels; SKIP_17B=1: not the 1.7B step)
+#   CALL=bwd_final bash scripts/device_calls.sh  # the 8B contract's row-wise ops and the q/k gradient written into
+#                                              # the qkv gradient natively, the 8B and 1.7B steps (carry .wheels;
+#                                              # SKIP_17B=1: not the 1.7B step)
 #   CALL=qkcheck bash scripts/device_calls.sh  # where the fused q/k norm + RoPE differs from two calls (probe), the
 #                                              # hypothesis contract tests natively, to completion; TRAIN=1: the 8B
 #                                              # step (carry .wheels)
@@ -177,7 +178,8 @@ bwd)
     train_8b 200 "--steps 4 --profile --limit 75" 8
     ;;
 bwd_final)
-    part rowwise_8b 60 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K="rowwise" TEST_TIMEOUT=55
+    part rowwise_8b 90 PART=tests TESTS="tests/ops/triton/test_kernels.py tests/gpu/test_triton_contract_8b.py" \
+        K="rowwise or writes_its_gradients or qk_norm_rope_in_one" TEST_TIMEOUT=80
     train_8b 190 "--steps 4 --profile --limit 75" 8
     if [ "${SKIP_17B:-0}" != 1 ]; then
         part train 140 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 60"

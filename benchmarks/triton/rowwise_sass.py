@@ -45,18 +45,18 @@ def rms_forward(d: int, *, res=False, rope=False, two=False, heads=1):
     return build(RMS._rms_fwd, types, consts, ("D", "SX", "HALF", "H1"), warps)
 
 
-def rms_backward(d: int, *, ds=False, heads=1, stages=None):
+def rms_backward(d: int, *, ds=False, heads=1, stages=None, dx_x=False):
     """A ``_rms_bwd`` form as ``rms_norm._backward`` launches it (``stages``: ``_bwd_stages`` when None)."""
     rows, chunk, warps = RMS._bwd_tile(d)
     types = dict(dy_ptr="*bf16", x_ptr="*bf16", w_ptr="*bf16", rstd_ptr="*fp32", dx_ptr="*bf16", dwp_ptr="*fp32",
-                 ds_ptr="*bf16", M="i32", D="i32", sx="i32")
+                 ds_ptr="*bf16", M="i32", D="i32", sx="i32", sdx="i32")
     consts = dict(CHUNK=chunk, ROWS=rows, BLOCK_D=triton.next_power_of_2(d), DW=True, DS=ds,
-                  STAGES=RMS._bwd_stages(d) if stages is None else stages, NATIVE=True)
+                  STAGES=RMS._bwd_stages(d) if stages is None else stages, DX_X=dx_x, NATIVE=True)
     if heads == 1:
         consts["heads"] = 1
     else:
         types["heads"] = "i32"
-    return build(RMS._rms_bwd, types, consts, ("D", "sx"), warps)
+    return build(RMS._rms_bwd, types, consts, ("D", "sx", "sdx"), warps)
 
 
 def forms() -> dict:
@@ -69,6 +69,7 @@ def forms() -> dict:
         "qk_norm_rope forward, 32 + 8 heads of 128": rms_forward(128, rope=True, two=True, heads=40),
         "add_rms_norm backward, hidden 4096": rms_backward(4096, ds=True),
         "rms_norm backward, per head 128": rms_backward(128, heads=32),
+        "q/k norm backward into the qkv gradient, per head 128": rms_backward(128, heads=32, dx_x=True),
         "dw fold": build(RMS._fold_chunks, dict(dwp_ptr="*fp32", dw_ptr="*bf16", n_chunks="i32", D="i32"),
                             dict(BLOCK_C=RMS.FOLD_COLS, AHEAD=RMS.FOLD_AHEAD), ("D",), 1),
         "rope, 32 heads of 128": build(

@@ -26,6 +26,7 @@ from torch import nn
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from ..ops import get_backend, rope_table
+from ..ops.autograd import split_columns
 from .config import rope_parameters
 
 
@@ -165,7 +166,8 @@ class Attention(nn.Module):
     def forward(self, x_TD, positions_T, rope_PD, meta: AttentionMeta):
         ops, T, d = get_backend(self.backend), x_TD.shape[0], self.head_dim
         qkv = self.qkv_proj(x_TD)
-        q, k, v = qkv.split([self.n_heads * d, self.n_kv_heads * d, self.n_kv_heads * d], dim=-1)
+        # split_columns: its backward takes the q/k norm's gradient buffer (dq and dk already at their columns)
+        q, k, v = split_columns(qkv, [self.n_heads * d, self.n_kv_heads * d, self.n_kv_heads * d])
         q_TNH, k_TKH, v_TKH = q.view(T, -1, d), k.view(T, -1, d), v.view(T, -1, d)
         if self.q_norm is not None:  # Qwen3: each head's norm and its rotation, q's and k's in one op
             q_TNH, k_TKH = ops.qk_norm_rope(q_TNH, k_TKH, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps,

@@ -234,3 +234,56 @@ def sum_op(forward: Callable) -> Callable:
         return _Sum.apply(x)
 
     return token_sum
+
+
+# The attribute a gradient buffer carries when its producer left some of its columns for others to fill
+_FREE_COLUMNS = "_rlk_free_columns"
+
+
+def column_buffer(rows: int, width: int, free: tuple[int, int], like: torch.Tensor) -> torch.Tensor:
+    """An uninitialised [rows, width] gradient buffer whose columns ``free`` = (start, end) no one has
+    written: a producer writes the gradients of some column blocks of a ``split_columns`` input into
+    their columns (views of this buffer), and the split's backward fills the free columns with the
+    other blocks' gradients and returns the buffer, instead of concatenating copies of all of them."""
+    buf = torch.empty(rows, width, dtype=like.dtype, device=like.device)
+    setattr(buf, _FREE_COLUMNS, free)
+    return buf
+
+
+class _SplitColumns(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, sizes):
+        ctx.sizes, ctx.shape = sizes, x.shape
+        return x.split(sizes, -1)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return _join_columns(grads, ctx.sizes, ctx.shape), None
+
+
+def _join_columns(grads, sizes, shape) -> torch.Tensor:
+    """The gradient of x from its blocks' (autograd materialises unused ones as zeros): the
+    ``column_buffer`` that already holds some of them at their columns, with the others copied into
+    its free columns; else their concatenation."""
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    buf = next((g._base for g in grads if g._base is not None and getattr(g._base, _FREE_COLUMNS, None)), None)
+    if buf is not None and buf.shape == shape:
+        placed = [g._base is buf and g.stride() == buf.stride() and g.storage_offset() - buf.storage_offset() == s
+                  for g, s in zip(grads, starts, strict=True)]
+        rest = [(g, s, n) for g, s, n, p in zip(grads, starts, sizes, placed, strict=True) if not p]
+        lo, hi = getattr(buf, _FREE_COLUMNS)
+        if all(lo <= s and s + n <= hi for _, s, n in rest):
+            setattr(buf, _FREE_COLUMNS, None)  # filled: never written into again
+            for g, s, n in rest:
+                buf[..., s:s + n].copy_(g)
+            return buf
+    return torch.cat(grads, -1)
+
+
+def split_columns(x: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, ...]:
+    """``x.split(sizes, -1)`` (views), whose backward writes the blocks' gradients into one buffer
+    when a producer left one (``column_buffer``: the Triton q/k norm backward puts dq and dk at their
+    columns of the qkv gradient, so only dv is copied), else concatenates them as torch's does."""
+    if not (torch.is_grad_enabled() and x.requires_grad):
+        return x.split(sizes, -1)
+    return _SplitColumns.apply(x, list(sizes))

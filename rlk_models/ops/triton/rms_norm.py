@@ -28,6 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..autograd import column_buffer
 from ..checks import check_add_rms_norm, check_rms_norm, check_rms_norm_rope
 from .rope import rope_backward, rotated_hi, rotated_lo
 
@@ -148,12 +149,14 @@ def _add_rn(a, b, NATIVE: tl.constexpr):
 
 
 @triton.jit
-def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, ds_ptr, M, D, heads, sx, CHUNK: tl.constexpr,
+def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, ds_ptr, M, D, heads, sx, sdx, CHUNK: tl.constexpr,
              ROWS: tl.constexpr, BLOCK_D: tl.constexpr, DW: tl.constexpr, DS: tl.constexpr, STAGES: tl.constexpr,
-             NATIVE: tl.constexpr = True):
+             DX_X: tl.constexpr = False, NATIVE: tl.constexpr = True):
     """dx of rows [chunk * CHUNK, +CHUNK), ROWS at a time, and (DW) this chunk's fp32 dw partial.
     Row r of x is head r % heads of token r // heads, tokens ``sx`` apart (x read in place: per-head
-    norms of a slice of the qkv rows); dy and dx are [M, D] rows. DS: dx is the norm's gradient
+    norms of a slice of the qkv rows); dy is [M, D] rows, and so is dx, or (DX_X) dx is in x's layout
+    with tokens ``sdx`` apart (a [T, heads, D] view of a wider buffer: q's columns of the qkv
+    gradient). DS: dx is the norm's gradient
     rounded to x's dtype plus ds (the gradient that reaches the fused add's sum directly), rounded
     again -- the bits of that rounded gradient and a separate elementwise add, one pass fewer. The
     loop's loads run STAGES - 1 row steps ahead (Triton's pipeliner: cp.async into shared memory):
@@ -169,7 +172,8 @@ def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, ds_ptr, M, D, head
         rmask = rows < M
         ok = rmask[:, None] & cmask[None, :]
         off = rows.to(tl.int64)[:, None] * D + cols[None, :]
-        x = tl.load(x_ptr + _head_row(rows // heads, rows % heads, sx, D)[:, None] + cols[None, :], mask=ok,
+        tok, head = rows // heads, rows % heads
+        x = tl.load(x_ptr + _head_row(tok, head, sx, D)[:, None] + cols[None, :], mask=ok,
                     other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + off, mask=ok, other=0.0).to(tl.float32)
         rstd = tl.load(rstd_ptr + rows, mask=rmask, other=0.0)
@@ -180,7 +184,10 @@ def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, ds_ptr, M, D, head
         if DS:
             dx = _add_rn(dx.to(tl.float32), tl.load(ds_ptr + off, mask=ok, other=0.0).to(tl.float32), NATIVE).to(
                 dx_ptr.dtype.element_ty)
-        tl.store(dx_ptr + off, dx, mask=ok)
+        if DX_X:
+            tl.store(dx_ptr + _head_row(tok, head, sdx, D)[:, None] + cols[None, :], dx, mask=ok)
+        else:
+            tl.store(dx_ptr + off, dx, mask=ok)
         if DW:
             acc += tl.sum(dy * n, axis=0)
     if DW:
@@ -239,7 +246,9 @@ class _QKNormRope(torch.autograd.Function):
     """``rms_norm_rope`` of q [T, Hq, D] and of k [T, Hk, D], adjacent in one row buffer (the qkv
     projection's), in one launch: each head's row runs the kernel's one code with its tensor's
     weight. The backward is the two ops' own, each on its tensor (the same kernels, rows and
-    dw summation order as two ``rms_norm_rope`` calls)."""
+    dw summation order as two ``rms_norm_rope`` calls), with dq and dk written at their columns of
+    one qkv-wide buffer (``autograd.column_buffer``): ``split_columns``' backward then copies only
+    v's gradient into it instead of concatenating all three."""
 
     @staticmethod
     def forward(ctx, q, k, wq, wk, eps, positions, table):
@@ -255,20 +264,26 @@ class _QKNormRope(torch.autograd.Function):
     def backward(ctx, dq, dk):
         q, k, wq, wk, rq, rk, positions, table = ctx.saved_tensors
         need, rope = ctx.needs_input_grad, (positions, table)
-        dxq, dwq = (None, None) if dq is None else _norm_rope_backward(dq, q, wq, rq, need[2], rope)
-        dxk, dwk = (None, None) if dk is None else _norm_rope_backward(dk, k, wk, rk, need[3], rope)
+        outq = outk = None
+        if dq is not None and dk is not None:  # dq and dk at their columns of one qkv-wide gradient buffer
+            (t, hq, d), hk, width = q.shape, k.shape[1], q.stride(0)
+            buf = column_buffer(t, width, ((hq + hk) * d, width), q)  # v's columns: the split's backward's
+            outq, outk = buf[:, :hq * d].view(t, hq, d), buf[:, hq * d:(hq + hk) * d].view(t, hk, d)
+        dxq, dwq = (None, None) if dq is None else _norm_rope_backward(dq, q, wq, rq, need[2], rope, outq)
+        dxk, dwk = (None, None) if dk is None else _norm_rope_backward(dk, k, wk, rk, need[3], rope, outk)
         return dxq, dxk, dwq, dwk, None, None, None
 
 
-def _norm_rope_backward(dy, x, w, rstd, want_dw: bool, rope=()):
+def _norm_rope_backward(dy, x, w, rstd, want_dw: bool, rope=(), dx_out=None):
     """(dx shaped as dy, dw or None) of y = RMSNorm(x) -- rotated when ``rope`` = (positions,
-    table): rope's backward first -- over x's rows (``_rms_fwd``'s order). (Session 27 measured
+    table): rope's backward first -- over x's rows (``_rms_fwd``'s order); dx into ``dx_out`` when
+    given (x read in place). (Session 27 measured
     rope's backward inside the norm's kernel, each element with its partner half's dy and the
     table row: slower on the H200, 343-370 against 291 us for q and k at 8B.)"""
     if rope:
         dy = rope_backward(dy, *rope)
     if _heads_in_place(x):
-        dx, dw = _backward(dy, x, w, rstd, want_dw, heads=x.shape[1], sx=x.stride(0))
+        dx, dw = _backward(dy, x, w, rstd, want_dw, heads=x.shape[1], sx=x.stride(0), dx_out=dx_out)
     else:
         dx, dw = _backward(dy, x.reshape(-1, x.shape[-1]).contiguous(), w, rstd, want_dw)
     return dx.view(dy.shape), dw
@@ -321,26 +336,36 @@ def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None
 
 
 def _backward(dy, x2, w, rstd, want_dw: bool, tile: tuple[int, int, int] | None = None, heads: int = 1,
-              sx: int | None = None, ds: torch.Tensor | None = None, stages: int | None = None):
+              sx: int | None = None, ds: torch.Tensor | None = None, stages: int | None = None,
+              dx_out: torch.Tensor | None = None):
     """(dx [M, D], dw or None) of y = RMSNorm(x2) given dy; ``tile`` (rows per step, rows per
     program, warps) overrides ``_bwd_tile`` (benchmarks: a tiling is deterministic, and a
     different one sums dw in a different order), ``stages`` ``_bwd_stages`` (how far the loads run
     ahead: the same bits at any depth). x2: [M, D] rows, or with ``heads`` > 1 a [T, heads, D] view
-    whose tokens lie ``sx`` apart. ``ds``: added to dx in the kernel (the bits of ``dx + ds``)."""
+    whose tokens lie ``sx`` apart. ``ds``: added to dx in the kernel (the bits of ``dx + ds``).
+    ``dx_out``: a [T, heads, D] view (rows of D contiguous, heads D apart) that dx is written into and
+    returned as, e.g. q's columns of the qkv gradient; else dx is new [M, D] rows."""
     d = x2.shape[-1]
     m = x2.numel() // d
     block = _block(d)[0]
     rows, chunk, warps = tile or _bwd_tile(d)
-    dx = torch.empty(m, d, dtype=x2.dtype, device=x2.device)
+    if dx_out is None:
+        dx, sdx = torch.empty(m, d, dtype=x2.dtype, device=x2.device), heads * d
+    else:
+        if dx_out.shape != (m // heads, heads, d) or dx_out.stride()[1:] != (d, 1):
+            raise ValueError(f"rms_norm backward: dx_out must be a [T, {heads}, {d}] view with rows of {d} contiguous, "
+                             f"got {tuple(dx_out.shape)} strides {dx_out.stride()}")
+        dx, sdx = dx_out, dx_out.stride(0)
     chunks = max(1, triton.cdiv(m, chunk))
     alloc = torch.empty if m else torch.zeros  # every chunk's program writes its partial
     dwp = alloc(chunks if want_dw else 1, d, dtype=torch.float32, device=x2.device)
     if m:
         dy2 = dy.reshape(m, d).contiguous()
         ds2 = ds.reshape(m, d).contiguous() if ds is not None else dx
-        _rms_bwd[(chunks,)](dy2, x2, w, rstd, dx, dwp, ds2, m, d, heads, d * heads if sx is None else sx,
+        _rms_bwd[(chunks,)](dy2, x2, w, rstd, dx, dwp, ds2, m, d, heads, d * heads if sx is None else sx, sdx,
                             CHUNK=chunk, ROWS=rows, BLOCK_D=block, DW=want_dw, DS=ds is not None,
-                            STAGES=_bwd_stages(d) if stages is None else stages, NATIVE=x2.is_cuda, num_warps=warps)
+                            STAGES=_bwd_stages(d) if stages is None else stages, DX_X=dx_out is not None,
+                            NATIVE=x2.is_cuda, num_warps=warps)
     dw = None
     if want_dw:
         dw = torch.empty_like(w)

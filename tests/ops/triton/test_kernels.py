@@ -453,6 +453,35 @@ def test_qk_norm_rope_in_one_launch_is_the_two_ops(dtype, d):
     assert torch.equal(yq, fused[0].detach()) and torch.equal(yk, fused[1].detach())
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_qk_norm_rope_writes_its_gradients_into_the_qkv_gradient(dtype):
+    """The decoder's qkv split (``split_columns``) + q/k norm + RoPE: the backward writes dq and dk at
+    their columns of one qkv-wide buffer and the split's backward copies only dv into it (the
+    buffer is the gradient: no concatenation) -- bitwise torch.split's concatenated gradient."""
+    from rlk_models.ops import rope_table
+    from rlk_models.ops.autograd import split_columns
+
+    tri, dt = get_backend("triton"), getattr(torch, dtype)
+    g = torch.Generator().manual_seed(3)
+    t, hq, hk, d = 37, 4, 2, 64
+    qkv = rand(g, t, (hq + 2 * hk) * d, dtype=dt, scale=3.0)
+    wq, wk = rand(g, d, dtype=dt), rand(g, d, dtype=dt)
+    gq, gk, gv = rand(g, t, hq, d, dtype=dt), rand(g, t, hk, d, dtype=dt), rand(g, t, hk * d, dtype=dt)
+    table = rope_table(d, 4096, {"rope_type": "default", "rope_theta": 1e6}).to(DEV)
+    pos = torch.randint(0, 4096, (t,), generator=g).to(DEV)
+
+    def grad(split):
+        x = qkv.clone().requires_grad_()
+        q, k, v = split(x)
+        yq, yk = tri.qk_norm_rope(q.view(t, hq, d), k.view(t, hk, d), wq, wk, 1e-6, pos, table)
+        return torch.autograd.grad((yq, yk, v), x, (gq, gk, gv))[0]
+
+    sizes = [hq * d, hk * d, hk * d]
+    got = grad(lambda x: split_columns(x, sizes))
+    assert getattr(got, "_rlk_free_columns", "not the buffer") is None  # the q/k backward's buffer, filled
+    assert torch.equal(got, grad(lambda x: x.split(sizes, -1)))
+
+
 def test_rms_norm_refuses_rows_past_int32():
     """The forward's row, token and head indices are int32: 2**31 rows (tokens x heads) or more
     is refused with an error naming the limit, before anything is allocated or launched."""
