@@ -156,12 +156,11 @@ def _rms_bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, ds_ptr, M, D, head
     Row r of x is head r % heads of token r // heads, tokens ``sx`` apart (x read in place: per-head
     norms of a slice of the qkv rows); dy is [M, D] rows, and so is dx, or (DX_X) dx is in x's layout
     with tokens ``sdx`` apart (a [T, heads, D] view of a wider buffer: q's columns of the qkv
-    gradient). DS: dx is the norm's gradient
-    rounded to x's dtype plus ds (the gradient that reaches the fused add's sum directly), rounded
-    again -- the bits of that rounded gradient and a separate elementwise add, one pass fewer. The
-    loop's loads run STAGES - 1 row steps ahead (Triton's pipeliner: cp.async into shared memory):
-    a chunk is a serial walk, and with one step in flight the hidden add + norm's backward moved
-    2.8 TB/s on the H200 (3 stages: 3.75)."""
+    gradient). DS: dx is the norm's gradient rounded to x's dtype plus ds (the gradient that reaches
+    the fused add's sum directly), rounded again -- the bits of that rounded gradient and a separate
+    elementwise add, one pass fewer. The loop's loads run STAGES - 1 row steps ahead (Triton's
+    pipeliner: cp.async into shared memory): a chunk is a serial walk, and with one step in flight
+    the hidden add + norm's backward moved 2.8 TB/s on the H200 (3 stages: 3.75)."""
     chunk = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
     cmask = cols < D
@@ -277,9 +276,9 @@ class _QKNormRope(torch.autograd.Function):
 def _norm_rope_backward(dy, x, w, rstd, want_dw: bool, rope=(), dx_out=None):
     """(dx shaped as dy, dw or None) of y = RMSNorm(x) -- rotated when ``rope`` = (positions,
     table): rope's backward first -- over x's rows (``_rms_fwd``'s order); dx into ``dx_out`` when
-    given (x read in place). (Session 27 measured
-    rope's backward inside the norm's kernel, each element with its partner half's dy and the
-    table row: slower on the H200, 343-370 against 291 us for q and k at 8B.)"""
+    given (x read in place). (Session 27 measured rope's backward inside the norm's kernel, each
+    element from its partner half's dy and the table row: slower on the H200, 343-370 against 291
+    us for q and k at 8B.)"""
     if rope:
         dy = rope_backward(dy, *rope)
     if _heads_in_place(x):
