@@ -61,9 +61,8 @@
 #   CALL=bwd_final bash scripts/device_calls.sh  # the 8B contract's row-wise ops and the q/k gradient written into
 #                                              # the qkv gradient natively, the 8B and 1.7B steps (carry .wheels;
 #                                              # SKIP_17B=1: not the 1.7B step)
-#   CALL=qkcheck bash scripts/device_calls.sh  # where the fused q/k norm + RoPE differs from two calls (probe), the
-#                                              # hypothesis contract tests natively, to completion; TRAIN=1: the 8B
-#                                              # step (carry .wheels)
+#   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
+#                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
 #                                              # with graphs up to 2048 tokens (its default) and 512 (vLLM's)
 #                                              # (carry .vllm-cuda)
@@ -187,11 +186,8 @@ bwd_final)
     fi
     ;;
 qkcheck)
-    # where the fused q/k norm + RoPE and two rms_norm_rope calls differ (forward or backward, which shapes), then
-    # the hypothesis contract tests natively, to completion (their failing example printed); TRAIN=1: the 8B step
-    mkdir -p "$ROOT_OUT/qk_probe"
-    PYTHONPATH="$PWD" timeout 100 python3 benchmarks/triton/qk_norm_probe.py > "$ROOT_OUT/qk_probe/qk_norm_probe.log" 2>&1
-    grep -E "DIFFER|cases" "$ROOT_OUT/qk_probe/qk_norm_probe.log" | head -40
+    # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is
+    # printed); TRAIN=1: then the 8B step
     part qk_contract 110 PART=tests TESTS=tests/ops/test_contract.py K="qk_norm_rope_is or rms_norm_rope_is" \
         TEST_TIMEOUT=100
     grep -E "Falsifying|falsifying|^E |rows=|dtype=" "$ROOT_OUT/qk_contract/gpu_tests.log" | head -40
