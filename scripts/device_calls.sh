@@ -191,7 +191,9 @@ qkcheck)
     part qk_contract 110 PART=tests TESTS=tests/ops/test_contract.py K="qk_norm_rope_is or rms_norm_rope_is" \
         TEST_TIMEOUT=100
     grep -E "Falsifying|falsifying|^E |rows=|dtype=" "$ROOT_OUT/qk_contract/gpu_tests.log" | head -40
-    [ "${TRAIN:-0}" = 1 ] && train_8b 190 "--steps 4 --profile --limit 75" 8
+    if [ "${TRAIN:-0}" = 1 ]; then
+        train_8b 190 "--steps 4 --profile --limit 75" 8
+    fi
     ;;
 halves)
     part halves 240 PART=halves

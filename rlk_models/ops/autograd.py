@@ -251,6 +251,8 @@ def column_buffer(rows: int, width: int, free: tuple[int, int], like: torch.Tens
 
 
 class _SplitColumns(torch.autograd.Function):
+    """``split_columns``: views forward, ``_join_columns`` backward."""
+
     @staticmethod
     def forward(ctx, x, sizes):
         ctx.sizes, ctx.shape = sizes, x.shape
