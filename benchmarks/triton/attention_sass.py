@@ -21,8 +21,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from matmul_sass import build, describe  # noqa: E402
+import triton  # noqa: E402
+from matmul_sass import TARGET, build, describe  # noqa: E402
 
+from rlk_models.ops.triton import attention_sm90  # noqa: E402
 from rlk_models.ops.triton.attention import (  # noqa: E402
     BLOCK_N,
     BWD_CANDIDATES,
@@ -38,6 +40,7 @@ from rlk_models.ops.triton.attention import (  # noqa: E402
     _paged_fwd,
     _varlen_fwd,
 )
+from rlk_models.ops.triton.attention_sm90 import SM90_CANDIDATES, SM90_CONFIG  # noqa: E402
 
 SM_SHARED, CTA_RESERVED, SM_REGS, SM_THREADS = 228 * 1024, 1024, 65536, 2048  # sm_90 per SM
 _I32 = ("sq", "so", "s_blk", "s_head", "s_off", "s_bt", "block_size", "sk", "sv", "s_ds")  # strides: multiples of 16
@@ -66,6 +69,28 @@ def training(config: tuple[int, int, int], group: int = 4, d: int = 128, tma: bo
                      v_ptr=f"tensordesc<bf16[{BLOCK_N}, {d}]>")
     return _compile(_varlen_fwd, types, dict(GROUP=group, D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N, TMA=tma), warps,
                     stages)
+
+
+def training_sm90(config: tuple = SM90_CONFIG, group: int = 4, d: int = 128):
+    """``attention_sm90._varlen_fwd_ws`` (Gluon) for sm_90, its descriptors' types from host descriptors
+    over CPU tensors of the Qwen3-8B heads."""
+    import torch
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    block_m, num_buf, pingpong, consumer_regs, maxnreg = config
+    q, kv = torch.empty(256, 32, d, dtype=torch.bfloat16), torch.empty(256, 32 // group, d, dtype=torch.bfloat16)
+    descs = attention_sm90.descriptors(q, kv, kv, block_m // 2, BLOCK_N)
+    types = dict(zip(("q_desc", "k_desc", "v_desc"), map(mangle_type, descs)), o_ptr="*bf16", lse_ptr="*fp32",
+                 cu_ptr="*i32", qk_scale="fp32", T="i32", so="i32")
+    consts = dict(GROUP=group, D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N, NUM_BUF=num_buf, PINGPONG=pingpong,
+                  CONSUMER_REGS=consumer_regs, num_warps=4)
+    fn = attention_sm90._varlen_fwd_ws
+    names = fn.arg_names
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("o_ptr", "lse_ptr", "cu_ptr", "so")}
+    src = GluonASTSource(fn, {n: types.get(n, "constexpr") for n in names},
+                         {(names.index(n),): v for n, v in consts.items()}, attrs)
+    return triton.compile(src, target=TARGET, options=dict(num_warps=4, maxnreg=maxnreg))
 
 
 def backward(config: tuple[tuple[int, int, int, int], tuple[int, int, int, int]], group: int = 4, d: int = 128,
@@ -114,6 +139,9 @@ def main() -> None:
     GROUP 1 and 16 (MHA, and the largest group whose decode rows sit on the N side)."""
     res = {"training": {str(c): report(training(c), c[1]) for c in TRAIN_CANDIDATES},
            "training_pointer_loads": {str(c): report(training(c, tma=False), c[1]) for c in TRAIN_CANDIDATES},
+           # 12 warps: the two consumer warpgroups and the loader's (one warp, a warpgroup's registers)
+           "training_sm90": {f"{c} D={d}": report(training_sm90(c, d=d), 12) for c in SM90_CANDIDATES
+                             for d in (64, 128)},
            "paged": {str(c): report(paged(c), c[1]) for c in PAGED_CANDIDATES},
            "paged_default_by_group": {str(g): report(paged(PAGED_CONFIG, group=g), PAGED_CONFIG[1]) for g in (1, 16)},
            "defaults": {"training": str(TRAIN_CONFIG), "paged": str(PAGED_CONFIG)}}

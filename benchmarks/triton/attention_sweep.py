@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench, bench_graph, info, log, rel_err, save  # noqa: E402
 
 from rlk_models.ops.triton import attention as attn  # noqa: E402
+from rlk_models.ops.triton import attention_sm90  # noqa: E402
 from rlk_models.ops.triton.attention import PAGED_CANDIDATES, TRAIN_CANDIDATES, TRAIN_CONFIG  # noqa: E402
 from rlk_models.testing.paged_steps import random_block_table  # noqa: E402
 
@@ -196,11 +197,12 @@ def decode(res, block_size: int = 16):
 TRAIN_SHAPES = {"1.7b": (8, 2048, 16, 8), "8b_2k": (8, 2048, 32, 8), "8b": (8, 4096, 32, 8)}
 
 
-def train(res):
+def train(res, quick: bool = False):
     """The training step's attention (packed causal, bf16) at the 1.7B and 8B shapes: every forward
     candidate and every backward candidate (``BWD_CANDIDATES``: forward + backward, each checked run
     to run and against the default's gradients within bf16 rounding) against SDPA's cuDNN kernels
-    (what stock transformers and Liger run on the H200) and its flash kernels (FA2)."""
+    (what stock transformers and Liger run on the H200) and its flash kernels (FA2). ``quick``: the
+    defaults only (the forward's two kernels, the default backward)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     out = {}
@@ -225,14 +227,35 @@ def train(res):
             except RuntimeError as e:
                 log(f"train {name}: SDPA {backend.name} failed: {e}")
         base = row["sdpa"].get("CUDNN_ATTENTION") or row["sdpa"].get("FLASH_ATTENTION")
-        for c in TRAIN_CANDIDATES:
-            for tma in (True, False):  # the default's TMA loads, then pointer loads ("... pointer")
+        for c in [TRAIN_CONFIG] if quick else TRAIN_CANDIDATES:
+            # the default's TMA loads, then pointer loads ("... pointer")
+            for tma in (True,) if quick else (True, False):
                 try:
-                    t = bench(lambda: attn.varlen_attention(q, k, v, cu, SCALE, config=c, tma=tma), warmup=10, rep=50)
+                    t = bench(lambda: attn.varlen_attention(q, k, v, cu, SCALE, config=c, tma=tma, kernel="triton"),
+                              warmup=10, rep=50)
                 except triton.runtime.errors.OutOfResources:
                     continue
                 row["fwd"][str(c) + ("" if tma else " pointer")] = {"ms": t, "tflops": flops / t / 1e9,
                                                                      "vs_sdpa": t / base["fwd_ms"]}
+        # the Gluon forward's forms (the default on sm_90): time, and bits against _varlen_fwd's default
+        o_tr, lse_tr = attn._forward(q, k, v, cu, SCALE, None, True, "triton")[:2]
+        default_sm90 = attention_sm90.SM90_CONFIG
+        for c in attention_sm90.SM90_CANDIDATES:
+            attention_sm90.SM90_CONFIG = c
+            try:
+                o, lse = attn._forward(q, k, v, cu, SCALE, None, True, "sm90")[:2]
+                same = torch.equal(o, o_tr) and torch.equal(lse, lse_tr)
+                t = bench(lambda: attn.varlen_attention(q, k, v, cu, SCALE, kernel="sm90"), warmup=10, rep=50)
+            except (ValueError, RuntimeError, triton.runtime.errors.OutOfResources) as e:
+                log(f"train {name}: sm90 {c} failed: {type(e).__name__}: {e}")
+                continue
+            finally:
+                attention_sm90.SM90_CONFIG = default_sm90
+            row["fwd"][f"sm90 {c}"] = {"ms": t, "tflops": flops / t / 1e9, "vs_sdpa": t / base["fwd_ms"],
+                                       "equal_to_triton": same}
+            log(f"train {name}: sm90 {c} forward {t:.3f} ms ({flops / t / 1e9:.0f} TFLOP/s, "
+                f"{t / base['fwd_ms']:.2f}x SDPA), bitwise _varlen_fwd (o, lse) {same}")
+        del o_tr, lse_tr
         qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
         want = None
         kept_ds = attn.DS_BYTES
@@ -240,6 +263,7 @@ def train(res):
         # recomputing dS ("recompute": the path past DS_BYTES, bitwise the same gradients)
         runs = [(bc, True, "") for bc in attn.BWD_CANDIDATES] + [(attn.BWD_CONFIG, False, " pointer"),
                                                                   (attn.BWD_CONFIG, True, " recompute")]
+        runs = runs[:1] if quick else runs
         for bc, tma, label in runs:
             def fb(bc=bc, tma=tma):
                 o = attn.varlen_attention(qg, kg, vg, cu, SCALE, bwd_config=bc, tma=tma)
@@ -280,11 +304,12 @@ def main() -> None:
     ap.add_argument("--with-decode", action="store_true", help="1., 2. and 3.")
     ap.add_argument("--train", action="store_true", help="only 4.: the training step's attention at the 1.7B and "
                     "8B shapes, forward and backward candidates, against SDPA's cuDNN and flash kernels")
+    ap.add_argument("--quick", action="store_true", help="with --train: the defaults only")
     args = ap.parse_args()
     res = {"info": info()}
     log(res["info"])
     if args.train:
-        train(res)
+        train(res, quick=args.quick)
         save("attention_train", res)
         return
     if args.decode:

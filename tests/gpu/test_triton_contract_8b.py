@@ -232,6 +232,46 @@ def test_attention_training_configs_paged_schedules_and_backward():
     assert all(torch.equal(a, b) for a, b in zip(g1, g3)), "backward: TMA loads against pointer loads"
 
 
+@pytest.mark.parametrize("hq,hkv,d,dtype", [(32, 8, 128, torch.bfloat16), (16, 8, 128, torch.bfloat16),
+                                           (8, 8, 64, torch.float16), (16, 2, 64, torch.bfloat16)])
+def test_attention_sm90_forward_is_the_triton_forward(hq, hkv, d, dtype, monkeypatch):
+    """Every form of the Gluon forward (``attention_sm90``, the default on sm_90) gives ``_varlen_fwd``'s
+    bits: the output and the saved log-sum-exp, at sequence lengths around the tiles (1..2047 tokens:
+    one key tile, a partial last tile, many tiles, rows past the end); a sequence alone as packed;
+    and the gradients through it as through ``_varlen_fwd``."""
+    from rlk_models.ops.triton import attention as attn
+    from rlk_models.ops.triton import attention_sm90
+
+    if not attention_sm90.usable(torch.empty(1, 1, d, device="cuda", dtype=dtype), None, None):
+        pytest.skip("not an sm_90 GPU")
+    g = gen(3)
+    t = sum(LENS)
+    q, k, v = (randn(t, h, d, g=g).to(dtype) for h in (hq, hkv, hkv))
+    cu = torch.tensor([0] + torch.tensor(LENS).cumsum(0).tolist(), device="cuda")
+    o_ref, lse_ref = attn._forward(q, k, v, cu, d ** -0.5, None, True, "triton")[:2]
+    for c in attention_sm90.SM90_CANDIDATES:
+        monkeypatch.setattr(attention_sm90, "SM90_CONFIG", c)
+        o, lse = attn._forward(q, k, v, cu, d ** -0.5, None, True, "sm90")[:2]
+        assert torch.equal(o, o_ref), f"{c}: output differs from _varlen_fwd's"
+        assert torch.equal(lse, lse_ref), f"{c}: log-sum-exp differs from _varlen_fwd's"
+    monkeypatch.undo()
+    assert torch.equal(attn.varlen_attention(q, k, v, cu, d ** -0.5), o_ref), "the default"
+    for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
+        alone = attn.varlen_attention(q[a:b], k[a:b], v[a:b], torch.tensor([0, b - a], device="cuda"), d ** -0.5,
+                                      kernel="sm90")
+        assert torch.equal(alone, o_ref[a:b]), f"sequence {a}:{b} alone"
+    do = randn(t, hq, d, g=g).to(dtype)
+    grads = {}
+    for kernel in ("sm90", "triton", "triton again"):
+        qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+        o = attn.varlen_attention(qg, kg, vg, cu, d ** -0.5, kernel=kernel.split()[0])
+        grads[kernel] = torch.autograd.grad(o, [qg, kg, vg], do)
+    for name, a, b in zip(("dq", "dk", "dv"), grads["triton again"], grads["triton"]):
+        assert torch.equal(a, b), f"{name}: the backward differs run to run"
+    for name, a, b in zip(("dq", "dk", "dv"), grads["sm90"], grads["triton"]):
+        assert torch.equal(a, b), f"{name} through the Gluon forward differs"
+
+
 QWEN3_8B_2_LAYERS = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=2, num_attention_heads=32,
                          num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
                          rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=False,

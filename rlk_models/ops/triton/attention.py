@@ -47,6 +47,7 @@ import triton
 import triton.language as tl
 
 from ..checks import check_attention, check_paged_attention, read_cu_seqlens
+from . import attention_sm90
 from .utils import bind_cuda_context, tma_ok
 
 BLOCK_N = 64                # the KV tile: part of the contract
@@ -58,6 +59,9 @@ BLOCK_N = 64                # the KV tile: part of the contract
 # used (tests/gpu checks each candidate). Training: BLOCK_M consecutive tokens of one head; paged:
 # BLOCK_M (token, group head) pairs.
 TRAIN_CONFIG = (128, 8, 3)
+# The training forward where ``attention_sm90.usable``: its Gluon kernel (the softmax under the previous tile's P V
+# dot), bitwise ``_varlen_fwd`` (tests/gpu); "triton" keeps ``_varlen_fwd`` everywhere
+FWD_KERNEL = "sm90"
 PAGED_CONFIG = (64, 4, 3, 5)
 # Backward: (BLOCK_M query rows, BLOCK_N keys, num_warps, num_stages) of the dK/dV kernel and of the dQ kernel. A
 # backward promises determinism, not invariance, so its tiles are free: a candidate changes dK/dV/dQ's bits (never
@@ -480,29 +484,45 @@ def _ds_descs(ds: torch.Tensor, *blocks: tuple[int, int]) -> list:
     return [TensorDescriptor(ds, list(ds.shape), [ds.stride(0), 1], list(b)) for b in blocks]
 
 
+def _forward(q, k, v, cu_seqlens, scale, config, tma, kernel):
+    """The training forward's output and log-sum-exp (base 2, [Hq, T]) by the kernel that ``kernel``,
+    ``config`` and the tensors pick (``varlen_attention``); with cu_seqlens as int32 on q's device, the
+    ``tma`` flag and the max length used."""
+    t, hq, d = q.shape
+    cu = cu_seqlens.to(device=q.device, dtype=torch.int32)
+    # one host read per forward, not per layer: every layer passes the same cu_seqlens
+    max_len = read_cu_seqlens(cu_seqlens)[2]
+    o = torch.empty_like(q)
+    lse = torch.empty(hq, t, dtype=torch.float32, device=q.device)
+    tma = tma_ok(q, k, v) if tma is None else tma
+    if kernel is None:
+        kernel = FWD_KERNEL if tma and config is None and attention_sm90.usable(q, k, v) else "triton"
+    if kernel == "sm90" and not (tma and attention_sm90.usable(q, k, v)):
+        raise ValueError("triton attention: kernel 'sm90' needs an sm_90 GPU, bf16/fp16 q, k, v that TMA can "
+                         f"address and head_dim 64 or 128 (got {q.dtype}, head_dim {d}, device {q.device})")
+    if t and max_len and kernel == "sm90":
+        bind_cuda_context(q.device)
+        attention_sm90.launch(q, k, v, o, lse, cu, scale * LOG2E, max_len)
+    elif t and max_len:
+        block_m, warps, stages = config or TRAIN_CONFIG
+        grid = (triton.cdiv(max_len, block_m), cu.numel() - 1, hq)
+        if tma:
+            bind_cuda_context(q.device)
+            qa, ka, va = _rows_descs(block_m, q) + _rows_descs(BLOCK_N, k, v)
+        else:
+            qa, ka, va = q, k, v
+        _varlen_fwd[grid](qa, ka, va, o, lse, cu, scale * LOG2E, t, q.stride(0), k.stride(0), v.stride(0),
+                          o.stride(0), GROUP=hq // k.shape[1], D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N, TMA=tma,
+                          num_warps=warps, num_stages=stages)
+    return o, lse, cu, max_len, tma
+
+
 class _VarlenAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, cu_seqlens, scale, config, bwd_config, tma):
+    def forward(ctx, q, k, v, cu_seqlens, scale, config, bwd_config, tma, kernel):
         # v is read in place at its token stride (in a model, a slice of the qkv projection's rows: no copy)
         q, k, v = q.contiguous(), k.contiguous(), v if v.stride()[1:] == (v.shape[2], 1) else v.contiguous()
-        t, hq, d = q.shape
-        cu = cu_seqlens.to(device=q.device, dtype=torch.int32)
-        # one host read per forward, not per layer: every layer passes the same cu_seqlens
-        max_len = read_cu_seqlens(cu_seqlens)[2]
-        o = torch.empty_like(q)
-        lse = torch.empty(hq, t, dtype=torch.float32, device=q.device)
-        tma = tma_ok(q, k, v) if tma is None else tma
-        if t and max_len:
-            block_m, warps, stages = config
-            grid = (triton.cdiv(max_len, block_m), cu.numel() - 1, hq)
-            if tma:
-                bind_cuda_context(q.device)
-                qa, ka, va = _rows_descs(block_m, q) + _rows_descs(BLOCK_N, k, v)
-            else:
-                qa, ka, va = q, k, v
-            _varlen_fwd[grid](qa, ka, va, o, lse, cu, scale * LOG2E, t, q.stride(0), k.stride(0), v.stride(0),
-                              o.stride(0), GROUP=hq // k.shape[1], D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N, TMA=tma,
-                              num_warps=warps, num_stages=stages)
+        o, lse, cu, max_len, tma = _forward(q, k, v, cu_seqlens, scale, config, tma, kernel)
         ctx.save_for_backward(q, k, v, o, lse, cu)
         ctx.scale, ctx.max_len, ctx.bwd_config, ctx.tma = scale, max_len, bwd_config, tma
         return o
@@ -550,22 +570,25 @@ class _VarlenAttention(torch.autograd.Function):
                     v.stride(0), **dq_launch)
         else:
             dq.zero_(), dk.zero_(), dv.zero_()
-        return dq, dk, dv, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
                      scale: float, config: tuple[int, int, int] | None = None,
                      bwd_config: tuple[tuple[int, int, int, int], tuple[int, int, int, int]] | None = None,
-                     tma: bool | None = None) -> torch.Tensor:
+                     tma: bool | None = None, kernel: str | None = None) -> torch.Tensor:
     """Causal self-attention of packed sequences: q [T, Hq, D], k/v [T, Hkv, D], sequence s
     spans tokens cu_seqlens[s]:cu_seqlens[s+1]. Returns [T, Hq, D] in q's dtype. ``config`` /
     ``bwd_config`` override the forward's / the backward's launch (``TRAIN_CONFIG``, ``BWD_CONFIG``);
     ``tma`` the loads of q, k, v and dO (default: TMA descriptors on the GPU where they can address
-    the tensors, ``utils.tma_ok``; the same bits either way)."""
+    the tensors, ``utils.tma_ok``; the same bits either way). ``kernel`` picks the forward: "sm90"
+    (``attention_sm90``, Gluon; sm_90 with TMA loads only), "triton" (``_varlen_fwd``), or by default
+    ``FWD_KERNEL`` where it can run and no ``config`` is given, else "triton" -- the same bits."""
     check_attention(q, k, v, cu_seqlens)
     _check_head_dim(q.shape[2])
-    return _VarlenAttention.apply(q, k, v, cu_seqlens, float(scale), config or TRAIN_CONFIG, bwd_config or BWD_CONFIG,
-                                  tma)
+    if kernel not in (None, "sm90", "triton"):
+        raise ValueError(f"triton attention: kernel must be 'sm90' or 'triton', got {kernel!r}")
+    return _VarlenAttention.apply(q, k, v, cu_seqlens, float(scale), config, bwd_config or BWD_CONFIG, tma, kernel)
 
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
