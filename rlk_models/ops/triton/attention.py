@@ -67,6 +67,11 @@ PAGED_CONFIG = (64, 4, 3, 5)
 # backward promises determinism, not invariance, so its tiles are free: a candidate changes dK/dV/dQ's bits (never
 # the forward's), and each is checked run to run and against float64 (tests/ops/triton, attention_sweep.py --train).
 BWD_CONFIG = ((64, 64, 4, 2), (128, 64, 4, 3))
+# Below D = 128 dQ from the kept dS takes 64 query rows a tile: at D = 64 the 128-row build gave other dQ bits run to
+# run on the H200 (session 28, attention_ds_check.py --varlen: packed lengths 1..2047, 16/2 heads, no NaN read from
+# the NaN-filled dS, so a race, not an unwritten element; 8/8 heads in tests/gpu too), while every 64-row dQ
+# candidate held in three NaN-filled runs. At D = 128 the 128-row dQ has held in every session since 23.
+BWD_CONFIG_SMALL_D = ((64, 64, 4, 2), (64, 64, 4, 2))
 # dQ when it recomputes dS (past DS_BYTES): the same dots as from the kept dS (key tiles of 64, rows on wgmma's M
 # side), so the same bits
 DQ_RECOMPUTE_CONFIG = (64, 64, 4, 2)
@@ -579,7 +584,8 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                      tma: bool | None = None, kernel: str | None = None) -> torch.Tensor:
     """Causal self-attention of packed sequences: q [T, Hq, D], k/v [T, Hkv, D], sequence s
     spans tokens cu_seqlens[s]:cu_seqlens[s+1]. Returns [T, Hq, D] in q's dtype. ``config`` /
-    ``bwd_config`` override the forward's / the backward's launch (``TRAIN_CONFIG``, ``BWD_CONFIG``);
+    ``bwd_config`` override the forward's / the backward's launch (``TRAIN_CONFIG``; ``BWD_CONFIG``, below
+    head_dim 128 ``BWD_CONFIG_SMALL_D``);
     ``tma`` the loads of q, k, v and dO (default: TMA descriptors on the GPU where they can address
     the tensors, ``utils.tma_ok``; the same bits either way). ``kernel`` picks the forward: "sm90"
     (``attention_sm90``, Gluon; sm_90 with TMA loads only), "triton" (``_varlen_fwd``), or by default
@@ -588,7 +594,8 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     _check_head_dim(q.shape[2])
     if kernel not in (None, "sm90", "triton"):
         raise ValueError(f"triton attention: kernel must be 'sm90' or 'triton', got {kernel!r}")
-    return _VarlenAttention.apply(q, k, v, cu_seqlens, float(scale), config, bwd_config or BWD_CONFIG, tma, kernel)
+    bwd_config = bwd_config or (BWD_CONFIG if q.shape[2] >= 128 else BWD_CONFIG_SMALL_D)
+    return _VarlenAttention.apply(q, k, v, cu_seqlens, float(scale), config, bwd_config, tma, kernel)
 
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
