@@ -61,6 +61,8 @@
 #   CALL=bwd_final bash scripts/device_calls.sh  # the 8B contract's row-wise ops and the q/k gradient written into
 #                                              # the qkv gradient natively, the 8B and 1.7B steps (carry .wheels;
 #                                              # SKIP_17B=1: not the 1.7B step)
+#   CALL=sm90 bash scripts/device_calls.sh      # the Gluon attention forward: bits natively, speed against
+#                                              # _varlen_fwd and cuDNN, the 8B step (carry .wheels)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -184,6 +186,35 @@ bwd_final)
         part train 140 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 60"
         tail -8 "$ROOT_OUT/train.log"
     fi
+    ;;
+sm90)
+    # the Gluon attention forward: its forms' speed and bits against _varlen_fwd and cuDNN, its tests natively
+    # (against _varlen_fwd and the paged kernel; the 8B contract's row-wise ops and the qkv gradient buffer too),
+    # then the 8B step
+    part attn_train 130 PART=sweep SKIP_OPS=1 SKIP_HEAD=1 SKIP_MATMUL=1 ATTN_ARGS="--train --quick"
+    grep -E "^train|sm90" "$ROOT_OUT/attn_train/attention_sweep.log" | tail -16
+    part sm90_tests 160 PART=tests TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py" \
+        K="sm90 or attention_training_configs or paged_attention or attention_close or rowwise or writes_its_gradients or qk_norm_rope_in_one" \
+        TEST_TIMEOUT=150
+    grep -E "^E  .*Error|FAILED" "$ROOT_OUT/sm90_tests/gpu_tests.log" | head -12
+    [ "${SKIP_8B:-0}" = 1 ] || train_8b 200 "--steps 4 --profile --limit 75" 10
+    ;;
+final28)
+    # session 28's last call: the backward's run-to-run check at D = 64 (kept dS against recomputed, NaN-filled),
+    # the Gluon forward's test after its clean-up, the 1.7B and the 8B steps
+    part dscheck 80 PART=dscheck DS_ARGS="--varlen --configs all"
+    grep -E "varlen" "$ROOT_OUT/dscheck.log" | cut -c1-400 | head -12
+    part sm90_tests 70 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K=sm90 TEST_TIMEOUT=60
+    part train 130 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 60"
+    tail -8 "$ROOT_OUT/train.log"
+    train_8b 190 "--steps 4 --profile --limit 75" 8
+    ;;
+smalld)
+    # the backward at head_dim 64 with BWD_CONFIG_SMALL_D (64-row dQ from the kept dS): the Gluon forward's test
+    # (its run-to-run backward check at D = 64) three times
+    for i in 1 2 3; do
+        part "smalld_$i" 80 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K=sm90 TEST_TIMEOUT=70
+    done
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is
