@@ -211,9 +211,9 @@ final28)
     ;;
 smalld)
     # the backward at head_dim 64 with BWD_CONFIG_SMALL_D (64-row dQ from the kept dS): the Gluon forward's test
-    # (its run-to-run backward check at D = 64) three times
-    for i in 1 2 3; do
-        part "smalld_$i" 80 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K=sm90 TEST_TIMEOUT=70
+    # (its run-to-run backward check at D = 64) twice
+    for i in 1 2; do
+        part "smalld_$i" 75 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K=sm90 TEST_TIMEOUT=60
     done
     ;;
 qkcheck)
