@@ -43,7 +43,8 @@ from rlk_models.ops.triton.attention import (  # noqa: E402
 from rlk_models.ops.triton.attention_sm90 import SM90_CANDIDATES, SM90_CONFIG  # noqa: E402
 
 SM_SHARED, CTA_RESERVED, SM_REGS, SM_THREADS = 228 * 1024, 1024, 65536, 2048  # sm_90 per SM
-_I32 = ("sq", "so", "s_blk", "s_head", "s_off", "s_bt", "block_size", "sk", "sv", "s_ds")  # strides: multiples of 16
+# strides: multiples of 16
+_I32 = ("sq", "so", "s_blk", "s_head", "s_off", "s_bt", "block_size", "sk", "sv", "sdv", "s_ds")
 
 
 def _compile(fn, types: dict, consts: dict, warps: int, stages: int):
@@ -104,7 +105,7 @@ def backward(config: tuple[tuple[int, int, int, int], tuple[int, int, int, int]]
                   sq="i32", sk="i32", sv="i32")
     rows = lambda r, w=d: f"tensordesc<bf16[{r}, {w}]>" if tma else "*bf16"  # noqa: E731
     dkdv = dict(common, q_ptr=rows(bm), k_ptr="*bf16", v_ptr="*bf16", do_ptr=rows(bm), dk_ptr="*bf16", dv_ptr="*bf16",
-                s_ds="i32", ds_rows="i32")
+                sdv="i32", s_ds="i32", ds_rows="i32")
     dq = dict(common, q_ptr=rows(bm3), k_ptr=rows(bn3), v_ptr=rows(bn3), do_ptr=rows(bm3), dq_ptr="*bf16")
     dq_ds = dict(ds_ptr=rows(bm2, bn2), k_ptr=rows(bn2), dq_ptr="*bf16", cu_ptr="*i32", sm_scale="fp32", sq="i32",
                  sk="i32", s_ds="i32", ds_rows="i32")

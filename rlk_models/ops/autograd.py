@@ -5,6 +5,7 @@ gradient plumbing are written once."""
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -248,6 +249,49 @@ def column_buffer(rows: int, width: int, free: tuple[int, int], like: torch.Tens
     buf = torch.empty(rows, width, dtype=like.dtype, device=like.device)
     setattr(buf, _FREE_COLUMNS, free)
     return buf
+
+
+# The attribute a split's input carries (a weak reference) while a producer's gradient buffer for it is being filled
+_GRAD_BUFFER = "_rlk_grad_buffer"
+
+
+def column_block(x: torch.Tensor) -> tuple[torch.Tensor, int, int] | None:
+    """(base, first column, width) when ``x`` ([T, ...], each row's elements contiguous) is a block of
+    columns of a contiguous 2-D base [T, W] -- a ``split_columns`` block, viewed as [T, H, D] or not
+    -- else None."""
+    base = x._base
+    if base is None or base.dim() != 2 or not base.is_contiguous() or x.dim() < 2 or x.shape[0] != base.shape[0]:
+        return None
+    n = x[0].numel()
+    c0 = x.storage_offset() - base.storage_offset()
+    if x.stride(0) != base.shape[1] or not x[0].is_contiguous() or not 0 <= c0 <= base.shape[1] - n:
+        return None
+    return base, c0, n
+
+
+def shared_column_buffer(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The gradient buffer of the ``split_columns`` input that ``x`` is a block of -- the one another
+    producer already began for it (the attention backward, which runs first, writes dv at v's columns;
+    the q/k norm backward then dq and dk at theirs), else a new ``column_buffer`` -- with x's columns
+    taken from its free ones, and the [T, ...] view of x's gradient in it; None when x is no such block
+    or its columns are not free (the caller then makes its own gradient)."""
+    block = column_block(x)
+    if block is None:
+        return None
+    base, c0, n = block
+    ref = getattr(base, _GRAD_BUFFER, None)
+    buf = ref() if ref is not None else None
+    if buf is None or buf.shape != base.shape or getattr(buf, _FREE_COLUMNS, None) is None:
+        buf = column_buffer(base.shape[0], base.shape[1], (0, base.shape[1]), x)
+        setattr(base, _GRAD_BUFFER, weakref.ref(buf))
+    lo, hi = getattr(buf, _FREE_COLUMNS)
+    if c0 == lo and c0 + n <= hi:
+        setattr(buf, _FREE_COLUMNS, (c0 + n, hi))
+    elif c0 + n == hi and c0 >= lo:
+        setattr(buf, _FREE_COLUMNS, (lo, c0))
+    else:
+        return None
+    return buf, buf[:, c0:c0 + n].view(x.shape)
 
 
 class _SplitColumns(torch.autograd.Function):

@@ -46,6 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..autograd import shared_column_buffer
 from ..checks import check_attention, check_paged_attention, read_cu_seqlens
 from . import attention_sm90
 from .utils import bind_cuda_context, tma_ok
@@ -344,10 +345,11 @@ def _bwd_p_ds(q, k, v, do, lse, delta, rm, rn, row_ok, qk_scale, CAUSAL: tl.cons
 
 @triton.jit
 def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_ptr, ds_ptr, qk_scale, sm_scale, T,
-              sq, sk, sv, s_ds, ds_rows, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
+              sq, sk, sv, sdv, s_ds, ds_rows, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, TMA: tl.constexpr, WRITE_DS: tl.constexpr, PAD: tl.constexpr):
     """dK and dV of a key block (grid: key block, sequence, KV head; the first blocks walk the most
-    query tiles and start first); v read at its own token stride ``sv``, dv stored at dk's. (A
+    query tiles and start first); v read at its own token stride ``sv``, dv stored at its own ``sdv``
+    (into the qkv gradient buffer's v columns when v is a block of the qkv projection's output). (A
     transposed form -- keys on the dots' M side, P^T and dS^T as register operands, the tiles past
     the diagonal unmasked -- measured slower in the 1.7B training step: 27.8 against 20.9 ms a
     step, spilling 488 bytes for sm_90 against this form's 128.) TMA: q and dO are descriptors.
@@ -385,7 +387,7 @@ def _bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, c
                 dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
                 dk = tl.dot(tl.trans(ds), q, dk)
         tl.store(dk_ptr + kv_off, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=key_ok[:, None])
-        tl.store(dv_ptr + kv_off, dv.to(dv_ptr.dtype.element_ty), mask=key_ok[:, None])
+        tl.store(dv_ptr + tok * sdv + kvh * D + rd[None, :], dv.to(dv_ptr.dtype.element_ty), mask=key_ok[:, None])
 
 
 @triton.jit
@@ -538,7 +540,11 @@ class _VarlenAttention(torch.autograd.Function):
         t, hq, d = q.shape
         hkv = k.shape[1]
         do = do.contiguous()
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(k)  # dv: dk's layout
+        dq, dk = torch.empty_like(q), torch.empty_like(k)
+        # dv at v's columns of the qkv gradient buffer when v is a block of the qkv projection's output (the q/k
+        # norm's backward then puts dq and dk beside it, and split_columns' backward returns the buffer: no copy)
+        shared = shared_column_buffer(v)
+        dv = shared[1] if shared is not None else torch.empty_like(k)
         if t and ctx.max_len:
             delta = torch.empty(hq, t, dtype=torch.float32, device=q.device)
             _bwd_delta[(triton.cdiv(t * hq, 64),)](o, do, delta, t, hq, D=d, BLOCK=64)
@@ -563,8 +569,8 @@ class _VarlenAttention(torch.autograd.Function):
             ds1, ds2 = _ds_descs(ds, (bm, bn), (bm2, bn2)) if keep and tma else (ds, ds)
             _bwd_dkdv[(triton.cdiv(ctx.max_len, bn), n_seq, hkv)](
                 q1, k, v, do1, *args, dk, dv, cu, ds1, ctx.scale * LOG2E, ctx.scale, t, q.stride(0), k.stride(0),
-                v.stride(0), width, rows, GROUP=group, D=d, BLOCK_M=bm, BLOCK_N=bn, TMA=tma, WRITE_DS=keep, PAD=pad,
-                num_warps=warps, num_stages=stages)
+                v.stride(0), dv.stride(0), width, rows, GROUP=group, D=d, BLOCK_M=bm, BLOCK_N=bn, TMA=tma,
+                WRITE_DS=keep, PAD=pad, num_warps=warps, num_stages=stages)
             dq_launch = dict(GROUP=group, D=d, BLOCK_M=bm2, BLOCK_N=bn2, TMA=tma, num_warps=warps2, num_stages=stages2)
             if keep:  # dQ is one dot a tile
                 _bwd_dq_ds[(triton.cdiv(ctx.max_len, bm2), n_seq, hq)](

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..autograd import column_buffer
+from ..autograd import shared_column_buffer
 from ..checks import check_add_rms_norm, check_rms_norm, check_rms_norm_rope
 from .rope import rope_backward, rotated_hi, rotated_lo
 
@@ -246,8 +246,9 @@ class _QKNormRope(torch.autograd.Function):
     projection's), in one launch: each head's row runs the kernel's one code with its tensor's
     weight. The backward is the two ops' own, each on its tensor (the same kernels, rows and
     dw summation order as two ``rms_norm_rope`` calls), with dq and dk written at their columns of
-    one qkv-wide buffer (``autograd.column_buffer``): ``split_columns``' backward then copies only
-    v's gradient into it instead of concatenating all three."""
+    the qkv gradient buffer (``autograd.shared_column_buffer``: the one attention's backward began
+    with dv, else a new one): ``split_columns``' backward then returns it instead of concatenating
+    the three (or copies dv into it)."""
 
     @staticmethod
     def forward(ctx, q, k, wq, wk, eps, positions, table):
@@ -264,10 +265,9 @@ class _QKNormRope(torch.autograd.Function):
         q, k, wq, wk, rq, rk, positions, table = ctx.saved_tensors
         need, rope = ctx.needs_input_grad, (positions, table)
         outq = outk = None
-        if dq is not None and dk is not None:  # dq and dk at their columns of one qkv-wide gradient buffer
-            (t, hq, d), hk, width = q.shape, k.shape[1], q.stride(0)
-            buf = column_buffer(t, width, ((hq + hk) * d, width), q)  # v's columns: the split's backward's
-            outq, outk = buf[:, :hq * d].view(t, hq, d), buf[:, hq * d:(hq + hk) * d].view(t, hk, d)
+        if dq is not None and dk is not None:  # dq and dk at their columns of the qkv gradient buffer
+            bq, bk = shared_column_buffer(q), shared_column_buffer(k)
+            outq, outk = (bq[1] if bq else None), (bk[1] if bk else None)
         dxq, dwq = (None, None) if dq is None else _norm_rope_backward(dq, q, wq, rq, need[2], rope, outq)
         dxk, dwk = (None, None) if dk is None else _norm_rope_backward(dk, k, wk, rk, need[3], rope, outk)
         return dxq, dxk, dwq, dwk, None, None, None

@@ -482,6 +482,47 @@ def test_qk_norm_rope_writes_its_gradients_into_the_qkv_gradient(dtype):
     assert torch.equal(got, grad(lambda x: x.split(sizes, -1)))
 
 
+@pytest.mark.parametrize("qk_norm", [True, False])  # Qwen3 (q/k norm + RoPE), Llama (RoPE alone)
+def test_attention_and_qk_norm_share_one_qkv_gradient_buffer(qk_norm, monkeypatch):
+    """The decoder's chain -- qkv split, q/k norm + RoPE (or RoPE), attention -- backward: attention's
+    dK/dV kernel stores dv at v's columns of one qkv-wide buffer, the q/k norm's backward puts dq and
+    dk beside it (Llama's dq and dk are copied in), and the split's backward returns that buffer: one
+    buffer in the whole backward, no concatenation, bitwise torch.split's gradient."""
+    from rlk_models.ops import autograd, rope_table
+    from rlk_models.ops.autograd import split_columns
+
+    tri, dt = get_backend("triton"), torch.float32
+    g = torch.Generator().manual_seed(5)
+    t, hq, hk, d = 37, 4, 2, 16
+    qkv = rand(g, t, (hq + 2 * hk) * d, dtype=dt)
+    wq, wk = rand(g, d, dtype=dt), rand(g, d, dtype=dt)
+    table = rope_table(d, 4096, {"rope_type": "default", "rope_theta": 1e6}).to(DEV)
+    pos = torch.cat([torch.arange(20), torch.arange(17)]).to(DEV)
+    cu = torch.tensor([0, 20, 37], device=DEV)
+    do = rand(g, t, hq, d, dtype=dt)
+    made, bases = [], []
+    real, join = autograd.column_buffer, autograd._join_columns
+    monkeypatch.setattr(autograd, "column_buffer", lambda *a: made.append(real(*a)) or made[-1])
+    monkeypatch.setattr(autograd, "_join_columns", lambda gs, *a: bases.append([x._base for x in gs]) or join(gs, *a))
+
+    def grad(split):
+        x = qkv.clone().requires_grad_()
+        q, k, v = (y.view(t, -1, d) for y in split(x))
+        if qk_norm:
+            q, k = tri.qk_norm_rope(q, k, wq, wk, 1e-6, pos, table)
+        else:
+            q, k = tri.rope(q, pos, table), tri.rope(k, pos, table)
+        return torch.autograd.grad(tri.varlen_attention(q, k, v, cu, d ** -0.5), x, do)[0]
+
+    sizes = [hq * d, hk * d, hk * d]
+    got = grad(lambda x: split_columns(x, sizes))
+    assert len(made) == 1 and got is made[0], "one gradient buffer, returned as the gradient"
+    # the blocks' gradients that reached the split already in the buffer: all three, or Llama's dv
+    assert [b is got for b in bases[0]] == ([True] * 3 if qk_norm else [False, False, True]), "a block was copied"
+    assert getattr(got, "_rlk_free_columns", "not the buffer") is None
+    assert torch.equal(got, grad(lambda x: x.split(sizes, -1)))
+
+
 def test_rms_norm_refuses_rows_past_int32():
     """The forward's row, token and head indices are int32: 2**31 rows (tokens x heads) or more
     is refused with an error naming the limit, before anything is allocated or launched."""
