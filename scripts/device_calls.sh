@@ -63,6 +63,10 @@
 #                                              # SKIP_17B=1: not the 1.7B step)
 #   CALL=sm90 bash scripts/device_calls.sh      # the Gluon attention forward: bits natively, speed against
 #                                              # _varlen_fwd and cuDNN, the 8B step (carry .wheels)
+#   CALL=final28 bash scripts/device_calls.sh   # the D = 64 backward's kept-dS check, the sm90 test, the 1.7B and 8B
+#                                              # steps (carry .wheels)
+#   CALL=smalld bash scripts/device_calls.sh    # the D = 64 backward's default (64-row dQ) and the shared qkv
+#                                              # gradient buffer, natively (~130 s, no carry)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk

@@ -61,7 +61,8 @@ def where_differs(a: torch.Tensor, b: torch.Tensor, s: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--configs", default="default", help="default (BWD_CONFIG) or all (BWD_CANDIDATES)")
-    ap.add_argument("--varlen", action="store_true", help="the packed D = 64 shapes (SHAPES_D64) instead")
+    ap.add_argument("--varlen", action="store_true",
+                    help="the tests' packed lengths at D = 64 and 128 (SHAPES_D64) instead")
     args = ap.parse_args()
     configs = [att.BWD_CONFIG] + (att.BWD_CANDIDATES[1:] if args.configs == "all" else [])
     out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,

@@ -12,6 +12,8 @@ H200 sweeps made before they became measurement-only (benchmarks/triton/*_sweep.
 - attention (32/8 heads, D=128, 1..2047 tokens): every training config equal, a sequence alone
   equals it packed, paged prefill / token-by-token decode / mixed chunks at block sizes 16 and
   128 with every paged candidate config equal to training, backward run to run;
+- the Gluon training forward (``attention_sm90``, the default on sm_90): output and log-sum-exp of every
+  candidate equal to ``_varlen_fwd``'s at D 64 and 128, GQA and MHA; gradients through it equal, run to run;
 - whole model (tiny Qwen3, tiny Llama, 2 layers of Qwen3-8B): ``PagedRunner`` log-probs equal the
   training class's at block sizes 16 and 128; gradients run to run;
 - ``HeadGraphs`` (the vLLM class's graphed head at decode sizes): a replay equals the eager head.

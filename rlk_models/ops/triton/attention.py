@@ -38,7 +38,10 @@ dS, the same dots in the same order, so the same bits (tests). fp32 accumulation
 
 Loads: on the GPU the training kernels read q, k, v and dO by TMA (2-D descriptors over the
 packed batch, ``_rows_tile``), else by masked pointer loads; the same bits either way (tests).
-"""
+
+On Hopper (sm_90) the training forward is by default ``attention_sm90``'s Gluon kernel: the same
+dots and row arithmetic as ``_varlen_fwd``, warp-specialized (a TMA loader warp, two consumer
+warpgroups, each tile's softmax under the previous tile's P V dot), so the same bits (tests/gpu)."""
 
 from __future__ import annotations
 
