@@ -67,6 +67,8 @@
 #                                              # steps (carry .wheels)
 #   CALL=smalld bash scripts/device_calls.sh    # the D = 64 backward's default (64-row dQ) and the shared qkv
 #                                              # gradient buffer, natively (~130 s, no carry)
+#   CALL=persist bash scripts/device_calls.sh   # the Gluon forward's experimental (persistent) forms: bits, then
+#                                              # the sweep of every form (no carry)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -217,8 +219,15 @@ smalld)
     # the backward at head_dim 64 with BWD_CONFIG_SMALL_D (64-row dQ from the kept dS): the Gluon forward's test
     # (its run-to-run backward check at D = 64) twice; the qkv gradient buffer shared by attention and the q/k norm
     part smalld_1 80 PART=tests TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py" \
-        K="sm90 or share_one or writes_its_gradients" TEST_TIMEOUT=60
-    part smalld_2 60 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K=sm90 TEST_TIMEOUT=50
+        K="sm90_forward or share_one or writes_its_gradients" TEST_TIMEOUT=60
+    part smalld_2 60 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K=sm90_forward TEST_TIMEOUT=50
+    ;;
+persist)
+    # the Gluon forward's experimental forms (SM90_EXPERIMENTAL: the persistent kernel), never run on a GPU before:
+    # their bits (a hang fails at the test's timeout), then the sweep's times and bits of every form
+    part persist_tests 100 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K=experimental TEST_TIMEOUT=20
+    part attn_train 130 PART=sweep SKIP_OPS=1 SKIP_HEAD=1 SKIP_MATMUL=1 ATTN_ARGS="--train --quick"
+    grep -E "sm90|SDPA" "$ROOT_OUT/attn_train/attention_sweep.log" | cut -c1-160 | tail -20
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is
