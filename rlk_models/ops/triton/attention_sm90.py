@@ -81,6 +81,18 @@ def _softmax(s, m_i, n0, q_pos, qk_scale, BLOCK_N: gl.constexpr, S_LAYOUT: gl.co
 
 
 @gluon.jit
+def _load_kv(k_desc, v_desc, k_bufs, v_bufs, ready, empty, i, row, col, NUM_BUF: gl.constexpr):
+    """The ring's i-th K/V tile (rows row .., columns col ..) into slot i % NUM_BUF, once both consumers
+    freed the slot's last use."""
+    slot = i % NUM_BUF
+    mbarrier.wait(empty.index(slot), ((i // NUM_BUF) & 1) ^ 1)
+    bar = ready.index(slot)
+    mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [row, col], bar, k_bufs.index(slot))
+    tma.async_copy_global_to_shared(v_desc, [row, col], bar, v_bufs.index(slot))
+
+
+@gluon.jit
 def _ws_producer(k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_bar, ready, empty, turn, o_ptr, lse_ptr,
                  qk_scale, T, so, start, L, row0, h, kvh, n_tiles, BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr,
                  CID: gl.constexpr, PINGPONG: gl.constexpr):
@@ -91,24 +103,22 @@ def _ws_producer(k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_ba
     tma.async_copy_global_to_shared(q_desc, [start + row0, h * D], q_bar, q_smem.index(0))
     tma.async_copy_global_to_shared(q_desc, [start + row0 + HALF, h * D], q_bar, q_smem.index(1))
     for j in range(n_tiles):
-        slot = j % NUM_BUF
-        mbarrier.wait(empty.index(slot), ((j // NUM_BUF) & 1) ^ 1)
-        bar = ready.index(slot)
-        mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [start + j * BLOCK_N, kvh * D], bar, k_bufs.index(slot))
-        tma.async_copy_global_to_shared(v_desc, [start + j * BLOCK_N, kvh * D], bar, v_bufs.index(slot))
+        _load_kv(k_desc, v_desc, k_bufs, v_bufs, ready, empty, j, start + j * BLOCK_N, kvh * D, NUM_BUF)
 
 
 @gluon.jit
-def _ws_consumer(k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_bar, ready, empty, turn, o_ptr, lse_ptr,
-                 qk_scale, T, so, start, L, row0, h, kvh, n_tiles, BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr,
-                 CID: gl.constexpr, PINGPONG: gl.constexpr):
-    """One warpgroup: query rows row0 + 64 CID .. + 63 over every key tile of the block (a tile past a
-    row's position is an exact no-op for it). PINGPONG: the two consumers take turns issuing their dots
-    (FlashAttention-3's warpgroup schedule), so one's softmax runs under the other's dots."""
-    dtype: gl.constexpr = q_desc.dtype
-    D: gl.constexpr = k_desc.block_type.shape[1]
-    HALF: gl.constexpr = q_desc.block_type.shape[0]
+def _consume_block(q, q_bar, q_phase, q_free, k_bufs, v_bufs, ones_smem, ready, empty, turn, kv, rounds, o_ptr, lse_ptr,
+                   qk_scale, T, so, start, L, row0, h, n_tiles, BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr,
+                   CID: gl.constexpr, PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr):
+    """One warpgroup's query rows row0 + 64 CID .. + 63 of a block (q: their [64, D] tile, ready once
+    ``q_bar`` completes phase ``q_phase``) over every key tile of the block (a tile past a row's
+    position is an exact no-op for it); ``kv`` and ``rounds`` count the K/V slots and dot-issuing turns
+    used before this block. PINGPONG: the two consumers take turns issuing their dots (FlashAttention-3's
+    warpgroup schedule), so one's softmax runs under the other's dots. PERSISTENT: another block follows,
+    so the q tile is freed (``q_free``) after the last score dot and the last K/V slot after its P V dot."""
+    dtype: gl.constexpr = q.dtype
+    HALF: gl.constexpr = q.shape[0]
+    D: gl.constexpr = q.shape[1]
     S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -117,7 +127,6 @@ def _ws_consumer(k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_ba
     PO_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
     PL_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=L_LAYOUT, k_width=2)
     STORE_LAYOUT: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
-    q = q_smem.index(CID)
     rm = row0 + CID * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, S_LAYOUT))
     q_pos = gl.where(rm < L, rm, 0)
     m_i = gl.full([HALF], float("-inf"), gl.float32, gl.SliceLayout(1, S_LAYOUT))
@@ -127,23 +136,26 @@ def _ws_consumer(k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_ba
     mine = turn.index(CID)
     other = turn.index(1 - CID)
 
-    mbarrier.wait(q_bar, 0)
-    mbarrier.wait(ready.index(0), 0)
+    mbarrier.wait(q_bar, q_phase)
+    mbarrier.wait(ready.index(kv % NUM_BUF), (kv // NUM_BUF) & 1)
     if PINGPONG:
-        mbarrier.wait(mine, 0)
-    s = warpgroup_mma(q, k_bufs.index(0).permute((1, 0)), s0, use_acc=False, is_async=True)
+        mbarrier.wait(mine, rounds & 1)
+    s = warpgroup_mma(q, k_bufs.index(kv % NUM_BUF).permute((1, 0)), s0, use_acc=False, is_async=True)
     if PINGPONG:
         mbarrier.arrive(other, count=1)
     s = warpgroup_mma_wait(0, deps=(s,))
+    if PERSISTENT:
+        if n_tiles == 1:
+            mbarrier.arrive(q_free, count=1)
     m_i, p, alpha = _softmax(s, m_i, 0, q_pos, qk_scale, BLOCK_N, S_LAYOUT, dtype)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))[:, None]
     l_acc = l_acc * gl.convert_layout(alpha, gl.SliceLayout(1, L_LAYOUT))[:, None]
     for j in range(1, n_tiles):
-        slot = j % NUM_BUF
-        prev = (j - 1) % NUM_BUF
-        mbarrier.wait(ready.index(slot), (j // NUM_BUF) & 1)
+        slot = (kv + j) % NUM_BUF
+        prev = (kv + j - 1) % NUM_BUF
+        mbarrier.wait(ready.index(slot), ((kv + j) // NUM_BUF) & 1)
         if PINGPONG:
-            mbarrier.wait(mine, j & 1)
+            mbarrier.wait(mine, (rounds + j) & 1)
         s = warpgroup_mma(q, k_bufs.index(slot).permute((1, 0)), s0, use_acc=False, is_async=True)
         p_l = gl.convert_layout(p, PL_LAYOUT)
         p_o = gl.convert_layout(p, PO_LAYOUT)
@@ -152,14 +164,17 @@ def _ws_consumer(k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_ba
         if PINGPONG:
             mbarrier.arrive(other, count=1)
         s = warpgroup_mma_wait(2, deps=(s,))
+        if PERSISTENT:
+            if j == n_tiles - 1:  # the block's last score dot is done: its q tile is free
+                mbarrier.arrive(q_free, count=1)
         m_i, p, alpha = _softmax(s, m_i, j * BLOCK_N, q_pos, qk_scale, BLOCK_N, S_LAYOUT, dtype)
         l_acc, acc, p_l, p_o = warpgroup_mma_wait(0, deps=(l_acc, acc, p_l, p_o))
         mbarrier.arrive(empty.index(prev), count=1)
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))[:, None]
         l_acc = l_acc * gl.convert_layout(alpha, gl.SliceLayout(1, L_LAYOUT))[:, None]
-    last = (n_tiles - 1) % NUM_BUF
+    last = (kv + n_tiles - 1) % NUM_BUF
     if PINGPONG:
-        mbarrier.wait(mine, n_tiles & 1)
+        mbarrier.wait(mine, (rounds + n_tiles) & 1)
     p_l = gl.convert_layout(p, PL_LAYOUT)
     p_o = gl.convert_layout(p, PO_LAYOUT)
     l_acc = warpgroup_mma(p_l, ones_smem, l_acc, is_async=True)
@@ -167,6 +182,8 @@ def _ws_consumer(k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_ba
     if PINGPONG:
         mbarrier.arrive(other, count=1)
     l_acc, acc = warpgroup_mma_wait(0, deps=(l_acc, acc))
+    if PERSISTENT:
+        mbarrier.arrive(empty.index(last), count=1)
 
     l_i = gl.max(l_acc, 1)
     o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT))[:, None]
@@ -177,6 +194,15 @@ def _ws_consumer(k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_ba
     lse = gl.convert_layout(m_i, gl.SliceLayout(1, L_LAYOUT)) + gl.log2(l_i)
     rl = row0 + CID * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, L_LAYOUT))
     gl.store(lse_ptr + h * T + start + rl, lse, mask=rl < L)
+
+
+@gluon.jit
+def _ws_consumer(k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_bar, ready, empty, turn, o_ptr, lse_ptr,
+                 qk_scale, T, so, start, L, row0, h, kvh, n_tiles, BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr,
+                 CID: gl.constexpr, PINGPONG: gl.constexpr):
+    """One warpgroup: its half of the program's block (``_consume_block``, the first and only one)."""
+    _consume_block(q_smem.index(CID), q_bar, 0, q_bar, k_bufs, v_bufs, ones_smem, ready, empty, turn, 0, 0, o_ptr,
+                   lse_ptr, qk_scale, T, so, start, L, row0, h, n_tiles, BLOCK_N, NUM_BUF, CID, PINGPONG, False)
 
 
 @gluon.jit
@@ -267,12 +293,7 @@ def _ps_producer(k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_re
             nq += 1
             kvh = h // GROUP
             for j in range(gl.cdiv(gl.minimum(row0 + BLOCK_M, L), BLOCK_N)):
-                slot = kv % NUM_BUF
-                mbarrier.wait(empty.index(slot), ((kv // NUM_BUF) & 1) ^ 1)
-                bar = ready.index(slot)
-                mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(k_desc, [start + j * BLOCK_N, kvh * D], bar, k_bufs.index(slot))
-                tma.async_copy_global_to_shared(v_desc, [start + j * BLOCK_N, kvh * D], bar, v_bufs.index(slot))
+                _load_kv(k_desc, v_desc, k_bufs, v_bufs, ready, empty, kv, start + j * BLOCK_N, kvh * D, NUM_BUF)
                 kv += 1
 
 
@@ -281,23 +302,8 @@ def _ps_consumer(k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_re
                  o_ptr, lse_ptr, cu_ptr, qk_scale, T, so, n_m, n_seq, n_blocks, GROUP: gl.constexpr,
                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr, CID: gl.constexpr,
                  PINGPONG: gl.constexpr):
-    """One warpgroup: its 64 rows of each block, ``_ws_consumer``'s tile loop with the ring's, the q
-    slots' and the turns' counters carried across blocks; a block's q slot is freed after its last
-    score dot, every K/V slot after its P V dot."""
-    dtype: gl.constexpr = q_desc.dtype
-    D: gl.constexpr = k_desc.block_type.shape[1]
-    HALF: gl.constexpr = q_desc.block_type.shape[0]
-    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
-    L_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, 16, 16])
-    PO_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
-    PL_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=L_LAYOUT, k_width=2)
-    STORE_LAYOUT: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
-    mine = turn.index(CID)
-    other = turn.index(1 - CID)
-    s0 = gl.zeros([HALF, BLOCK_N], gl.float32, S_LAYOUT)
+    """One warpgroup: its 64 rows of each block (``_consume_block``), the ring's, the q slots' and the
+    turns' counters carried across blocks."""
     kv = 0
     nq = 0
     rounds = 0
@@ -306,72 +312,12 @@ def _ps_consumer(k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_re
         if row0 < L:
             n_tiles = gl.cdiv(gl.minimum(row0 + BLOCK_M, L), BLOCK_N)
             qs = nq % 2
-            q = q_smem.index(2 * qs + CID)
-            rm = row0 + CID * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, S_LAYOUT))
-            q_pos = gl.where(rm < L, rm, 0)
-            m_i = gl.full([HALF], float("-inf"), gl.float32, gl.SliceLayout(1, S_LAYOUT))
-            acc = gl.zeros([HALF, D], gl.float32, O_LAYOUT)
-            l_acc = gl.zeros([HALF, 16], gl.float32, L_LAYOUT)
-
-            mbarrier.wait(q_ready.index(qs), (nq // 2) & 1)
-            mbarrier.wait(ready.index(kv % NUM_BUF), (kv // NUM_BUF) & 1)
-            if PINGPONG:
-                mbarrier.wait(mine, rounds & 1)
-            s = warpgroup_mma(q, k_bufs.index(kv % NUM_BUF).permute((1, 0)), s0, use_acc=False, is_async=True)
-            if PINGPONG:
-                mbarrier.arrive(other, count=1)
-            s = warpgroup_mma_wait(0, deps=(s,))
-            if n_tiles == 1:
-                mbarrier.arrive(q_empty.index(qs), count=1)
-            m_i, p, alpha = _softmax(s, m_i, 0, q_pos, qk_scale, BLOCK_N, S_LAYOUT, dtype)
-            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))[:, None]
-            l_acc = l_acc * gl.convert_layout(alpha, gl.SliceLayout(1, L_LAYOUT))[:, None]
-            for j in range(1, n_tiles):
-                slot = (kv + j) % NUM_BUF
-                prev = (kv + j - 1) % NUM_BUF
-                mbarrier.wait(ready.index(slot), ((kv + j) // NUM_BUF) & 1)
-                if PINGPONG:
-                    mbarrier.wait(mine, (rounds + j) & 1)
-                s = warpgroup_mma(q, k_bufs.index(slot).permute((1, 0)), s0, use_acc=False, is_async=True)
-                p_l = gl.convert_layout(p, PL_LAYOUT)
-                p_o = gl.convert_layout(p, PO_LAYOUT)
-                l_acc = warpgroup_mma(p_l, ones_smem, l_acc, is_async=True)
-                acc = warpgroup_mma(p_o, v_bufs.index(prev), acc, is_async=True)
-                if PINGPONG:
-                    mbarrier.arrive(other, count=1)
-                s = warpgroup_mma_wait(2, deps=(s,))
-                if j == n_tiles - 1:  # the block's last score dot is done: its q slot is free
-                    mbarrier.arrive(q_empty.index(qs), count=1)
-                m_i, p, alpha = _softmax(s, m_i, j * BLOCK_N, q_pos, qk_scale, BLOCK_N, S_LAYOUT, dtype)
-                l_acc, acc, p_l, p_o = warpgroup_mma_wait(0, deps=(l_acc, acc, p_l, p_o))
-                mbarrier.arrive(empty.index(prev), count=1)
-                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))[:, None]
-                l_acc = l_acc * gl.convert_layout(alpha, gl.SliceLayout(1, L_LAYOUT))[:, None]
-            last = (kv + n_tiles - 1) % NUM_BUF
-            if PINGPONG:
-                mbarrier.wait(mine, (rounds + n_tiles) & 1)
-            p_l = gl.convert_layout(p, PL_LAYOUT)
-            p_o = gl.convert_layout(p, PO_LAYOUT)
-            l_acc = warpgroup_mma(p_l, ones_smem, l_acc, is_async=True)
-            acc = warpgroup_mma(p_o, v_bufs.index(last), acc, is_async=True)
-            if PINGPONG:
-                mbarrier.arrive(other, count=1)
-            l_acc, acc = warpgroup_mma_wait(0, deps=(l_acc, acc))
-            mbarrier.arrive(empty.index(last), count=1)
+            _consume_block(q_smem.index(2 * qs + CID), q_ready.index(qs), (nq // 2) & 1, q_empty.index(qs), k_bufs,
+                           v_bufs, ones_smem, ready, empty, turn, kv, rounds, o_ptr, lse_ptr, qk_scale, T, so, start,
+                           L, row0, h, n_tiles, BLOCK_N, NUM_BUF, CID, PINGPONG, True)
             kv += n_tiles
             nq += 1
             rounds += n_tiles + 1
-
-            l_i = gl.max(l_acc, 1)
-            o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT))[:, None]
-            o = gl.convert_layout(o.to(dtype), STORE_LAYOUT)
-            rs = row0 + CID * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, STORE_LAYOUT))
-            rd = gl.arange(0, D, layout=gl.SliceLayout(0, STORE_LAYOUT))
-            gl.store(o_ptr + (start + rs).to(gl.int64)[:, None] * so + h * D + rd[None, :], o,
-                     mask=(rs < L)[:, None])
-            lse = gl.convert_layout(m_i, gl.SliceLayout(1, L_LAYOUT)) + gl.log2(l_i)
-            rl = row0 + CID * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, L_LAYOUT))
-            gl.store(lse_ptr + h * T + start + rl, lse, mask=rl < L)
 
 
 @gluon.jit
