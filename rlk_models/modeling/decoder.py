@@ -166,7 +166,7 @@ class Attention(nn.Module):
     def forward(self, x_TD, positions_T, rope_PD, meta: AttentionMeta):
         ops, T, d = get_backend(self.backend), x_TD.shape[0], self.head_dim
         qkv = self.qkv_proj(x_TD)
-        # split_columns: its backward takes the q/k norm's gradient buffer (dq and dk already at their columns)
+        # split_columns: its backward returns the gradient buffer attention's and the q/k norm's backward filled
         q, k, v = split_columns(qkv, [self.n_heads * d, self.n_kv_heads * d, self.n_kv_heads * d])
         q_TNH, k_TKH, v_TKH = q.view(T, -1, d), k.view(T, -1, d), v.view(T, -1, d)
         if self.q_norm is not None:  # Qwen3: each head's norm and its rotation, q's and k's in one op

@@ -327,9 +327,10 @@ def _join_columns(grads, sizes, shape) -> torch.Tensor:
 
 
 def split_columns(x: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, ...]:
-    """``x.split(sizes, -1)`` (views), whose backward writes the blocks' gradients into one buffer
-    when a producer left one (``column_buffer``: the Triton q/k norm backward puts dq and dk at their
-    columns of the qkv gradient, so only dv is copied), else concatenates them as torch's does."""
+    """``x.split(sizes, -1)`` (views), whose backward returns the one gradient buffer producers wrote
+    the blocks' gradients into (``shared_column_buffer``: the Triton attention backward puts dv, the
+    q/k norm backward dq and dk, at their columns of the qkv gradient), copying in only the blocks no
+    producer placed, else concatenates them as torch's does."""
     if not (torch.is_grad_enabled() and x.requires_grad):
         return x.split(sizes, -1)
     return _SplitColumns.apply(x, list(sizes))

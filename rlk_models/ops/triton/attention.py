@@ -505,9 +505,10 @@ def _forward(q, k, v, cu_seqlens, scale, config, tma, kernel):
     o = torch.empty_like(q)
     lse = torch.empty(hq, t, dtype=torch.float32, device=q.device)
     tma = tma_ok(q, k, v) if tma is None else tma
+    sm90 = tma and attention_sm90.usable(q, k, v)
     if kernel is None:
-        kernel = FWD_KERNEL if tma and config is None and attention_sm90.usable(q, k, v) else "triton"
-    if kernel == "sm90" and not (tma and attention_sm90.usable(q, k, v)):
+        kernel = FWD_KERNEL if sm90 and config is None else "triton"
+    if kernel == "sm90" and not sm90:
         raise ValueError("triton attention: kernel 'sm90' needs an sm_90 GPU, bf16/fp16 q, k, v that TMA can "
                          f"address and head_dim 64 or 128 (got {q.dtype}, head_dim {d}, device {q.device})")
     if t and max_len and kernel == "sm90":

@@ -55,6 +55,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from .utils import num_sms
+
 # (BLOCK_M, K/V slots, pingpong, consumer registers, maxnreg): two consumer warpgroups of BLOCK_M / 2 query rows
 # and a TMA warp (12 warps, maxnreg registers a thread at launch; setmaxnreg gives the consumers theirs and the
 # loader 24). H200, session 28 (attention_sweep.py --train --quick), forward at 8 x 2048 tokens, 32/8 heads: 0.636,
@@ -386,8 +388,7 @@ def usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
 def launch(q, k, v, o, lse, cu, qk_scale: float, max_len: int, config=None) -> None:
     """o and lse of the packed causal batch (``attention._forward``'s contract) by ``_varlen_fwd_ws``, or
     by ``_varlen_fwd_ws_persistent`` when the config's sixth field is True."""
-    from .attention import BLOCK_N
-    from .utils import num_sms
+    from .attention import BLOCK_N  # attention imports this module
     block_m, num_buf, pingpong, consumer_regs, maxnreg, *persistent = config or SM90_CONFIG
     t, hq, d = q.shape
     qd, kd, vd = descriptors(q, k, v, block_m // 2, BLOCK_N)
