@@ -251,8 +251,26 @@ def column_buffer(rows: int, width: int, free: tuple[int, int], like: torch.Tens
     return buf
 
 
-# The attribute a split's input carries (a weak reference) while a producer's gradient buffer for it is being filled
-_GRAD_BUFFER = "_rlk_grad_buffer"
+# The attribute a split's input carries: its ColumnSlot
+_GRAD_SLOT = "_rlk_grad_slot"
+
+
+class ColumnSlot:
+    """The gradient buffer of one ``split_columns`` input [rows, width], shared by the producers of its
+    blocks' gradients: the first to ask makes it (``column_buffer``), the others take their columns
+    from its free ones. It holds the buffer by a weak reference: the buffer lives as long as a block's
+    gradient view of it (until the split's backward returns it), not as long as the graph."""
+    __slots__ = ("rows", "width", "_buf")
+
+    def __init__(self, rows: int, width: int):
+        self.rows, self.width, self._buf = rows, width, None
+
+    def buffer(self, like: torch.Tensor) -> torch.Tensor:
+        buf = self._buf() if self._buf is not None else None
+        if buf is None or getattr(buf, _FREE_COLUMNS, None) is None:  # none yet, or filled and returned
+            buf = column_buffer(self.rows, self.width, (0, self.width), like)
+            self._buf = weakref.ref(buf)
+        return buf
 
 
 def column_block(x: torch.Tensor) -> tuple[torch.Tensor, int, int] | None:
@@ -269,21 +287,33 @@ def column_block(x: torch.Tensor) -> tuple[torch.Tensor, int, int] | None:
     return base, c0, n
 
 
-def shared_column_buffer(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The gradient buffer of the ``split_columns`` input that ``x`` is a block of -- the one another
-    producer already began for it (the attention backward, which runs first, writes dv at v's columns;
-    the q/k norm backward then dq and dk at theirs), else a new ``column_buffer`` -- with x's columns
-    taken from its free ones, and the [T, ...] view of x's gradient in it; None when x is no such block
-    or its columns are not free (the caller then makes its own gradient)."""
+def column_slot(x: torch.Tensor) -> tuple[ColumnSlot, int] | None:
+    """(the ``ColumnSlot`` of the split input, x's first column) when ``x`` is a block of one
+    (``column_block``), else None. Call it in the forward and keep the answer on ctx: a tensor saved
+    for backward comes back without its view base (always under ``saved_tensors_hooks``, as the
+    decoder's ``rebuild_saved`` runs), so the backward cannot ask."""
     block = column_block(x)
     if block is None:
         return None
-    base, c0, n = block
-    ref = getattr(base, _GRAD_BUFFER, None)
-    buf = ref() if ref is not None else None
-    if buf is None or buf.shape != base.shape or getattr(buf, _FREE_COLUMNS, None) is None:
-        buf = column_buffer(base.shape[0], base.shape[1], (0, base.shape[1]), x)
-        setattr(base, _GRAD_BUFFER, weakref.ref(buf))
+    base, c0, _ = block
+    slot = getattr(base, _GRAD_SLOT, None)
+    if slot is None:
+        slot = ColumnSlot(*base.shape)
+        setattr(base, _GRAD_SLOT, slot)
+    return slot, c0
+
+
+def shared_column_buffer(block: tuple[ColumnSlot, int] | None, x: torch.Tensor) -> torch.Tensor | None:
+    """The [T, ...] view of x's gradient in its split input's shared gradient buffer, at the columns
+    ``block`` (``column_slot(x)`` in the forward) names -- the producer that asks first makes the
+    buffer (the attention backward, which runs first, writes dv at v's columns; the q/k norm backward
+    then dq and dk at theirs) -- with those columns taken from its free ones; None when x is no such
+    block or its columns are not free (the caller then makes its own gradient)."""
+    if block is None:
+        return None
+    slot, c0 = block
+    n = x[0].numel()
+    buf = slot.buffer(x)
     lo, hi = getattr(buf, _FREE_COLUMNS)
     if c0 == lo and c0 + n <= hi:
         setattr(buf, _FREE_COLUMNS, (c0 + n, hi))
@@ -291,7 +321,7 @@ def shared_column_buffer(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] |
         setattr(buf, _FREE_COLUMNS, (lo, c0))
     else:
         return None
-    return buf, buf[:, c0:c0 + n].view(x.shape)
+    return buf[:, c0:c0 + n].view(x.shape)
 
 
 class _SplitColumns(torch.autograd.Function):

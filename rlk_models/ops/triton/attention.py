@@ -49,7 +49,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..autograd import shared_column_buffer
+from ..autograd import column_slot, shared_column_buffer
 from ..checks import check_attention, check_paged_attention, read_cu_seqlens
 from . import attention_sm90
 from .utils import bind_cuda_context, tma_ok
@@ -531,6 +531,7 @@ def _forward(q, k, v, cu_seqlens, scale, config, tma, kernel):
 class _VarlenAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, cu_seqlens, scale, config, bwd_config, tma, kernel):
+        ctx.v_block = column_slot(v)  # dv's columns of the qkv gradient buffer (backward), when v is a qkv block
         # v is read in place at its token stride (in a model, a slice of the qkv projection's rows: no copy)
         q, k, v = q.contiguous(), k.contiguous(), v if v.stride()[1:] == (v.shape[2], 1) else v.contiguous()
         o, lse, cu, max_len, tma = _forward(q, k, v, cu_seqlens, scale, config, tma, kernel)
@@ -547,8 +548,8 @@ class _VarlenAttention(torch.autograd.Function):
         dq, dk = torch.empty_like(q), torch.empty_like(k)
         # dv at v's columns of the qkv gradient buffer when v is a block of the qkv projection's output (the q/k
         # norm's backward then puts dq and dk beside it, and split_columns' backward returns the buffer: no copy)
-        shared = shared_column_buffer(v)
-        dv = shared[1] if shared is not None else torch.empty_like(k)
+        dv = shared_column_buffer(ctx.v_block, v)
+        dv = dv if dv is not None else torch.empty_like(k)
         if t and ctx.max_len:
             delta = torch.empty(hq, t, dtype=torch.float32, device=q.device)
             _bwd_delta[(triton.cdiv(t * hq, 64),)](o, do, delta, t, hq, D=d, BLOCK=64)

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..autograd import shared_column_buffer
+from ..autograd import column_slot, shared_column_buffer
 from ..checks import check_add_rms_norm, check_rms_norm, check_rms_norm_rope
 from .rope import rope_backward, rotated_hi, rotated_lo
 
@@ -258,6 +258,7 @@ class _QKNormRope(torch.autograd.Function):
         yq, rq, yk, rk = _forward(x, wq, eps, t * (hq + hk), hq + hk, q.stride(0), rope=(positions, table),
                                   second=(wk, hq))
         ctx.save_for_backward(q, k, wq, wk, rq, rk, positions, table)
+        ctx.blocks = column_slot(q), column_slot(k)  # their columns of the qkv gradient buffer (backward)
         return yq.view(t, hq, d), yk.view(t, hk, d)
 
     @staticmethod
@@ -266,8 +267,7 @@ class _QKNormRope(torch.autograd.Function):
         need, rope = ctx.needs_input_grad, (positions, table)
         outq = outk = None
         if dq is not None and dk is not None:  # dq and dk at their columns of the qkv gradient buffer
-            bq, bk = shared_column_buffer(q), shared_column_buffer(k)
-            outq, outk = (bq[1] if bq else None), (bk[1] if bk else None)
+            outq, outk = shared_column_buffer(ctx.blocks[0], q), shared_column_buffer(ctx.blocks[1], k)
         dxq, dwq = (None, None) if dq is None else _norm_rope_backward(dq, q, wq, rq, need[2], rope, outq)
         dxk, dwk = (None, None) if dk is None else _norm_rope_backward(dk, k, wk, rk, need[3], rope, outk)
         return dxq, dxk, dwq, dwk, None, None, None

@@ -24,6 +24,7 @@ bf16, TMA and speed are checked on the H200 (``benchmarks/triton/``).
 from __future__ import annotations
 
 import importlib
+from contextlib import nullcontext
 
 import pytest
 import torch
@@ -482,12 +483,15 @@ def test_qk_norm_rope_writes_its_gradients_into_the_qkv_gradient(dtype):
     assert torch.equal(got, grad(lambda x: x.split(sizes, -1)))
 
 
+@pytest.mark.parametrize("hooks", [False, True])  # saved-tensor hooks on: the decoder's rebuild_saved
 @pytest.mark.parametrize("qk_norm", [True, False])  # Qwen3 (q/k norm + RoPE), Llama (RoPE alone)
-def test_attention_and_qk_norm_share_one_qkv_gradient_buffer(qk_norm, monkeypatch):
+def test_attention_and_qk_norm_share_one_qkv_gradient_buffer(qk_norm, hooks, monkeypatch):
     """The decoder's chain -- qkv split, q/k norm + RoPE (or RoPE), attention -- backward: attention's
     dK/dV kernel stores dv at v's columns of one qkv-wide buffer, the q/k norm's backward puts dq and
     dk beside it (Llama's dq and dk are copied in), and the split's backward returns that buffer: one
-    buffer in the whole backward, no concatenation, bitwise torch.split's gradient."""
+    buffer in the whole backward, no concatenation, bitwise torch.split's gradient. Also under
+    saved-tensor hooks (the decoder's ``rebuild_saved`` in training), whose unpacked tensors have no
+    view base: session 29 found the 8B step concatenating because the backward asked them for it."""
     from rlk_models.ops import autograd, rope_table
     from rlk_models.ops.autograd import split_columns
 
@@ -507,12 +511,14 @@ def test_attention_and_qk_norm_share_one_qkv_gradient_buffer(qk_norm, monkeypatc
 
     def grad(split):
         x = qkv.clone().requires_grad_()
-        q, k, v = (y.view(t, -1, d) for y in split(x))
-        if qk_norm:
-            q, k = tri.qk_norm_rope(q, k, wq, wk, 1e-6, pos, table)
-        else:
-            q, k = tri.rope(q, pos, table), tri.rope(k, pos, table)
-        return torch.autograd.grad(tri.varlen_attention(q, k, v, cu, d ** -0.5), x, do)[0]
+        with torch.autograd.graph.saved_tensors_hooks(lambda s: s, lambda s: s) if hooks else nullcontext():
+            q, k, v = (y.view(t, -1, d) for y in split(x))
+            if qk_norm:
+                q, k = tri.qk_norm_rope(q, k, wq, wk, 1e-6, pos, table)
+            else:
+                q, k = tri.rope(q, pos, table), tri.rope(k, pos, table)
+            o = tri.varlen_attention(q, k, v, cu, d ** -0.5)
+        return torch.autograd.grad(o, x, do)[0]
 
     sizes = [hq * d, hk * d, hk * d]
     got = grad(lambda x: split_columns(x, sizes))
@@ -521,6 +527,34 @@ def test_attention_and_qk_norm_share_one_qkv_gradient_buffer(qk_norm, monkeypatc
     assert [b is got for b in bases[0]] == ([True] * 3 if qk_norm else [False, False, True]), "a block was copied"
     assert getattr(got, "_rlk_free_columns", "not the buffer") is None
     assert torch.equal(got, grad(lambda x: x.split(sizes, -1)))
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def test_training_model_backward_fills_one_qkv_gradient_buffer_a_layer(family, monkeypatch):
+    """The training model (activations rebuilt, the default: saved-tensor hooks on) through
+    backward: every layer's qkv split gets back the one buffer its producers wrote into -- dq, dk
+    and dv already placed (Qwen3), dv (Llama) -- and concatenates nothing."""
+    from rlk_models.families import FAMILIES
+    from rlk_models.ops import autograd
+
+    spec = FAMILIES[family]
+    torch.manual_seed(0)
+    cfg = spec.config_cls(**dict(spec.tiny, vocab_size=128), rlk_backend="triton")
+    with torch.device(DEV):
+        model = spec.training_cls(cfg)
+    assert model.config.rlk_rebuild_activations
+    placed, join = [], autograd._join_columns
+
+    def recorded(grads, sizes, shape):
+        out = join(grads, sizes, shape)
+        placed.append([g._base is out for g in grads])
+        return out
+    monkeypatch.setattr(autograd, "_join_columns", recorded)
+    model.train()
+    ids = torch.randint(0, 128, (37,), device=DEV)
+    model.packed_token_logprobs(ids, torch.tensor([0, 20, 37], device=DEV)).sum().backward()
+    want = [True] * 3 if family == "qwen3" else [False, False, True]
+    assert placed == [want] * cfg.num_hidden_layers
 
 
 def test_rms_norm_refuses_rows_past_int32():
