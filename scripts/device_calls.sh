@@ -69,6 +69,7 @@
 #                                              # gradient buffer, natively (~130 s, no carry)
 #   CALL=persist bash scripts/device_calls.sh   # the Gluon forward's experimental (persistent) forms: bits, then
 #                                              # the sweep of every form (no carry)
+#   CALL=s29 bash scripts/device_calls.sh       # smalld, then persist, then the 8B step (carry .wheels)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -229,6 +230,13 @@ persist)
     part attn_train 130 PART=sweep SKIP_OPS=1 SKIP_HEAD=1 SKIP_MATMUL=1 ATTN_ARGS="--train --quick"
     grep -E "sm90|SDPA" "$ROOT_OUT/attn_train/attention_sweep.log" | cut -c1-160 | tail -20
     ;;
+s29)
+    # session 29's first call: the D = 64 default and the shared qkv gradient buffer (smalld), the persistent
+    # forward's bits and times (persist), the 8B step without attention's dv copy
+    CALL=smalld NO_TAR=1 bash scripts/device_calls.sh
+    CALL=persist NO_TAR=1 bash scripts/device_calls.sh
+    train_8b 190 "--steps 4 --profile --limit 75" 10
+    ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is
     # printed); TRAIN=1: then the 8B step
@@ -271,5 +279,6 @@ varied)
     ;;
 *) echo "unknown CALL ${CALL}"; exit 2 ;;
 esac
+[ "${NO_TAR:-0}" = 1 ] && exit 0  # a call run inside another: the outer one packs
 rm -rf "$ROOT_OUT"/*/cache
 tar czf /tmp/calls.tgz -C "$ROOT_OUT" . && rm -rf "${ROOT_OUT:?}"/* && mv /tmp/calls.tgz "$ROOT_OUT/"
