@@ -67,9 +67,7 @@
 #                                              # steps (carry .wheels)
 #   CALL=smalld bash scripts/device_calls.sh    # the D = 64 backward's default (64-row dQ) and the shared qkv
 #                                              # gradient buffer, natively (~130 s, no carry)
-#   CALL=persist bash scripts/device_calls.sh   # the Gluon forward's experimental (persistent) forms: bits, then
-#                                              # the sweep of every form (no carry)
-#   CALL=s29 bash scripts/device_calls.sh       # smalld, then persist, then the 8B step (carry .wheels)
+#   CALL=s29 bash scripts/device_calls.sh       # smalld, the Gluon forward's sweep, then the 8B step (carry .wheels)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -223,18 +221,12 @@ smalld)
         K="sm90_forward or share_one or writes_its_gradients" TEST_TIMEOUT=60
     part smalld_2 60 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K=sm90_forward TEST_TIMEOUT=50
     ;;
-persist)
-    # the Gluon forward's experimental forms (SM90_EXPERIMENTAL: the persistent kernel), never run on a GPU before:
-    # their bits (a hang fails at the test's timeout), then the sweep's times and bits of every form
-    part persist_tests 100 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K=experimental TEST_TIMEOUT=20
+s29)
+    # session 29's first call: the D = 64 default and the shared qkv gradient buffer (smalld), the Gluon
+    # forward's forms timed (its persistent form, since deleted, was 1.09-1.12x slower), the 8B step
+    CALL=smalld NO_TAR=1 bash scripts/device_calls.sh
     part attn_train 130 PART=sweep SKIP_OPS=1 SKIP_HEAD=1 SKIP_MATMUL=1 ATTN_ARGS="--train --quick"
     grep -E "sm90|SDPA" "$ROOT_OUT/attn_train/attention_sweep.log" | cut -c1-160 | tail -20
-    ;;
-s29)
-    # session 29's first call: the D = 64 default and the shared qkv gradient buffer (smalld), the persistent
-    # forward's bits and times (persist), the 8B step without attention's dv copy
-    CALL=smalld NO_TAR=1 bash scripts/device_calls.sh
-    CALL=persist NO_TAR=1 bash scripts/device_calls.sh
     train_8b 190 "--steps 4 --profile --limit 75" 10
     ;;
 qkcheck)

@@ -40,7 +40,7 @@ from rlk_models.ops.triton.attention import (  # noqa: E402
     _paged_fwd,
     _varlen_fwd,
 )
-from rlk_models.ops.triton.attention_sm90 import SM90_CANDIDATES, SM90_CONFIG, SM90_EXPERIMENTAL  # noqa: E402
+from rlk_models.ops.triton.attention_sm90 import SM90_CANDIDATES, SM90_CONFIG  # noqa: E402
 
 SM_SHARED, CTA_RESERVED, SM_REGS, SM_THREADS = 228 * 1024, 1024, 65536, 2048  # sm_90 per SM
 # strides: multiples of 16
@@ -73,13 +73,13 @@ def training(config: tuple[int, int, int], group: int = 4, d: int = 128, tma: bo
 
 
 def training_sm90(config: tuple = SM90_CONFIG, group: int = 4, d: int = 128):
-    """``attention_sm90._varlen_fwd_ws`` (Gluon; ``_varlen_fwd_ws_persistent`` when the config's sixth field
-    is True) for sm_90, its descriptors' types from host descriptors over CPU tensors of the Qwen3-8B heads."""
+    """``attention_sm90._varlen_fwd_ws`` (Gluon) for sm_90, its descriptors' types from host descriptors over
+    CPU tensors of the Qwen3-8B heads."""
     import torch
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    block_m, num_buf, pingpong, consumer_regs, maxnreg, *persistent = config
+    block_m, num_buf, pingpong, consumer_regs, maxnreg = config
     q, kv = torch.empty(256, 32, d, dtype=torch.bfloat16), torch.empty(256, 32 // group, d, dtype=torch.bfloat16)
     descs = attention_sm90.descriptors(q, kv, kv, block_m // 2, BLOCK_N)
     types = dict(zip(("q_desc", "k_desc", "v_desc"), map(mangle_type, descs)), o_ptr="*bf16", lse_ptr="*fp32",
@@ -87,9 +87,6 @@ def training_sm90(config: tuple = SM90_CONFIG, group: int = 4, d: int = 128):
     consts = dict(GROUP=group, D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N, NUM_BUF=num_buf, PINGPONG=pingpong,
                   CONSUMER_REGS=consumer_regs, num_warps=4)
     fn = attention_sm90._varlen_fwd_ws
-    if persistent and persistent[0]:
-        fn = attention_sm90._varlen_fwd_ws_persistent
-        types.update(n_m="i32", n_seq="i32", n_heads="i32")
     names = fn.arg_names
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("o_ptr", "lse_ptr", "cu_ptr", "so")}
     src = GluonASTSource(fn, {n: types.get(n, "constexpr") for n in names},
@@ -147,7 +144,6 @@ def main() -> None:
            # candidate at D 128, the default at 64 too
            "training_sm90": {f"{c} D={d}": report(training_sm90(c, d=d), 12) for c in SM90_CANDIDATES
                              for d in ((64, 128) if c == SM90_CONFIG else (128,))},
-           "training_sm90_experimental": {f"{c} D=128": report(training_sm90(c), 12) for c in SM90_EXPERIMENTAL},
            "paged": {str(c): report(paged(c), c[1]) for c in PAGED_CANDIDATES},
            "paged_default_by_group": {str(g): report(paged(PAGED_CONFIG, group=g), PAGED_CONFIG[1]) for g in (1, 16)},
            "defaults": {"training": str(TRAIN_CONFIG), "paged": str(PAGED_CONFIG)}}

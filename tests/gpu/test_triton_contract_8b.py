@@ -29,8 +29,6 @@ import random
 import pytest
 import torch
 
-from rlk_models.ops.triton.attention_sm90 import SM90_EXPERIMENTAL
-
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "down": (12288, 4096),
@@ -274,28 +272,6 @@ def test_attention_sm90_forward_is_the_triton_forward(hq, hkv, d, dtype, monkeyp
         assert torch.equal(a, b), f"{name}: the backward differs run to run"
     for name, a, b in zip(("dq", "dk", "dv"), grads["sm90"], grads["triton"]):
         assert torch.equal(a, b), f"{name} through the Gluon forward differs"
-
-
-@pytest.mark.parametrize("config", SM90_EXPERIMENTAL, ids=str)
-@pytest.mark.parametrize("hq,hkv,d", [(32, 8, 128), (16, 2, 64)])
-def test_attention_sm90_experimental_forms_are_the_triton_forward(config, hq, hkv, d, monkeypatch):
-    """The Gluon forward's forms not yet adopted (``SM90_EXPERIMENTAL``: the persistent one) give
-    ``_varlen_fwd``'s output and log-sum-exp, twice in a row (their slots' phases carry across query
-    blocks), at the packed lengths around the tiles."""
-    from rlk_models.ops.triton import attention as attn
-    from rlk_models.ops.triton import attention_sm90
-
-    if not attention_sm90.usable(torch.empty(1, 1, d, device="cuda", dtype=torch.bfloat16), None, None):
-        pytest.skip("not an sm_90 GPU")
-    g = gen(4)
-    t = sum(LENS)
-    q, k, v = (randn(t, h, d, g=g) for h in (hq, hkv, hkv))
-    cu = torch.tensor([0] + torch.tensor(LENS).cumsum(0).tolist(), device="cuda")
-    o_ref, lse_ref = attn._forward(q, k, v, cu, d ** -0.5, None, True, "triton")[:2]
-    monkeypatch.setattr(attention_sm90, "SM90_CONFIG", config)
-    for _ in range(2):
-        o, lse = attn._forward(q, k, v, cu, d ** -0.5, None, True, "sm90")[:2]
-        assert torch.equal(o, o_ref) and torch.equal(lse, lse_ref)
 
 
 QWEN3_8B_2_LAYERS = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=2, num_attention_heads=32,

@@ -33,7 +33,10 @@ Measured (H200, session 28, ``attention_sweep.py --train --quick``): 1.13-1.14x 
 ``_varlen_fwd`` at the 1.7B and 8B heads (8 x 2048 tokens: 0.636 against 0.721 ms at 32/8 heads),
 still 1.28-1.35x cuDNN's time (cuDNN walks keys in tiles of 128; the contract's are 64). A
 one-program form (both warpgroups in step, the loads issued by the same warps, CTA barriers in the
-loop) measured 1.07x *slower* than ``_varlen_fwd`` and was dropped.
+loop) measured 1.07x *slower* than ``_varlen_fwd`` and was dropped. So was a persistent form (one
+program an SM walking the query blocks, the loader running ahead into the next block): the same
+bits, 1.09-1.12x slower than this grid (session 29: 0.363 against 0.333 ms at the 1.7B heads, 0.710
+against 0.636 at 8B's; git history, 47478fa).
 
 Where it runs: CUDA sm_90 with bf16/fp16 q, k, v that TMA can address and head_dim 64 or 128
 (``usable``); ``attention.varlen_attention`` takes it there by default (``FWD_KERNEL``) and
@@ -55,8 +58,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .utils import num_sms
-
 # (BLOCK_M, K/V slots, pingpong, consumer registers, maxnreg): two consumer warpgroups of BLOCK_M / 2 query rows
 # and a TMA warp (12 warps, maxnreg registers a thread at launch; setmaxnreg gives the consumers theirs and the
 # loader 24). H200, session 28 (attention_sweep.py --train --quick), forward at 8 x 2048 tokens, 32/8 heads: 0.636,
@@ -64,9 +65,6 @@ from .utils import num_sms
 # at 8 x 4096: 2.358, 2.299, 2.356 against 2.624
 SM90_CONFIG = (128, 3, True, 240, 168)
 SM90_CANDIDATES = [SM90_CONFIG, (128, 4, True, 240, 168), (128, 4, False, 240, 168)]
-# Forms built for sm_90 on the CPU but not yet run on a GPU (a sixth field True: ``_varlen_fwd_ws_persistent``); the
-# sweep times them and checks their bits, tests/gpu has their own test, and none is a default until both hold
-SM90_EXPERIMENTAL = [(128, 3, True, 240, 168, True), (128, 4, True, 240, 168, True)]
 
 
 @gluon.jit
@@ -109,15 +107,14 @@ def _ws_producer(k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_ba
 
 
 @gluon.jit
-def _consume_block(q, q_bar, q_phase, q_free, k_bufs, v_bufs, ones_smem, ready, empty, turn, kv, rounds, o_ptr, lse_ptr,
-                   qk_scale, T, so, start, L, row0, h, n_tiles, BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr,
-                   CID: gl.constexpr, PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr):
-    """One warpgroup's query rows row0 + 64 CID .. + 63 of a block (q: their [64, D] tile, ready once
-    ``q_bar`` completes phase ``q_phase``) over every key tile of the block (a tile past a row's
-    position is an exact no-op for it); ``kv`` and ``rounds`` count the K/V slots and dot-issuing turns
-    used before this block. PINGPONG: the two consumers take turns issuing their dots (FlashAttention-3's
-    warpgroup schedule), so one's softmax runs under the other's dots. PERSISTENT: another block follows,
-    so the q tile is freed (``q_free``) after the last score dot and the last K/V slot after its P V dot."""
+def _ws_consumer(k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_bar, ready, empty, turn, o_ptr, lse_ptr,
+                 qk_scale, T, so, start, L, row0, h, kvh, n_tiles, BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr,
+                 CID: gl.constexpr, PINGPONG: gl.constexpr):
+    """One warpgroup: query rows row0 + 64 CID .. + 63 of the program's block over every key tile of the
+    block (a tile past a row's position is an exact no-op for it). PINGPONG: the two consumers take turns
+    issuing their dots (FlashAttention-3's warpgroup schedule), so one's softmax runs under the other's
+    dots."""
+    q = q_smem.index(CID)
     dtype: gl.constexpr = q.dtype
     HALF: gl.constexpr = q.shape[0]
     D: gl.constexpr = q.shape[1]
@@ -138,26 +135,23 @@ def _consume_block(q, q_bar, q_phase, q_free, k_bufs, v_bufs, ones_smem, ready, 
     mine = turn.index(CID)
     other = turn.index(1 - CID)
 
-    mbarrier.wait(q_bar, q_phase)
-    mbarrier.wait(ready.index(kv % NUM_BUF), (kv // NUM_BUF) & 1)
+    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(ready.index(0), 0)
     if PINGPONG:
-        mbarrier.wait(mine, rounds & 1)
-    s = warpgroup_mma(q, k_bufs.index(kv % NUM_BUF).permute((1, 0)), s0, use_acc=False, is_async=True)
+        mbarrier.wait(mine, 0)
+    s = warpgroup_mma(q, k_bufs.index(0).permute((1, 0)), s0, use_acc=False, is_async=True)
     if PINGPONG:
         mbarrier.arrive(other, count=1)
     s = warpgroup_mma_wait(0, deps=(s,))
-    if PERSISTENT:
-        if n_tiles == 1:
-            mbarrier.arrive(q_free, count=1)
     m_i, p, alpha = _softmax(s, m_i, 0, q_pos, qk_scale, BLOCK_N, S_LAYOUT, dtype)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))[:, None]
     l_acc = l_acc * gl.convert_layout(alpha, gl.SliceLayout(1, L_LAYOUT))[:, None]
     for j in range(1, n_tiles):
-        slot = (kv + j) % NUM_BUF
-        prev = (kv + j - 1) % NUM_BUF
-        mbarrier.wait(ready.index(slot), ((kv + j) // NUM_BUF) & 1)
+        slot = j % NUM_BUF
+        prev = (j - 1) % NUM_BUF
+        mbarrier.wait(ready.index(slot), (j // NUM_BUF) & 1)
         if PINGPONG:
-            mbarrier.wait(mine, (rounds + j) & 1)
+            mbarrier.wait(mine, j & 1)
         s = warpgroup_mma(q, k_bufs.index(slot).permute((1, 0)), s0, use_acc=False, is_async=True)
         p_l = gl.convert_layout(p, PL_LAYOUT)
         p_o = gl.convert_layout(p, PO_LAYOUT)
@@ -166,17 +160,14 @@ def _consume_block(q, q_bar, q_phase, q_free, k_bufs, v_bufs, ones_smem, ready, 
         if PINGPONG:
             mbarrier.arrive(other, count=1)
         s = warpgroup_mma_wait(2, deps=(s,))
-        if PERSISTENT:
-            if j == n_tiles - 1:  # the block's last score dot is done: its q tile is free
-                mbarrier.arrive(q_free, count=1)
         m_i, p, alpha = _softmax(s, m_i, j * BLOCK_N, q_pos, qk_scale, BLOCK_N, S_LAYOUT, dtype)
         l_acc, acc, p_l, p_o = warpgroup_mma_wait(0, deps=(l_acc, acc, p_l, p_o))
         mbarrier.arrive(empty.index(prev), count=1)
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))[:, None]
         l_acc = l_acc * gl.convert_layout(alpha, gl.SliceLayout(1, L_LAYOUT))[:, None]
-    last = (kv + n_tiles - 1) % NUM_BUF
+    last = (n_tiles - 1) % NUM_BUF
     if PINGPONG:
-        mbarrier.wait(mine, (rounds + n_tiles) & 1)
+        mbarrier.wait(mine, n_tiles & 1)
     p_l = gl.convert_layout(p, PL_LAYOUT)
     p_o = gl.convert_layout(p, PO_LAYOUT)
     l_acc = warpgroup_mma(p_l, ones_smem, l_acc, is_async=True)
@@ -184,8 +175,6 @@ def _consume_block(q, q_bar, q_phase, q_free, k_bufs, v_bufs, ones_smem, ready, 
     if PINGPONG:
         mbarrier.arrive(other, count=1)
     l_acc, acc = warpgroup_mma_wait(0, deps=(l_acc, acc))
-    if PERSISTENT:
-        mbarrier.arrive(empty.index(last), count=1)
 
     l_i = gl.max(l_acc, 1)
     o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT))[:, None]
@@ -196,15 +185,6 @@ def _consume_block(q, q_bar, q_phase, q_free, k_bufs, v_bufs, ones_smem, ready, 
     lse = gl.convert_layout(m_i, gl.SliceLayout(1, L_LAYOUT)) + gl.log2(l_i)
     rl = row0 + CID * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, L_LAYOUT))
     gl.store(lse_ptr + h * T + start + rl, lse, mask=rl < L)
-
-
-@gluon.jit
-def _ws_consumer(k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_bar, ready, empty, turn, o_ptr, lse_ptr,
-                 qk_scale, T, so, start, L, row0, h, kvh, n_tiles, BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr,
-                 CID: gl.constexpr, PINGPONG: gl.constexpr):
-    """One warpgroup: its half of the program's block (``_consume_block``, the first and only one)."""
-    _consume_block(q_smem.index(CID), q_bar, 0, q_bar, k_bufs, v_bufs, ones_smem, ready, empty, turn, 0, 0, o_ptr,
-                   lse_ptr, qk_scale, T, so, start, L, row0, h, n_tiles, BLOCK_N, NUM_BUF, CID, PINGPONG, False)
 
 
 @gluon.jit
@@ -255,116 +235,6 @@ def _varlen_fwd_ws(q_desc, k_desc, v_desc, o_ptr, lse_ptr, cu_ptr, qk_scale, T, 
         ], [4, 1], [CONSUMER_REGS, 24])
 
 
-# --- persistent form (a candidate, not yet run on a GPU) ------------------------------------------------------------
-# One program an SM walks query blocks t = pid, pid + programs, ... in the launch order of ``_varlen_fwd_ws``'s grid
-# (row blocks longest first, then sequences, then heads). The loader runs ahead across blocks: the next block's q
-# (two slots) and K/V tiles load while the consumers finish this one, so a short causal block's start is no longer
-# a bare load latency. The slots' and turns' phases continue across blocks (counters carried by every partition).
-# Each block's dots and row arithmetic are ``_ws_consumer``'s, so the same bits.
-
-
-@gluon.jit
-def _block_of(t, cu_ptr, n_m, n_seq, BLOCK_M: gl.constexpr):
-    """Query block t of the persistent order: (start, L, row0, head)."""
-    pid_m = n_m - 1 - t % n_m
-    seq = (t // n_m) % n_seq
-    h = t // (n_m * n_seq)
-    start = gl.load(cu_ptr + seq)
-    return start, gl.load(cu_ptr + seq + 1) - start, pid_m * BLOCK_M, h
-
-
-@gluon.jit
-def _ps_producer(k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_ready, q_empty, ready, empty, turn,
-                 o_ptr, lse_ptr, cu_ptr, qk_scale, T, so, n_m, n_seq, n_blocks, GROUP: gl.constexpr,
-                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr, CID: gl.constexpr,
-                 PINGPONG: gl.constexpr):
-    """One warp: each block's q halves into a q slot (two), its K/V tiles into the ring of slots."""
-    D: gl.constexpr = k_desc.block_type.shape[1]
-    HALF: gl.constexpr = q_desc.block_type.shape[0]
-    kv = 0
-    nq = 0
-    for t in range(gl.program_id(0), n_blocks, gl.num_programs(0)):
-        start, L, row0, h = _block_of(t, cu_ptr, n_m, n_seq, BLOCK_M)
-        if row0 < L:
-            qs = nq % 2
-            mbarrier.wait(q_empty.index(qs), ((nq // 2) & 1) ^ 1)
-            bar = q_ready.index(qs)
-            mbarrier.expect(bar, 2 * q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [start + row0, h * D], bar, q_smem.index(2 * qs))
-            tma.async_copy_global_to_shared(q_desc, [start + row0 + HALF, h * D], bar, q_smem.index(2 * qs + 1))
-            nq += 1
-            kvh = h // GROUP
-            for j in range(gl.cdiv(gl.minimum(row0 + BLOCK_M, L), BLOCK_N)):
-                _load_kv(k_desc, v_desc, k_bufs, v_bufs, ready, empty, kv, start + j * BLOCK_N, kvh * D, NUM_BUF)
-                kv += 1
-
-
-@gluon.jit
-def _ps_consumer(k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_ready, q_empty, ready, empty, turn,
-                 o_ptr, lse_ptr, cu_ptr, qk_scale, T, so, n_m, n_seq, n_blocks, GROUP: gl.constexpr,
-                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr, CID: gl.constexpr,
-                 PINGPONG: gl.constexpr):
-    """One warpgroup: its 64 rows of each block (``_consume_block``), the ring's, the q slots' and the
-    turns' counters carried across blocks."""
-    kv = 0
-    nq = 0
-    rounds = 0
-    for t in range(gl.program_id(0), n_blocks, gl.num_programs(0)):
-        start, L, row0, h = _block_of(t, cu_ptr, n_m, n_seq, BLOCK_M)
-        if row0 < L:
-            n_tiles = gl.cdiv(gl.minimum(row0 + BLOCK_M, L), BLOCK_N)
-            qs = nq % 2
-            _consume_block(q_smem.index(2 * qs + CID), q_ready.index(qs), (nq // 2) & 1, q_empty.index(qs), k_bufs,
-                           v_bufs, ones_smem, ready, empty, turn, kv, rounds, o_ptr, lse_ptr, qk_scale, T, so, start,
-                           L, row0, h, n_tiles, BLOCK_N, NUM_BUF, CID, PINGPONG, True)
-            kv += n_tiles
-            nq += 1
-            rounds += n_tiles + 1
-
-
-@gluon.jit
-def _varlen_fwd_ws_persistent(q_desc, k_desc, v_desc, o_ptr, lse_ptr, cu_ptr, qk_scale, T, so, n_m, n_seq, n_heads,
-                              GROUP: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                              NUM_BUF: gl.constexpr, PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                              num_warps: gl.constexpr):
-    """``_varlen_fwd_ws`` over query blocks pid, pid + programs, ... (grid: the SMs, at most a block each)."""
-    dtype: gl.constexpr = q_desc.dtype
-    HALF: gl.constexpr = BLOCK_M // 2
-    ONES_LAYOUT: gl.constexpr = gl.BlockedLayout([1, 8], [16, 2], [num_warps, 1], [1, 0])
-    n_blocks = n_m * n_seq * n_heads
-    q_smem = gl.allocate_shared_memory(dtype, [4, HALF, D], q_desc.layout)  # two q slots of two halves
-    k_bufs = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, D], k_desc.layout)
-    v_bufs = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, D], v_desc.layout)
-    ones_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, 16], gl.NVMMASharedLayout.get_default_for([BLOCK_N, 16],
-                                                                                                       dtype),
-                                          gl.full([BLOCK_N, 16], 1.0, dtype, ONES_LAYOUT))
-    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
-        mbarrier.init(q_ready.index(i), count=1)
-        mbarrier.init(q_empty.index(i), count=2)
-        mbarrier.init(turn.index(i), count=1)
-    for i in gl.static_range(NUM_BUF):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)
-    mbarrier.arrive(turn.index(0), count=1)  # consumer 0 issues first
-    fence_async_shared()
-    gl.warp_specialize([
-        (_ps_consumer, (k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_ready, q_empty, ready, empty,
-                        turn, o_ptr, lse_ptr, cu_ptr, qk_scale, T, so, n_m, n_seq, n_blocks, GROUP, BLOCK_M, BLOCK_N,
-                        NUM_BUF, 0, PINGPONG)),
-        (_ps_consumer, (k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_ready, q_empty, ready, empty,
-                        turn, o_ptr, lse_ptr, cu_ptr, qk_scale, T, so, n_m, n_seq, n_blocks, GROUP, BLOCK_M, BLOCK_N,
-                        NUM_BUF, 1, PINGPONG)),
-        (_ps_producer, (k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_ready, q_empty, ready, empty,
-                        turn, o_ptr, lse_ptr, cu_ptr, qk_scale, T, so, n_m, n_seq, n_blocks, GROUP, BLOCK_M, BLOCK_N,
-                        NUM_BUF, 1, PINGPONG)),
-    ], [4, 1], [CONSUMER_REGS, 24])
-
-
 def _layout(block: list[int], dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for(block, {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}[dtype])
 
@@ -386,17 +256,12 @@ def usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
 
 
 def launch(q, k, v, o, lse, cu, qk_scale: float, max_len: int, config=None) -> None:
-    """o and lse of the packed causal batch (``attention._forward``'s contract) by ``_varlen_fwd_ws``, or
-    by ``_varlen_fwd_ws_persistent`` when the config's sixth field is True."""
+    """o and lse of the packed causal batch (``attention._forward``'s contract) by ``_varlen_fwd_ws``."""
     from .attention import BLOCK_N  # attention imports this module
-    block_m, num_buf, pingpong, consumer_regs, maxnreg, *persistent = config or SM90_CONFIG
+    block_m, num_buf, pingpong, consumer_regs, maxnreg = config or SM90_CONFIG
     t, hq, d = q.shape
     qd, kd, vd = descriptors(q, k, v, block_m // 2, BLOCK_N)
-    common = dict(GROUP=hq // k.shape[1], D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N, NUM_BUF=num_buf, PINGPONG=pingpong,
-                  CONSUMER_REGS=consumer_regs, num_warps=4, maxnreg=maxnreg)
-    n_m, n_seq = triton.cdiv(max_len, block_m), cu.numel() - 1
-    if persistent and persistent[0]:
-        _varlen_fwd_ws_persistent[(min(n_m * n_seq * hq, num_sms(q.device)),)](
-            qd, kd, vd, o, lse, cu, qk_scale, t, o.stride(0), n_m, n_seq, hq, **common)
-    else:
-        _varlen_fwd_ws[(n_m, n_seq, hq)](qd, kd, vd, o, lse, cu, qk_scale, t, o.stride(0), **common)
+    _varlen_fwd_ws[(triton.cdiv(max_len, block_m), cu.numel() - 1, hq)](
+        qd, kd, vd, o, lse, cu, qk_scale, t, o.stride(0), GROUP=hq // k.shape[1], D=d, BLOCK_M=block_m,
+        BLOCK_N=BLOCK_N, NUM_BUF=num_buf, PINGPONG=pingpong, CONSUMER_REGS=consumer_regs, num_warps=4,
+        maxnreg=maxnreg)

@@ -53,7 +53,6 @@ def _forward_kernels(built: dict) -> dict:
     return {**{f"training {c}": r for c, r in built["training"].items()},
             **{f"training {c}, pointer loads": r for c, r in built["training_pointer_loads"].items()},
             **{f"training sm90 (Gluon) {d}": r for d, r in built["training_sm90"].items()},
-            **{f"training sm90 (Gluon, experimental) {d}": r for d, r in built["training_sm90_experimental"].items()},
             **{f"paged {c}": r for c, r in built["paged"].items()},
             **{f"paged default, GROUP {g}": r for g, r in built["paged_default_by_group"].items()}}
 
