@@ -68,6 +68,8 @@
 #   CALL=smalld bash scripts/device_calls.sh    # the D = 64 backward's default (64-row dQ) and the shared qkv
 #                                              # gradient buffer, natively (~130 s, no carry)
 #   CALL=s29 bash scripts/device_calls.sh       # smalld, the Gluon forward's sweep, then the 8B step (carry .wheels)
+#   CALL=s29b bash scripts/device_calls.sh      # the qkv gradient buffer under saved-tensor hooks natively, the 8B
+#                                              # and 1.7B steps (carry .wheels)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -228,6 +230,17 @@ s29)
     part attn_train 130 PART=sweep SKIP_OPS=1 SKIP_HEAD=1 SKIP_MATMUL=1 ATTN_ARGS="--train --quick"
     grep -E "sm90|SDPA" "$ROOT_OUT/attn_train/attention_sweep.log" | cut -c1-160 | tail -20
     train_8b 190 "--steps 4 --profile --limit 75" 10
+    ;;
+s29b)
+    # the qkv gradient buffer's producers naming their columns in the forward (saved tensors lose their view base
+    # under the decoder's saved-tensor hooks): the buffer tests and the training model's backward natively, the
+    # 8B contract's model test (gradients run to run), then the 8B and 1.7B steps
+    part buffer_tests 120 PART=tests TESTS="tests/ops/triton/test_kernels.py tests/gpu/test_triton_contract_8b.py" \
+        K="share_one or fills_one_qkv or writes_its_gradients or paged_runner_equals" TEST_TIMEOUT=100
+    grep -E "^E  .*Error|FAILED" "$ROOT_OUT/buffer_tests/gpu_tests.log" | head -12
+    train_8b 190 "--steps 4 --profile --limit 75" 8
+    part train 130 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 60"
+    tail -8 "$ROOT_OUT/train.log"
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is
