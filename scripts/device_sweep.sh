@@ -54,6 +54,9 @@ tests)
         ${TESTS:-tests/gpu tests/ops/triton tests/ops/test_contract.py} ${K:+-k "$K"} 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
     ;;
 vllm)
+    # the 8B training step's checkpoints (~32 GB in /tmp/train_step) and the 8B engine's fill the 64 GiB disk
+    # together (session 29: "No space left on device" converting): a machine runs one of them at a time
+    rm -rf /tmp/train_step
     python3 benchmarks/vllm_cuda.py --shape "${SHAPE:-small}" --engines "${ENGINES:-stock,rlk,rlk_eager}" \
         --tp "${TP:-1}" ${VLLM_ARGS:-} 2>&1 | tee "$OUT/vllm_cuda_${SHAPE:-small}_tp${TP:-1}.log" | tail -60
     ;;
@@ -128,6 +131,7 @@ trl)
     done
     ;;
 train)
+    rm -rf /tmp/vllm_cuda  # the engine's checkpoints (see vllm)
     python3 -m pip install -q --no-deps --no-index --target /tmp/site .wheels/liger_kernel-*.whl 2>&1 | tail -1
     export PYTHONPATH="$PYTHONPATH:/tmp/site"  # the wheel's target (also without .vllm-cuda carried)
     for shape in ${TRAIN_SHAPES:-1.7b 8b}; do

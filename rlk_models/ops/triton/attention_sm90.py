@@ -35,7 +35,7 @@ still 1.28-1.35x cuDNN's time (cuDNN walks keys in tiles of 128; the contract's 
 one-program form (both warpgroups in step, the loads issued by the same warps, CTA barriers in the
 loop) measured 1.07x *slower* than ``_varlen_fwd`` and was dropped. So was a persistent form (one
 program an SM walking the query blocks, the loader running ahead into the next block): the same
-bits, 1.09-1.12x slower than this grid (session 29: 0.363 against 0.333 ms at the 1.7B heads, 0.710
+bits, 1.09-1.12x slower than this grid (session 29: 0.363 against 0.334 ms at the 1.7B heads, 0.710
 against 0.636 at 8B's; git history, 47478fa).
 
 Where it runs: CUDA sm_90 with bf16/fp16 q, k, v that TMA can address and head_dim 64 or 128
