@@ -70,6 +70,9 @@
 #   CALL=s29 bash scripts/device_calls.sh       # smalld, the Gluon forward's sweep, then the 8B step (carry .wheels)
 #   CALL=s29b bash scripts/device_calls.sh      # the qkv gradient buffer under saved-tensor hooks natively, the 8B
 #                                              # and 1.7B steps (carry .wheels)
+#   CALL=head90 bash scripts/device_calls.sh    # the Gluon head statistics kernel (head_sm90): its bits, then its
+#                                              # time against the Triton kernel (no carry; TRAIN=1: the 8B and
+#                                              # 1.7B steps with it, rlk_head_sm90, carry .wheels)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -241,6 +244,21 @@ s29b)
     train_8b 190 "--steps 4 --profile --limit 75" 8
     part train 130 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 60"
     tail -8 "$ROOT_OUT/train.log"
+    ;;
+head90)
+    # the head's statistics from head_sm90._stats_ws (Gluon; never run on a GPU before): bitwise the Triton kernel's
+    # (a hang fails at the test's timeout), then both timed at the training step's T, the 8B and 1.7B heads
+    part head90_tests 100 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K=head_stats_sm90 TEST_TIMEOUT=60
+    grep -E "^E  .*|FAILED" "$ROOT_OUT/head90_tests/gpu_tests.log" | head -12
+    mkdir -p "$ROOT_OUT/head90_sweep"
+    OUT="$ROOT_OUT/head90_sweep" PYTHONPATH="$PWD" timeout 120 python3 benchmarks/triton/head_sweep.py --stats-kernels \
+        > "$ROOT_OUT/head90_sweep.log" 2>&1
+    echo "head90_sweep exit $?"; tail -4 "$ROOT_OUT/head90_sweep.log" | cut -c1-600
+    if [ "${TRAIN:-0}" = 1 ]; then
+        train_8b 230 "--steps 4 --profile --limit 75 --stacks rlk,rlk_head_sm90,liger" 8
+        part train 170 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,rlk_head_sm90,liger --profile --limit 50"
+        tail -8 "$ROOT_OUT/train.log"
+    fi
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is

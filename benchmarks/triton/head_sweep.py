@@ -7,6 +7,7 @@ candidates are timed and their bits recorded against the default (tuning data: w
 configs would keep the contract), as ``stats_configs_same_bits``.
 
     python benchmarks/triton/head_sweep.py
+    python benchmarks/triton/head_sweep.py --stats-kernels   # only the Triton against the Gluon stats kernel
 """
 
 from __future__ import annotations
@@ -166,6 +167,42 @@ def main() -> None:
     save("head_sweep", res)
 
 
+def stats_kernels(t: int = 16384) -> dict:
+    """The statistics kernel, Triton against Gluon (``head_sm90``, ``STATS_KERNEL = "sm90"``), at the training
+    step's T and the 8B and 1.7B heads (K = 4096, 2048), probabilities kept (training) or not (the forward-only
+    log-prob pass): ms, their ratio, and whether every output is bitwise the Triton kernel's; the cuBLAS lm_head
+    matmul beside them."""
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    res = {"info": info()}
+    n_stats = triton.cdiv(V, head.VOCAB_TILE)
+    default = head.STATS_KERNEL
+    for k in (4096, 2048):
+        h = torch.randn(t, k, device=dev, generator=g).bfloat16()
+        w = (torch.randn(V, k, device=dev, generator=g) * 0.02).bfloat16()
+        tgt = torch.randint(0, V, (t,), device=dev, generator=g)
+        row = {"cublas_ms": do_bench_ms(lambda: F.linear(h, w), warmup=25, rep=100)}
+        for keep in (True, False):
+            out, ms = {}, {}
+            for kernel in ("triton", "sm90"):
+                head.STATS_KERNEL = kernel
+                try:
+                    out[kernel] = head._launch_stats(h, w, tgt, False, False, n_stats, keep)
+                    ms[kernel] = do_bench_ms(lambda: head._launch_stats(h, w, tgt, False, False, n_stats, keep),
+                                             warmup=10, rep=50)
+                finally:
+                    head.STATS_KERNEL = default
+            same = all((a is None and b is None) or torch.equal(a, b) for a, b in zip(out["sm90"], out["triton"]))
+            row[f"keep_probs={keep}"] = {"triton_ms": ms["triton"], "sm90_ms": ms["sm90"],
+                                         "sm90_vs_triton": ms["sm90"] / ms["triton"],
+                                         "sm90_vs_cublas": ms["sm90"] / row["cublas_ms"], "bitwise": same}
+            del out
+        res[f"T{t} K{k}"] = row
+        log(f"T={t} K={k}: {row}")
+    save("head_stats_kernels", res)
+    return res
+
+
 def host_time(h: torch.Tensor, w: torch.Tensor, calls: int = 50) -> dict:
     """Host microseconds per ``full_logprobs`` call at decode sizes, eager (five Python-launched
     kernels and their buffers) against a replay of ``HeadGraphs`` (what the vLLM class runs):
@@ -195,4 +232,4 @@ def host_time(h: torch.Tensor, w: torch.Tensor, calls: int = 50) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    stats_kernels() if "--stats-kernels" in sys.argv[1:] else main()

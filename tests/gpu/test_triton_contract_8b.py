@@ -274,6 +274,45 @@ def test_attention_sm90_forward_is_the_triton_forward(hq, hkv, d, dtype, monkeyp
         assert torch.equal(a, b), f"{name} through the Gluon forward differs"
 
 
+@pytest.mark.parametrize("t,k,keep_probs", [(128, 4096, True), (1000, 4096, True), (4096, 2048, True),
+                                             (1000, 4096, False), (300, 2048, False)])
+def test_head_stats_sm90_is_the_triton_kernel(t, k, keep_probs, monkeypatch):
+    """The Gluon statistics kernel (``head_sm90``, the candidate ``STATS_KERNEL = "sm90"``) gives the
+    Triton kernel's bits: per-tile max and sum, the target's logit, and the kept probabilities, at row
+    counts past a 128-row block (T = 1000: a partial last block), a partial last vocab tile (V = 2000),
+    K = 4096 and 2048, targets in and out of the shard (-1); every config, twice in a row. Then the head's
+    log-probs and gradients (dh, dW; from the kept probabilities or recomputed) with it as with the Triton
+    kernel."""
+    from rlk_models.ops.triton import head_sm90, logprob_head
+
+    h = randn(t, k, g=gen(7))
+    if not head_sm90.usable(h):
+        pytest.skip("not an sm_90 GPU")
+    v = 2000
+    w = randn(v, k, g=gen(8), scale=0.05)
+    tgt = torch.randint(-1, v, (t,), device="cuda", generator=gen(9))
+    n_stats = -(-v // logprob_head.VOCAB_TILE)
+    want = logprob_head._launch_stats(h, w, tgt, False, False, n_stats, keep_probs)
+    monkeypatch.setattr(logprob_head, "STATS_KERNEL", "sm90")
+    for c in head_sm90.STATS_SM90_CANDIDATES:
+        monkeypatch.setattr(head_sm90, "STATS_SM90_CONFIG", c)
+        for _ in range(2):
+            got = logprob_head._launch_stats(h, w, tgt, False, False, n_stats, keep_probs)
+            for name, a, b in zip(("max", "sum", "entropy sum", "target logit", "logits", "probabilities"), got,
+                                  want):
+                assert (a is None) == (b is None) and (a is None or torch.equal(a, b)), f"{c}: {name} differs"
+    monkeypatch.setattr(head_sm90, "STATS_SM90_CONFIG", head_sm90.STATS_SM90_CONFIG)
+    targets = tgt.clamp(min=0)
+    grads = {}
+    for kernel in ("triton", "sm90"):
+        monkeypatch.setattr(logprob_head, "STATS_KERNEL", kernel)
+        hg, wg = h.clone().requires_grad_(), w.clone().requires_grad_()
+        lp = logprob_head.logprob_head(hg, wg, targets, v, save_probs=keep_probs)[0]
+        grads[kernel] = (lp, *torch.autograd.grad(lp.sum(), [hg, wg]))
+    for name, a, b in zip(("log-probs", "dh", "dW"), grads["sm90"], grads["triton"]):
+        assert torch.equal(a, b), f"{name} through the Gluon statistics differ"
+
+
 QWEN3_8B_2_LAYERS = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=2, num_attention_heads=32,
                          num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
                          rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=False,

@@ -54,6 +54,7 @@ import triton.language as tl
 
 from ..autograd import head_ops
 from ..canonical import VOCAB_GROUPS, VOCAB_TILE, ShardStats, TileProbs, padded_vocab
+from . import head_sm90
 from .matmul import mm
 from .utils import BLOCK_K, bind_cuda_context, dot_k_range, fit_stages, num_sms, tma_ok
 
@@ -82,6 +83,11 @@ STATS_CONFIG_OTHER = (64, 8)
 # Nor while it keeps the logits (the vLLM class's sampling head): that build spills 368 bytes by TMA, 8 by
 # pointers, and the one 8B engine run with it there had its batch-256 decode step at 2.3x stock (not re-measured)
 STATS_TMA_ROWS = 128
+# "sm90": from STATS_TMA_ROWS rows (bf16, sm_90, neither the logits kept nor the entropy's sum, whose build spills)
+# the stats come from ``head_sm90._stats_ws`` (Gluon, warp-specialized: TMA loads with the probabilities kept too),
+# which gives this kernel's (128, 8) launch's bits. A candidate: built for sm_90 on the CPU (head_sass.py), not yet
+# run on a GPU, so "triton" until tests/gpu's bits and head_sweep.py's times hold
+STATS_KERNEL = "triton"
 # (BLOCK_M, BLOCK_V, num_warps, num_stages) of the backward's dlogits kernel. The backward promises determinism,
 # not invariance: any tile gives valid (deterministic) dlogits; benchmarks/triton/head_sweep.py times these.
 DLOGITS_CONFIG = (128, 256, 8, 3)  # head_sweep at M = 8192 (H200, session 18): forward + backward 78.7 ms, against
@@ -252,6 +258,11 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_p
         progs = min(triton.cdiv(t, block_m) * n_tiles, stride)
         tg = targets.contiguous() if targets is not None else torch.full((t,), -1, dtype=torch.int64, device=dev)
         h, w_real = h.contiguous(), w_real.contiguous()
+        if (STATS_KERNEL == "sm90" and t >= STATS_TMA_ROWS and not (keep_logits or with_entropy)
+                and head_sm90.usable(h) and tma_ok(h, w_real, *([q] if keep_probs else []))):
+            bind_cuda_context(dev)
+            head_sm90.launch(h, w_real, q, tg, m, s, e, tgt, n_tiles, n_stats, with_entropy, VOCAB_TILE, BLOCK_K)
+            return m, s, e, tgt, logits, q
         hw_tma = t >= STATS_TMA_ROWS and not (keep_probs or keep_logits) and tma_ok(h, w_real)
         q_tma = keep_probs and tma_ok(q)
         if hw_tma or q_tma:

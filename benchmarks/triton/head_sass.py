@@ -1,0 +1,58 @@
+"""The log-prob head's statistics kernels compiled for the H200 (sm_90) on any machine, no GPU
+needed: ``head_sm90._stats_ws`` (Gluon) in each of its forms -- probabilities kept or not, the
+entropy's sum or not, every ``STATS_SM90_CANDIDATES`` config -- with its MMA instructions,
+registers, spill stack and shared memory (``matmul_sass.describe``). The kernel has no
+interpreter mode, so this is what the CPU can check of it between device sessions.
+
+    python benchmarks/triton/head_sass.py     # JSON; not under TRITON_INTERPRET=1 (it compiles)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import triton  # noqa: E402
+from attention_sass import mma  # noqa: E402
+from matmul_sass import TARGET, describe  # noqa: E402
+
+from rlk_models.ops.canonical import VOCAB_TILE  # noqa: E402
+from rlk_models.ops.triton import head_sm90  # noqa: E402
+from rlk_models.ops.triton.utils import BLOCK_K  # noqa: E402
+
+
+def stats_sm90(config: tuple = head_sm90.STATS_SM90_CONFIG, keep_probs: bool = True, with_entropy: bool = False,
+               k: int = 4096):
+    """``_stats_ws`` for sm_90, its descriptors' types from host descriptors over CPU tensors of the
+    Qwen3-8B head (K = 4096, a 2048-entry vocab shard: the shapes only set the descriptors' types)."""
+    import torch
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    num_buf, consumer_regs, maxnreg = config
+    h, w = torch.empty(256, k, dtype=torch.bfloat16), torch.empty(2048, k, dtype=torch.bfloat16)
+    q = torch.empty(256, 2048, dtype=torch.bfloat16) if keep_probs else None
+    descs = head_sm90.descriptors(h, w, q, VOCAB_TILE, BLOCK_K)
+    types = dict(zip(("h_desc", "w_desc", "q_desc"), map(mangle_type, descs)), tgt_ptr="*i64", m_ptr="*fp32",
+                 s_ptr="*fp32", e_ptr="*fp32", t_ptr="*fp32", T="i32", V="i32", K="i32", n_stats="i32",
+                 num_pid_m="i32")
+    consts = dict(WITH_E=with_entropy, KEEP_P=keep_probs, NUM_BUF=num_buf, CONSUMER_REGS=consumer_regs, num_warps=4)
+    fn = head_sm90._stats_ws
+    names = fn.arg_names
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("tgt_ptr", "m_ptr", "s_ptr", "e_ptr", "t_ptr")}
+    src = GluonASTSource(fn, {n: types.get(n, "constexpr") for n in names},
+                         {(names.index(n),): v for n, v in consts.items()}, attrs)
+    return triton.compile(src, target=TARGET, options=dict(num_warps=4, maxnreg=maxnreg))
+
+
+def main() -> None:
+    forms = {f"{c} keep_probs={kp} entropy={e}": (c, kp, e) for c in head_sm90.STATS_SM90_CANDIDATES
+             for kp in (True, False) for e in (False, True)}
+    built = {name: stats_sm90(*f) for name, f in forms.items()}
+    print(json.dumps({"stats_sm90": {name: {**describe(k), **mma(k)} for name, k in built.items()}}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

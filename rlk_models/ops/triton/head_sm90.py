@@ -1,0 +1,182 @@
+"""The log-prob head's statistics kernel for Hopper (sm_90), written in Gluon: the contract of
+``logprob_head._head_stats_kernel`` at its bf16 launch of 128 rows and 8 warps -- the same dots in the
+same K order on the same MMA layout (16 rows a warp, the tile's 256 vocab entries across a warp's
+lanes), so the same per-tile max, sums, target logit and kept probabilities -- scheduled with warp
+specialization. A candidate (``logprob_head.STATS_KERNEL``), not yet run on a GPU.
+
+Why a second kernel
+    In training the head keeps the tile probabilities, and the Triton kernel then loads h and W
+    through pointers: its TMA build spilled (session 19: 288 bytes). Its 128 x 256 fp32 tile takes
+    128 registers a thread beside the loads' addresses and the epilogue's values; the 8B step's head
+    forward ran at ~520 TFLOP/s (39.3 ms for 16,384 x 151,936 x 4,096), the 1.7B's at ~460 (22.0 ms at
+    K = 2048), against ~665 for the decoder's matmuls. Here a loader warp issues every load by TMA
+    with 24 registers, and the two consumer warpgroups get 240 each (setmaxnreg).
+
+The kernel (``_stats_ws``; one program a 128-row x 256-entry tile, 12 warps)
+    - the loader warp (``_stats_producer``) brings, per 64-wide K step, h's two 64-row halves and the
+      256 x 64 weight tile into ``NUM_BUF`` slots; a slot is refilled once both consumers freed it;
+    - each consumer warpgroup (``_stats_consumer``) owns 64 rows: ``acc = h W^T`` by wgmma over K in
+      order, one dot in flight; then ``_head_stats_kernel``'s epilogue on its rows: mask the entries
+      past V, the row max, the target's logit, ``p = exp(l - max)``, its sum (and ``sum p l`` for the
+      entropy), and the probabilities rounded to h's dtype and stored by TMA (training).
+Programs are ordered as the Triton kernel's tiles: neighbouring programs share a weight tile.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+# (K slots, consumer registers, maxnreg): two consumer warpgroups of 64 rows and a TMA warp (12 warps; maxnreg
+# registers a thread at launch, setmaxnreg gives the consumers theirs and the loader 24). Shared memory: 48 KB a
+# slot (h's two halves and the weight tile) and 64 KB to stage the kept probabilities' TMA store
+STATS_SM90_CONFIG = (3, 240, 168)
+STATS_SM90_CANDIDATES = [STATS_SM90_CONFIG, (2, 240, 168)]
+BLOCK_M = 128  # the Triton kernel's bf16 launch whose bits this kernel gives (``logprob_head.STATS_CONFIG``)
+
+
+@gluon.jit
+def _stats_producer(h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, tgt_ptr, m_ptr, s_ptr, e_ptr,
+                    t_ptr, T, V, K, n_stats, row0, pid_v, WITH_E: gl.constexpr, KEEP_P: gl.constexpr,
+                    NUM_BUF: gl.constexpr, CID: gl.constexpr):
+    """One warp: each K step's two halves of h and its weight tile into slot i % NUM_BUF, once both
+    consumers freed the slot's last use (TMA zero-fills rows past T and V and the K tail)."""
+    HALF: gl.constexpr = h_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = h_desc.block_type.shape[1]
+    BLOCK_V: gl.constexpr = w_desc.block_type.shape[0]
+    for i in range(gl.cdiv(K, BLOCK_K)):
+        slot = i % NUM_BUF
+        mbarrier.wait(empty.index(slot), ((i // NUM_BUF) & 1) ^ 1)
+        bar = ready.index(slot)
+        mbarrier.expect(bar, 2 * h_desc.block_type.nbytes + w_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(h_desc, [row0, i * BLOCK_K], bar, h_bufs.index(2 * slot))
+        tma.async_copy_global_to_shared(h_desc, [row0 + HALF, i * BLOCK_K], bar, h_bufs.index(2 * slot + 1))
+        tma.async_copy_global_to_shared(w_desc, [pid_v * BLOCK_V, i * BLOCK_K], bar, w_bufs.index(slot))
+
+
+@gluon.jit
+def _stats_consumer(h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, tgt_ptr, m_ptr, s_ptr, e_ptr,
+                    t_ptr, T, V, K, n_stats, row0, pid_v, WITH_E: gl.constexpr, KEEP_P: gl.constexpr,
+                    NUM_BUF: gl.constexpr, CID: gl.constexpr):
+    """One warpgroup: rows row0 + 64 CID .. + 63 of the tile -- their logits over K in order (the first
+    dot without an accumulator, as Triton builds a dot chain from zero), then the stats epilogue."""
+    HALF: gl.constexpr = h_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = h_desc.block_type.shape[1]
+    BLOCK_V: gl.constexpr = w_desc.block_type.shape[0]
+    ACC: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_V, 16])
+    n_k = gl.cdiv(K, BLOCK_K)
+    acc = gl.zeros([HALF, BLOCK_V], gl.float32, ACC)
+    mbarrier.wait(ready.index(0), 0)
+    acc = warpgroup_mma(h_bufs.index(CID), w_bufs.index(0).permute((1, 0)), acc, use_acc=False, is_async=True)
+    acc = warpgroup_mma_wait(1, deps=(acc,))  # in flight still: the next dot chains onto it
+    for i in range(1, n_k):
+        slot = i % NUM_BUF
+        mbarrier.wait(ready.index(slot), (i // NUM_BUF) & 1)
+        acc = warpgroup_mma(h_bufs.index(2 * slot + CID), w_bufs.index(slot).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(1, deps=(acc,))  # the previous step's dot is done: its slot is free
+        mbarrier.arrive(empty.index((i - 1) % NUM_BUF), count=1)
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+
+    # _head_stats_kernel's epilogue on this warpgroup's rows, in its order
+    rm = row0 + CID * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, ACC))
+    rv = pid_v * BLOCK_V + gl.arange(0, BLOCK_V, layout=gl.SliceLayout(0, ACC))
+    valid = rv[None, :] < V
+    acc = gl.where(valid, acc, float("-inf"))
+    mx = gl.max(acc, axis=1)
+    row_ok = rm < T
+    # the target's logit, written by the tile that holds it (one nonzero term at most)
+    tgt = gl.load(tgt_ptr + rm, mask=row_ok, other=-1)
+    inside = (tgt >= pid_v * BLOCK_V) & (tgt < pid_v * BLOCK_V + BLOCK_V)
+    hit = gl.sum(gl.where(rv[None, :] == tgt[:, None], acc, 0.0), axis=1)
+    gl.store(t_ptr + rm, hit, mask=row_ok & inside)
+    p = gl.exp(acc - mx[:, None])
+    out = rm * n_stats + pid_v
+    gl.store(m_ptr + out, mx, mask=row_ok)
+    gl.store(s_ptr + out, gl.sum(p, axis=1), mask=row_ok)
+    if WITH_E:
+        gl.store(e_ptr + out, gl.sum(p * gl.where(valid, acc, 0.0), axis=1), mask=row_ok)
+    if KEEP_P:  # the probabilities in h's dtype, by TMA out of this warpgroup's staging tile (rows past T clipped)
+        stage = q_smem.index(CID)
+        stage.store(p.to(q_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(q_desc, [row0 + CID * HALF, pid_v * BLOCK_V], stage)
+        tma.store_wait(0)
+
+
+@gluon.jit
+def _stats_ws(h_desc, w_desc, q_desc, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V, K, n_stats, num_pid_m,
+              WITH_E: gl.constexpr, KEEP_P: gl.constexpr, NUM_BUF: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+              num_warps: gl.constexpr):
+    """Warp-specialized: this program's 4 warps and a second warpgroup each take 64 of the tile's 128
+    rows (``_stats_consumer``), one warp loads by TMA (``_stats_producer``). Program p is row block
+    p % num_pid_m of vocab tile p // num_pid_m (the Triton kernel's tile order)."""
+    dtype: gl.constexpr = h_desc.dtype
+    HALF: gl.constexpr = h_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = h_desc.block_type.shape[1]
+    BLOCK_V: gl.constexpr = w_desc.block_type.shape[0]
+    pid = gl.program_id(0)
+    pid_v = pid // num_pid_m
+    row0 = (pid % num_pid_m) * (2 * HALF)
+    h_bufs = gl.allocate_shared_memory(dtype, [2 * NUM_BUF, HALF, BLOCK_K], h_desc.layout)
+    w_bufs = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_V, BLOCK_K], w_desc.layout)
+    if KEEP_P:  # each consumer's staging tile for the probabilities' TMA store
+        q_smem = gl.allocate_shared_memory(dtype, [2, HALF, BLOCK_V], q_desc.layout)
+    else:  # unused (q_desc is h's)
+        q_smem = gl.allocate_shared_memory(dtype, [1, HALF, BLOCK_K], q_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_BUF):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    fence_async_shared()
+    gl.warp_specialize([
+        (_stats_consumer, (h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, tgt_ptr, m_ptr, s_ptr, e_ptr,
+                           t_ptr, T, V, K, n_stats, row0, pid_v, WITH_E, KEEP_P, NUM_BUF, 0)),
+        (_stats_consumer, (h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, tgt_ptr, m_ptr, s_ptr, e_ptr,
+                           t_ptr, T, V, K, n_stats, row0, pid_v, WITH_E, KEEP_P, NUM_BUF, 1)),
+        (_stats_producer, (h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, tgt_ptr, m_ptr, s_ptr, e_ptr,
+                           t_ptr, T, V, K, n_stats, row0, pid_v, WITH_E, KEEP_P, NUM_BUF, 1)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
+def _layout(block: list[int], dtype: torch.dtype):
+    return gl.NVMMASharedLayout.get_default_for(block, {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}[dtype])
+
+
+def descriptors(h: torch.Tensor, w: torch.Tensor, q: torch.Tensor | None, block_v: int, block_k: int) -> list:
+    """Gluon TMA descriptors: h [T, K] in 64-row halves, w [V, K] in block_v rows, both block_k wide; q
+    [T, tiles x block_v] (the kept probabilities) in 64 x block_v tiles, else h's again (unused)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    half = BLOCK_M // 2
+    out = [TensorDescriptor.from_tensor(x, [rows, block_k], _layout([rows, block_k], x.dtype))
+           for x, rows in ((h, half), (w, block_v))]
+    out.append(out[0] if q is None else TensorDescriptor.from_tensor(q, [half, block_v], _layout([half, block_v],
+                                                                                                  q.dtype)))
+    return out
+
+
+def usable(h: torch.Tensor) -> bool:
+    """Whether this kernel serves h: an sm_90 GPU and bf16 (the dtype whose Triton launch it matches)."""
+    return h.is_cuda and h.dtype == torch.bfloat16 and torch.cuda.get_device_capability(h.device) == (9, 0)
+
+
+def launch(h, w, q, tgt, m, s, e, t_logit, n_tiles: int, n_stats: int, with_entropy: bool, block_v: int,
+           block_k: int, config=None) -> None:
+    """``logprob_head._launch_stats``'s stats (and ``q``, the kept probabilities, when given) for
+    contiguous h [T, K] and w [V, K] by ``_stats_ws``."""
+    num_buf, consumer_regs, maxnreg = config or STATS_SM90_CONFIG
+    t, k = h.shape
+    hd, wd, qd = descriptors(h, w, q, block_v, block_k)
+    num_pid_m = triton.cdiv(t, BLOCK_M)
+    _stats_ws[(num_pid_m * n_tiles,)](hd, wd, qd, tgt, m, s, e, t_logit, t, w.shape[0], k, n_stats, num_pid_m,
+                                      WITH_E=with_entropy, KEEP_P=q is not None, NUM_BUF=num_buf,
+                                      CONSUMER_REGS=consumer_regs, num_warps=4, maxnreg=maxnreg)
