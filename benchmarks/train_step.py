@@ -8,8 +8,9 @@ Stacks (each in its own process, so that peak memory and Liger's monkey-patching
   ``rlk_keep``       the same with ``rlk_rebuild_activations=False`` (the rebuilds' time and memory);
   ``rlk_recompute``  the same with ``rlk_head_save_probs=False``: the head's backward recomputes the
                      logits instead of reading the probabilities kept from the forward;
-  ``rlk_head_sm90``  ``rlk`` with the head's statistics from the Gluon kernel (``logprob_head.STATS_KERNEL =
-                     "sm90"``, a candidate: the same bits as the Triton kernel, tests/gpu);
+  ``rlk_head_triton`` ``rlk`` with the head's statistics from the Triton kernel at every K
+                     (``logprob_head.STATS_KERNEL = "triton"``; the default, "auto", takes the Gluon kernel
+                     with the probabilities kept at K >= 4096: the same bits, tests/gpu);
   ``stock``          transformers' Qwen3 with SDPA attention: logits, fp32 cross-entropy (sum),
                      backward -- what ``model(ids).logits`` + ``log_softmax`` costs;
   ``liger``          the same model patched by Liger-Kernel (``apply_liger_kernel_to_qwen3``: RoPE,
@@ -41,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stages import Stages, emit  # noqa: E402
 from vllm_cuda import COMMON, SHAPES  # noqa: E402  (the random-init Qwen3 shapes, one definition)
 
-STACKS = ["rlk", "rlk_keep", "rlk_recompute", "rlk_head_sm90", "stock", "stock_compile", "liger", "liger_compile"]
+STACKS = ["rlk", "rlk_keep", "rlk_recompute", "rlk_head_triton", "stock", "stock_compile", "liger",
+          "liger_compile"]
 RIVALS = [s for s in STACKS if not s.startswith("rlk")]
 
 
@@ -96,8 +98,8 @@ def stage_stack(a) -> dict:
         apply_liger_kernel_to_qwen3(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
                                     fused_linear_cross_entropy=False)  # FLCE applied explicitly in _loss_fn
     rlk = a.stack.startswith("rlk")
-    if a.stack == "rlk_head_sm90":
-        importlib.import_module("rlk_models.ops.triton.logprob_head").STATS_KERNEL = "sm90"
+    if a.stack == "rlk_head_triton":
+        importlib.import_module("rlk_models.ops.triton.logprob_head").STATS_KERNEL = "triton"
     kw = ({"rlk_rebuild_activations": a.stack != "rlk_keep", "rlk_head_save_probs": a.stack != "rlk_recompute"}
           if rlk else {"attn_implementation": "sdpa"})
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, **kw).to(a.device).train()

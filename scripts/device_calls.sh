@@ -72,7 +72,7 @@
 #                                              # and 1.7B steps (carry .wheels)
 #   CALL=head90 bash scripts/device_calls.sh    # the Gluon head statistics kernel (head_sm90): its bits, then its
 #                                              # time against the Triton kernel (no carry; TRAIN=1: the 8B and
-#                                              # 1.7B steps with it, rlk_head_sm90, carry .wheels)
+#                                              # 1.7B steps, rlk against rlk_head_triton, carry .wheels)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -246,8 +246,8 @@ s29b)
     tail -8 "$ROOT_OUT/train.log"
     ;;
 head90)
-    # the head's statistics from head_sm90._stats_ws (Gluon; never run on a GPU before): bitwise the Triton kernel's
-    # (a hang fails at the test's timeout), then both timed at the training step's T, the 8B and 1.7B heads
+    # the head's statistics from head_sm90._stats_ws (Gluon): bitwise the Triton kernel's (a hang fails at the
+    # test's timeout), then both timed at the training step's T, the 8B and 1.7B heads
     part head90_tests 100 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K=head_stats_sm90 TEST_TIMEOUT=60
     grep -E "^E  .*|FAILED" "$ROOT_OUT/head90_tests/gpu_tests.log" | head -12
     mkdir -p "$ROOT_OUT/head90_sweep"
@@ -255,8 +255,8 @@ head90)
         > "$ROOT_OUT/head90_sweep.log" 2>&1
     echo "head90_sweep exit $?"; tail -4 "$ROOT_OUT/head90_sweep.log" | cut -c1-600
     if [ "${TRAIN:-0}" = 1 ]; then
-        train_8b 230 "--steps 4 --profile --limit 75 --stacks rlk,rlk_head_sm90,liger" 8
-        part train 170 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,rlk_head_sm90,liger --profile --limit 50"
+        train_8b 230 "--steps 4 --profile --limit 75 --stacks rlk,rlk_head_triton,liger" 8
+        part train 170 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,rlk_head_triton,liger --profile --limit 50"
         tail -8 "$ROOT_OUT/train.log"
     fi
     ;;

@@ -277,14 +277,15 @@ def test_attention_sm90_forward_is_the_triton_forward(hq, hkv, d, dtype, monkeyp
 @pytest.mark.parametrize("t,k,keep_probs", [(128, 4096, True), (1000, 4096, True), (4096, 2048, True),
                                              (1000, 4096, False), (300, 2048, False)])
 def test_head_stats_sm90_is_the_triton_kernel(t, k, keep_probs, monkeypatch):
-    """The Gluon statistics kernel (``head_sm90``, the candidate ``STATS_KERNEL = "sm90"``) gives the
-    Triton kernel's bits: per-tile max and sum, the target's logit, and the kept probabilities, at row
-    counts past a 128-row block (T = 1000: a partial last block), a partial last vocab tile (V = 2000),
-    K = 4096 and 2048, targets in and out of the shard (-1); every config, twice in a row. Then the head's
-    log-probs and gradients (dh, dW; from the kept probabilities or recomputed) with it as with the Triton
-    kernel."""
-    from rlk_models.ops.triton import head_sm90, logprob_head
+    """The Gluon statistics kernel (``head_sm90``; ``STATS_KERNEL`` "auto" takes it with the probabilities
+    kept at K >= 4096) gives the Triton kernel's bits: per-tile max and sum, the target's logit, and the
+    kept probabilities, at row counts past a 128-row block (T = 1000: a partial last block), a partial last
+    vocab tile (V = 2000), K = 4096 and 2048, targets in and out of the shard (-1); every config, twice in
+    a row. Then the head's log-probs and gradients (dh, dW; from the kept probabilities or recomputed)
+    with it as with the Triton kernel."""
+    from rlk_models.ops.triton import head_sm90
 
+    logprob_head = importlib.import_module("rlk_models.ops.triton.logprob_head")  # the package's is a function
     h = randn(t, k, g=gen(7))
     if not head_sm90.usable(h):
         pytest.skip("not an sm_90 GPU")
@@ -292,6 +293,7 @@ def test_head_stats_sm90_is_the_triton_kernel(t, k, keep_probs, monkeypatch):
     w = randn(v, k, g=gen(8), scale=0.05)
     tgt = torch.randint(-1, v, (t,), device="cuda", generator=gen(9))
     n_stats = -(-v // logprob_head.VOCAB_TILE)
+    monkeypatch.setattr(logprob_head, "STATS_KERNEL", "triton")
     want = logprob_head._launch_stats(h, w, tgt, False, False, n_stats, keep_probs)
     monkeypatch.setattr(logprob_head, "STATS_KERNEL", "sm90")
     for c in head_sm90.STATS_SM90_CANDIDATES:

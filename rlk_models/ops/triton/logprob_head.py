@@ -83,11 +83,14 @@ STATS_CONFIG_OTHER = (64, 8)
 # Nor while it keeps the logits (the vLLM class's sampling head): that build spills 368 bytes by TMA, 8 by
 # pointers, and the one 8B engine run with it there had its batch-256 decode step at 2.3x stock (not re-measured)
 STATS_TMA_ROWS = 128
-# "sm90": from STATS_TMA_ROWS rows (bf16, sm_90, neither the logits kept nor the entropy's sum, whose build spills)
-# the stats come from ``head_sm90._stats_ws`` (Gluon, warp-specialized: TMA loads with the probabilities kept too),
-# which gives this kernel's (128, 8) launch's bits. A candidate: built for sm_90 on the CPU (head_sass.py), not yet
-# run on a GPU, so "triton" until tests/gpu's bits and head_sweep.py's times hold
-STATS_KERNEL = "triton"
+# Which kernel makes the stats from STATS_TMA_ROWS rows (bf16, sm_90, neither the logits kept nor the entropy's sum,
+# whose build spills): ``head_sm90._stats_ws`` (Gluon, warp-specialized: TMA loads with the probabilities kept too)
+# gives this kernel's (128, 8) launch's bits (tests/gpu, natively). "auto" takes it where it measured faster: the
+# probabilities kept and K >= STATS_SM90_MIN_K. H200, session 29 (head_sweep.py --stats-kernels, T = 16384, V =
+# 151,936): kept, K = 4096 35.9 against 38.5 ms; K = 2048 23.1 against 21.9; not kept 35.2 / 35.0 and 19.7 / 20.0
+# (its epilogue runs after both warpgroups' dots, a larger share at the shorter K). "sm90" / "triton" force one
+STATS_KERNEL = "auto"
+STATS_SM90_MIN_K = 4096
 # (BLOCK_M, BLOCK_V, num_warps, num_stages) of the backward's dlogits kernel. The backward promises determinism,
 # not invariance: any tile gives valid (deterministic) dlogits; benchmarks/triton/head_sweep.py times these.
 DLOGITS_CONFIG = (128, 256, 8, 3)  # head_sweep at M = 8192 (H200, session 18): forward + backward 78.7 ms, against
@@ -258,8 +261,9 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_p
         progs = min(triton.cdiv(t, block_m) * n_tiles, stride)
         tg = targets.contiguous() if targets is not None else torch.full((t,), -1, dtype=torch.int64, device=dev)
         h, w_real = h.contiguous(), w_real.contiguous()
-        if (STATS_KERNEL == "sm90" and t >= STATS_TMA_ROWS and not (keep_logits or with_entropy)
-                and head_sm90.usable(h) and tma_ok(h, w_real, *([q] if keep_probs else []))):
+        sm90 = STATS_KERNEL == "sm90" or (STATS_KERNEL == "auto" and keep_probs and k >= STATS_SM90_MIN_K)
+        if (sm90 and t >= STATS_TMA_ROWS and not (keep_logits or with_entropy) and head_sm90.usable(h)
+                and tma_ok(h, w_real, *([q] if keep_probs else []))):
             bind_cuda_context(dev)
             head_sm90.launch(h, w_real, q, tg, m, s, e, tgt, n_tiles, n_stats, with_entropy, VOCAB_TILE, BLOCK_K)
             return m, s, e, tgt, logits, q
