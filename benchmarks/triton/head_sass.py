@@ -1,5 +1,5 @@
 """The log-prob head's statistics kernels compiled for the H200 (sm_90) on any machine, no GPU
-needed: ``head_sm90._stats_ws`` (Gluon) in each of its forms -- probabilities kept or not, the
+needed: ``head_sm90._stats_ws`` and ``_stats_pingpong`` (Gluon) in each of their forms -- probabilities kept or not, the
 entropy's sum or not, every ``STATS_SM90_CANDIDATES`` config -- with its MMA instructions,
 registers, spill stack and shared memory (``matmul_sass.describe``). The kernel has no
 interpreter mode, so this is what the CPU can check of it between device sessions.
@@ -31,7 +31,7 @@ def stats_sm90(config: tuple = head_sm90.STATS_SM90_CONFIG, keep_probs: bool = T
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    num_buf, consumer_regs, maxnreg = config
+    num_buf, consumer_regs, maxnreg, pingpong = config
     h, w = torch.empty(256, k, dtype=torch.bfloat16), torch.empty(2048, k, dtype=torch.bfloat16)
     q = torch.empty(256, 2048, dtype=torch.bfloat16) if keep_probs else None
     descs = head_sm90.descriptors(h, w, q, VOCAB_TILE, BLOCK_K)
@@ -39,7 +39,9 @@ def stats_sm90(config: tuple = head_sm90.STATS_SM90_CONFIG, keep_probs: bool = T
                  s_ptr="*fp32", e_ptr="*fp32", t_ptr="*fp32", T="i32", V="i32", K="i32", n_stats="i32",
                  num_pid_m="i32")
     consts = dict(WITH_E=with_entropy, KEEP_P=keep_probs, NUM_BUF=num_buf, CONSUMER_REGS=consumer_regs, num_warps=4)
-    fn = head_sm90._stats_ws
+    fn = head_sm90._stats_pingpong if pingpong else head_sm90._stats_ws
+    if pingpong:
+        types["n_tiles"] = "i32"
     names = fn.arg_names
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("tgt_ptr", "m_ptr", "s_ptr", "e_ptr", "t_ptr")}
     src = GluonASTSource(fn, {n: types.get(n, "constexpr") for n in names},

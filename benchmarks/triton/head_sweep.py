@@ -26,6 +26,7 @@ from harness import bench as do_bench_ms  # noqa: E402
 from harness import info, log, save  # noqa: E402
 
 head = importlib.import_module("rlk_models.ops.triton.logprob_head")  # the package re-exports a function of that name
+head_sm90 = importlib.import_module("rlk_models.ops.triton.head_sm90")
 
 K, V = 4096, 151936
 
@@ -168,15 +169,15 @@ def main() -> None:
 
 
 def stats_kernels(t: int = 16384) -> dict:
-    """The statistics kernel, Triton against Gluon (``head_sm90``, ``STATS_KERNEL = "sm90"``), at the training
-    step's T and the 8B and 1.7B heads (K = 4096, 2048), probabilities kept (training) or not (the forward-only
-    log-prob pass): ms, their ratio, and whether every output is bitwise the Triton kernel's; the cuBLAS lm_head
-    matmul beside them."""
+    """The statistics kernel, Triton against every Gluon form (``head_sm90.STATS_SM90_CANDIDATES``), at the
+    training step's T and the 8B and 1.7B heads (K = 4096, 2048), probabilities kept (training) or not (the
+    forward-only log-prob pass): ms, the ratio to the Triton kernel and to the cuBLAS lm_head matmul, and
+    whether every output is bitwise the Triton kernel's."""
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     res = {"info": info()}
     n_stats = triton.cdiv(V, head.VOCAB_TILE)
-    default = head.STATS_KERNEL
+    default, default_config = head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG
     for k in (4096, 2048):
         h = torch.randn(t, k, device=dev, generator=g).bfloat16()
         w = (torch.randn(V, k, device=dev, generator=g) * 0.02).bfloat16()
@@ -184,18 +185,24 @@ def stats_kernels(t: int = 16384) -> dict:
         row = {"cublas_ms": do_bench_ms(lambda: F.linear(h, w), warmup=25, rep=100)}
         for keep in (True, False):
             out, ms = {}, {}
-            for kernel in ("triton", "sm90"):
-                head.STATS_KERNEL = kernel
+            runs = [("triton", None)] + [("sm90", c) for c in head_sm90.STATS_SM90_CANDIDATES]
+            for kernel, config in runs:
+                head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG = kernel, config or default_config
+                name = kernel if config is None else f"sm90 {config}"
                 try:
-                    out[kernel] = head._launch_stats(h, w, tgt, False, False, n_stats, keep)
-                    ms[kernel] = do_bench_ms(lambda: head._launch_stats(h, w, tgt, False, False, n_stats, keep),
-                                             warmup=10, rep=50)
+                    out[name] = head._launch_stats(h, w, tgt, False, False, n_stats, keep)
+                    ms[name] = do_bench_ms(lambda: head._launch_stats(h, w, tgt, False, False, n_stats, keep),
+                                           warmup=10, rep=50)
+                except Exception as exc:  # noqa: BLE001 -- a candidate that fails to build or run is reported
+                    ms[name] = f"{type(exc).__name__}: {exc}"[:300]
                 finally:
-                    head.STATS_KERNEL = default
-            same = all((a is None and b is None) or torch.equal(a, b) for a, b in zip(out["sm90"], out["triton"]))
-            row[f"keep_probs={keep}"] = {"triton_ms": ms["triton"], "sm90_ms": ms["sm90"],
-                                         "sm90_vs_triton": ms["sm90"] / ms["triton"],
-                                         "sm90_vs_cublas": ms["sm90"] / row["cublas_ms"], "bitwise": same}
+                    head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG = default, default_config
+            row[f"keep_probs={keep}"] = {
+                name: x if isinstance(x, str) else {
+                    "ms": x, "vs_triton": x / ms["triton"], "vs_cublas": x / row["cublas_ms"],
+                    "bitwise": all((a is None and b is None) or torch.equal(a, b)
+                                   for a, b in zip(out[name], out["triton"]))}
+                for name, x in ms.items()}
             del out
         res[f"T{t} K{k}"] = row
         log(f"T={t} K={k}: {row}")

@@ -26,8 +26,10 @@ Measured (H200, session 29, ``head_sweep.py --stats-kernels``, T = 16384, V = 15
 probabilities kept, 35.9 ms against the Triton kernel's 38.5 at K = 4096 (1.22x the cuBLAS lm_head
 matmul's 29.5), but 23.1 against 21.9 at K = 2048; without them, even (35.2 / 35.0, 19.7 / 20.0). Both
 warpgroups finish their dots together and then run the epilogue while the tensor cores idle: a
-larger share of the tile's time at the shorter K. What should close it: the two warpgroups on
-different tiles, taking turns (one's epilogue under the other's dots), as CUTLASS's ping-pong GEMM.
+larger share of the tile's time at the shorter K. What should close it: the two warpgroups taking
+turns at the tensor cores, one's epilogue under the other's dots, as CUTLASS's ping-pong GEMM:
+``_stats_pingpong`` (persistent; built for sm_90 on the CPU, in ``STATS_SM90_CANDIDATES``, not yet
+run on a GPU).
 """
 
 from __future__ import annotations
@@ -44,12 +46,48 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-# (K slots, consumer registers, maxnreg): two consumer warpgroups of 64 rows and a TMA warp (12 warps; maxnreg
-# registers a thread at launch, setmaxnreg gives the consumers theirs and the loader 24). Shared memory: 48 KB a
-# slot (h's two halves and the weight tile) and 64 KB to stage the kept probabilities' TMA store
-STATS_SM90_CONFIG = (3, 240, 168)
-STATS_SM90_CANDIDATES = [STATS_SM90_CONFIG, (2, 240, 168)]
+from .utils import num_sms
+
+# (K slots, consumer registers, maxnreg, ping-pong): two consumer warpgroups of 64 rows and a TMA warp (12 warps;
+# maxnreg registers a thread at launch, setmaxnreg gives the consumers theirs and the loader 24). Shared memory: a
+# slot is 48 KB (h's two halves and the weight tile; ping-pong: one consumer's 64 rows and the weight tile, 40 KB),
+# and 64 KB stage the kept probabilities' TMA store. Ping-pong (``_stats_pingpong``): not yet run on a GPU
+STATS_SM90_CONFIG = (3, 240, 168, False)
+STATS_SM90_CANDIDATES = [STATS_SM90_CONFIG, (2, 240, 168, False), (4, 240, 168, True), (3, 240, 168, True)]
 BLOCK_M = 128  # the Triton kernel's bf16 launch whose bits this kernel gives (``logprob_head.STATS_CONFIG``)
+
+
+@gluon.jit
+def _epilogue(acc, q_desc, stage, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V, n_stats, r0, pid_v,
+              WITH_E: gl.constexpr, KEEP_P: gl.constexpr):
+    """``_head_stats_kernel``'s epilogue, in its order, on one warpgroup's logits ``acc`` (rows r0 ..
+    r0 + 63 of vocab tile pid_v): mask the entries past V, the row max, the target's logit (written by
+    the tile that holds it: one nonzero term at most), p = exp(l - max), its sum (and sum p l), and p in
+    h's dtype by TMA out of ``stage`` (rows past T clipped)."""
+    HALF: gl.constexpr = acc.shape[0]
+    BLOCK_V: gl.constexpr = acc.shape[1]
+    ACC: gl.constexpr = acc.type.layout
+    rm = r0 + gl.arange(0, HALF, layout=gl.SliceLayout(1, ACC))
+    rv = pid_v * BLOCK_V + gl.arange(0, BLOCK_V, layout=gl.SliceLayout(0, ACC))
+    valid = rv[None, :] < V
+    acc = gl.where(valid, acc, float("-inf"))
+    mx = gl.max(acc, axis=1)
+    row_ok = rm < T
+    tgt = gl.load(tgt_ptr + rm, mask=row_ok, other=-1)
+    inside = (tgt >= pid_v * BLOCK_V) & (tgt < pid_v * BLOCK_V + BLOCK_V)
+    hit = gl.sum(gl.where(rv[None, :] == tgt[:, None], acc, 0.0), axis=1)
+    gl.store(t_ptr + rm, hit, mask=row_ok & inside)
+    p = gl.exp(acc - mx[:, None])
+    out = rm * n_stats + pid_v
+    gl.store(m_ptr + out, mx, mask=row_ok)
+    gl.store(s_ptr + out, gl.sum(p, axis=1), mask=row_ok)
+    if WITH_E:
+        gl.store(e_ptr + out, gl.sum(p * gl.where(valid, acc, 0.0), axis=1), mask=row_ok)
+    if KEEP_P:
+        stage.store(p.to(q_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(q_desc, [r0, pid_v * BLOCK_V], stage)
+        tma.store_wait(0)
 
 
 @gluon.jit
@@ -94,30 +132,8 @@ def _stats_consumer(h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty
         mbarrier.arrive(empty.index((i - 1) % NUM_BUF), count=1)
     acc = warpgroup_mma_wait(0, deps=(acc,))
 
-    # _head_stats_kernel's epilogue on this warpgroup's rows, in its order
-    rm = row0 + CID * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, ACC))
-    rv = pid_v * BLOCK_V + gl.arange(0, BLOCK_V, layout=gl.SliceLayout(0, ACC))
-    valid = rv[None, :] < V
-    acc = gl.where(valid, acc, float("-inf"))
-    mx = gl.max(acc, axis=1)
-    row_ok = rm < T
-    # the target's logit, written by the tile that holds it (one nonzero term at most)
-    tgt = gl.load(tgt_ptr + rm, mask=row_ok, other=-1)
-    inside = (tgt >= pid_v * BLOCK_V) & (tgt < pid_v * BLOCK_V + BLOCK_V)
-    hit = gl.sum(gl.where(rv[None, :] == tgt[:, None], acc, 0.0), axis=1)
-    gl.store(t_ptr + rm, hit, mask=row_ok & inside)
-    p = gl.exp(acc - mx[:, None])
-    out = rm * n_stats + pid_v
-    gl.store(m_ptr + out, mx, mask=row_ok)
-    gl.store(s_ptr + out, gl.sum(p, axis=1), mask=row_ok)
-    if WITH_E:
-        gl.store(e_ptr + out, gl.sum(p * gl.where(valid, acc, 0.0), axis=1), mask=row_ok)
-    if KEEP_P:  # the probabilities in h's dtype, by TMA out of this warpgroup's staging tile (rows past T clipped)
-        stage = q_smem.index(CID)
-        stage.store(p.to(q_desc.dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(q_desc, [row0 + CID * HALF, pid_v * BLOCK_V], stage)
-        tma.store_wait(0)
+    _epilogue(acc, q_desc, q_smem.index(CID), tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V, n_stats,
+              row0 + CID * HALF, pid_v, WITH_E, KEEP_P)
 
 
 @gluon.jit
@@ -139,7 +155,7 @@ def _stats_ws(h_desc, w_desc, q_desc, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V,
     if KEEP_P:  # each consumer's staging tile for the probabilities' TMA store
         q_smem = gl.allocate_shared_memory(dtype, [2, HALF, BLOCK_V], q_desc.layout)
     else:  # unused (q_desc is h's)
-        q_smem = gl.allocate_shared_memory(dtype, [1, HALF, BLOCK_K], q_desc.layout)
+        q_smem = gl.allocate_shared_memory(dtype, [2, HALF, BLOCK_K], q_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(NUM_BUF):
@@ -153,6 +169,110 @@ def _stats_ws(h_desc, w_desc, q_desc, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V,
                            t_ptr, T, V, K, n_stats, row0, pid_v, WITH_E, KEEP_P, NUM_BUF, 1)),
         (_stats_producer, (h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, tgt_ptr, m_ptr, s_ptr, e_ptr,
                            t_ptr, T, V, K, n_stats, row0, pid_v, WITH_E, KEEP_P, NUM_BUF, 1)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
+# --- ping-pong form (a candidate: built for sm_90 on the CPU, not yet run on a GPU) -----------------------------------
+# One program an SM walks the 128-row x 256-entry tiles t = pid, pid + programs, ...; consumer warpgroup c takes rows
+# 64 c .. 64 c + 63 of each. The two take turns at the tensor cores (mbarriers ``turn``): c's whole K loop, then the
+# other's, so one's epilogue runs under the other's dots instead of both idling the tensor cores at once. The loader
+# fills one ring of slots (h's 64 rows and the weight tile, 40 KB) in the order the turns use them: tile t's rows
+# for consumer 0, then for consumer 1, then tile t + programs. Each consumer's dots and epilogue are
+# ``_stats_consumer``'s on its rows, so the same bits; the weight tile is loaded once per consumer.
+
+
+@gluon.jit
+def _pp_producer(h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, turn, tgt_ptr, m_ptr, s_ptr, e_ptr,
+                 t_ptr, T, V, K, n_stats, num_pid_m, n_tiles, WITH_E: gl.constexpr, KEEP_P: gl.constexpr,
+                 NUM_BUF: gl.constexpr, CID: gl.constexpr):
+    """One warp: for each of the program's tiles and each consumer, that consumer's 64 rows of h and the
+    weight tile, K step by K step, into slot i % NUM_BUF once its last user freed it."""
+    HALF: gl.constexpr = h_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = h_desc.block_type.shape[1]
+    BLOCK_V: gl.constexpr = w_desc.block_type.shape[0]
+    n_k = gl.cdiv(K, BLOCK_K)
+    i = 0
+    for t in range(gl.program_id(0), num_pid_m * n_tiles, gl.num_programs(0)):
+        row0 = (t % num_pid_m) * (2 * HALF)
+        v0 = (t // num_pid_m) * BLOCK_V
+        for c in gl.static_range(2):
+            for kk in range(n_k):
+                slot = i % NUM_BUF
+                mbarrier.wait(empty.index(slot), ((i // NUM_BUF) & 1) ^ 1)
+                bar = ready.index(slot)
+                mbarrier.expect(bar, h_desc.block_type.nbytes + w_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(h_desc, [row0 + c * HALF, kk * BLOCK_K], bar, h_bufs.index(slot))
+                tma.async_copy_global_to_shared(w_desc, [v0, kk * BLOCK_K], bar, w_bufs.index(slot))
+                i += 1
+
+
+@gluon.jit
+def _pp_consumer(h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, turn, tgt_ptr, m_ptr, s_ptr, e_ptr,
+                 t_ptr, T, V, K, n_stats, num_pid_m, n_tiles, WITH_E: gl.constexpr, KEEP_P: gl.constexpr,
+                 NUM_BUF: gl.constexpr, CID: gl.constexpr):
+    """One warpgroup: its 64 rows of each of the program's tiles -- wait for its turn, the K loop
+    (``_stats_consumer``'s dots), hand the turn over once its last dot is issued, then the epilogue."""
+    HALF: gl.constexpr = h_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = h_desc.block_type.shape[1]
+    BLOCK_V: gl.constexpr = w_desc.block_type.shape[0]
+    ACC: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_V, 16])
+    n_k = gl.cdiv(K, BLOCK_K)
+    j = 0  # the program's tiles done so far: consumer CID's ring steps start at (2 j + CID) n_k
+    for t in range(gl.program_id(0), num_pid_m * n_tiles, gl.num_programs(0)):
+        base = (2 * j + CID) * n_k
+        mbarrier.wait(turn.index(CID), j & 1)
+        acc = gl.zeros([HALF, BLOCK_V], gl.float32, ACC)
+        mbarrier.wait(ready.index(base % NUM_BUF), (base // NUM_BUF) & 1)
+        acc = warpgroup_mma(h_bufs.index(base % NUM_BUF), w_bufs.index(base % NUM_BUF).permute((1, 0)), acc,
+                            use_acc=False, is_async=True)
+        acc = warpgroup_mma_wait(1, deps=(acc,))
+        for kk in range(1, n_k):
+            i = base + kk
+            slot = i % NUM_BUF
+            mbarrier.wait(ready.index(slot), (i // NUM_BUF) & 1)
+            acc = warpgroup_mma(h_bufs.index(slot), w_bufs.index(slot).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(1, deps=(acc,))
+            mbarrier.arrive(empty.index((i - 1) % NUM_BUF), count=1)
+        mbarrier.arrive(turn.index(1 - CID), count=1)  # every dot issued: the other consumer's turn
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        mbarrier.arrive(empty.index((base + n_k - 1) % NUM_BUF), count=1)
+        _epilogue(acc, q_desc, q_smem.index(CID), tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V, n_stats,
+                  (t % num_pid_m) * (2 * HALF) + CID * HALF, t // num_pid_m, WITH_E, KEEP_P)
+        j += 1
+
+
+@gluon.jit
+def _stats_pingpong(h_desc, w_desc, q_desc, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V, K, n_stats, num_pid_m,
+                    n_tiles, WITH_E: gl.constexpr, KEEP_P: gl.constexpr, NUM_BUF: gl.constexpr,
+                    CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    """``_stats_ws``'s tiles, persistent, the consumers taking turns (``_pp_consumer``)."""
+    dtype: gl.constexpr = h_desc.dtype
+    HALF: gl.constexpr = h_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = h_desc.block_type.shape[1]
+    BLOCK_V: gl.constexpr = w_desc.block_type.shape[0]
+    h_bufs = gl.allocate_shared_memory(dtype, [NUM_BUF, HALF, BLOCK_K], h_desc.layout)
+    w_bufs = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_V, BLOCK_K], w_desc.layout)
+    if KEEP_P:  # each consumer's staging tile for the probabilities' TMA store
+        q_smem = gl.allocate_shared_memory(dtype, [2, HALF, BLOCK_V], q_desc.layout)
+    else:  # unused (q_desc is h's)
+        q_smem = gl.allocate_shared_memory(dtype, [2, HALF, BLOCK_K], q_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_BUF):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)  # one consumer uses a slot
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
+    mbarrier.arrive(turn.index(0), count=1)  # consumer 0 first
+    fence_async_shared()
+    gl.warp_specialize([
+        (_pp_consumer, (h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, turn, tgt_ptr, m_ptr, s_ptr,
+                        e_ptr, t_ptr, T, V, K, n_stats, num_pid_m, n_tiles, WITH_E, KEEP_P, NUM_BUF, 0)),
+        (_pp_consumer, (h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, turn, tgt_ptr, m_ptr, s_ptr,
+                        e_ptr, t_ptr, T, V, K, n_stats, num_pid_m, n_tiles, WITH_E, KEEP_P, NUM_BUF, 1)),
+        (_pp_producer, (h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, turn, tgt_ptr, m_ptr, s_ptr,
+                        e_ptr, t_ptr, T, V, K, n_stats, num_pid_m, n_tiles, WITH_E, KEEP_P, NUM_BUF, 1)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -180,11 +300,16 @@ def usable(h: torch.Tensor) -> bool:
 def launch(h, w, q, tgt, m, s, e, t_logit, n_tiles: int, n_stats: int, with_entropy: bool, block_v: int,
            block_k: int, config=None) -> None:
     """``logprob_head._launch_stats``'s stats (and ``q``, the kept probabilities, when given) for
-    contiguous h [T, K] and w [V, K] by ``_stats_ws``."""
-    num_buf, consumer_regs, maxnreg = config or STATS_SM90_CONFIG
+    contiguous h [T, K] and w [V, K] by ``_stats_ws`` (``_stats_pingpong`` when the config says so)."""
+    num_buf, consumer_regs, maxnreg, pingpong = config or STATS_SM90_CONFIG
     t, k = h.shape
     hd, wd, qd = descriptors(h, w, q, block_v, block_k)
     num_pid_m = triton.cdiv(t, BLOCK_M)
-    _stats_ws[(num_pid_m * n_tiles,)](hd, wd, qd, tgt, m, s, e, t_logit, t, w.shape[0], k, n_stats, num_pid_m,
-                                      WITH_E=with_entropy, KEEP_P=q is not None, NUM_BUF=num_buf,
-                                      CONSUMER_REGS=consumer_regs, num_warps=4, maxnreg=maxnreg)
+    common = dict(WITH_E=with_entropy, KEEP_P=q is not None, NUM_BUF=num_buf, CONSUMER_REGS=consumer_regs,
+                  num_warps=4, maxnreg=maxnreg)
+    if pingpong:
+        _stats_pingpong[(min(num_pid_m * n_tiles, num_sms(h.device)),)](
+            hd, wd, qd, tgt, m, s, e, t_logit, t, w.shape[0], k, n_stats, num_pid_m, n_tiles, **common)
+    else:
+        _stats_ws[(num_pid_m * n_tiles,)](hd, wd, qd, tgt, m, s, e, t_logit, t, w.shape[0], k, n_stats, num_pid_m,
+                                          **common)
