@@ -73,6 +73,9 @@
 #   CALL=head90 bash scripts/device_calls.sh    # the Gluon head statistics kernel (head_sm90): its bits, then its
 #                                              # time against the Triton kernel (no carry; TRAIN=1: the 8B and
 #                                              # 1.7B steps, rlk against rlk_head_triton, carry .wheels)
+#   CALL=mm90 bash scripts/device_calls.sh      # the row-parallel matmul's Gluon K-group form (Launch.sm90): its
+#                                              # bits in the launch-choices test (o, down), then its time against
+#                                              # the default and cuBLAS (no carry)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -260,6 +263,18 @@ head90)
         part train 170 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,rlk_head_triton,liger --profile --limit 50"
         tail -8 "$ROOT_OUT/train.log"
     fi
+    ;;
+mm90)
+    # matmul_sm90._mm_groups_ws (Gluon; never run on a GPU before): every SM90_CANDIDATES form bitwise the default
+    # launch at M = 1, 200, 1024, 8192, bias or not, bf16 or fp32 out (a hang fails at the test's timeout), then the
+    # forms timed under CUDA graphs at o and down, 8B and 1.7B, M = 1024, 4096, 16384
+    part mm90_tests 200 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K="launch_choices and (o or down)" \
+        TEST_TIMEOUT=180
+    grep -E "^E  .*|FAILED" "$ROOT_OUT/mm90_tests/gpu_tests.log" | head -12
+    mkdir -p "$ROOT_OUT/mm90_sweep"
+    OUT="$ROOT_OUT/mm90_sweep" PYTHONPATH="$PWD" timeout 200 python3 benchmarks/triton/matmul_sweep.py sm90 \
+        > "$ROOT_OUT/mm90_sweep.log" 2>&1
+    echo "mm90_sweep exit $?"; grep -E "M=" "$ROOT_OUT/mm90_sweep.log" | cut -c1-400
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is

@@ -15,6 +15,7 @@ row-parallel (canonical K-groups), the others plain (one group).
     python benchmarks/triton/matmul_sweep.py [--search] [--shapes qkv,o]     # Qwen3-8B shapes (default: all five)
     python benchmarks/triton/matmul_sweep.py --search --shapes o,o_1.7b,down_1.7b  # and Qwen3-1.7B's
     python benchmarks/triton/matmul_sweep.py plot BEFORE.json AFTER.json OUT.png  # ratio vs M, two runs
+    python benchmarks/triton/matmul_sweep.py sm90   # the row-parallel Gluon fused form (Launch.sm90) at o, down
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from rlk_models.ops.triton import linear  # noqa: E402
 from rlk_models.ops.triton.matmul import (  # noqa: E402
     CANDIDATE_CONFIGS,
     HALF,
+    SM90_CANDIDATES,
     Launch,
     k_groups,
     launch_for,
@@ -100,7 +102,42 @@ def plot(before: str, after: str, png: str) -> None:
     fig.savefig(png, dpi=110)
 
 
+def sm90_groups(ms=(1024, 4096, 16384)) -> dict:
+    """The row-parallel layers' Gluon fused form (``Launch.sm90``, ``matmul_sm90``) against their default launch
+    and cuBLAS under CUDA graphs, at the 8B and 1.7B o and down shapes: ms, ratios, and whether each form is
+    bitwise the default."""
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    res = {"info": info(), "shapes": {}}
+    for name in ("o", "down", "o_1.7b", "down_1.7b"):
+        k, n = SHAPES[name]
+        x = torch.randn(max(ms), k, device=dev, generator=g).bfloat16()
+        w = (torch.randn(n, k, device=dev, generator=g) * 0.02).bfloat16()
+        for m in ms:
+            xm = x[:m]
+            ref = matmul(xm, w, row_parallel=True)
+            row = {"cublas_us": 1e3 * bench_graph(lambda: F.linear(xm, w)),
+                   "default_us": 1e3 * bench_graph(lambda: matmul(xm, w, row_parallel=True)),
+                   "default": str(launch_for(m, n, k_groups(k), k))}
+            for c in SM90_CANDIDATES:
+                lc = Launch(c, sm90=True)
+                try:
+                    same = torch.equal(mm(xm, w, groups=k_groups(k), launch=lc), ref)
+                    t = 1e3 * bench_graph(lambda: mm(xm, w, groups=k_groups(k), launch=lc))
+                    row[f"sm90 {c}"] = {"us": t, "vs_cublas": t / row["cublas_us"], "vs_default": t / row["default_us"],
+                                        "bitwise": same}
+                except Exception as exc:  # noqa: BLE001 -- a form that fails to build or run is reported
+                    row[f"sm90 {c}"] = f"{type(exc).__name__}: {exc}"[:300]
+            row["default_vs_cublas"] = row["default_us"] / row["cublas_us"]
+            res["shapes"][f"{name} M={m}"] = row
+            log(f"{name} M={m}: {row}")
+    save("matmul_sm90_groups", res)
+    return res
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["sm90"]:
+        return sm90_groups()
     if sys.argv[1:2] == ["plot"]:
         if len(sys.argv) != 5:
             sys.exit("usage: matmul_sweep.py plot BEFORE.json AFTER.json OUT.png")

@@ -62,7 +62,7 @@ def test_matmul_rows_and_launch_choices(name):
     import triton
 
     from rlk_models.ops.triton import linear
-    from rlk_models.ops.triton.matmul import CANDIDATE_CONFIGS, HALF, Launch, k_groups, matmul
+    from rlk_models.ops.triton.matmul import CANDIDATE_CONFIGS, HALF, SM90_CANDIDATES, Launch, k_groups, matmul, mm
 
     k, n = SHAPES[name]
     rp = name in ROW_PARALLEL
@@ -82,6 +82,16 @@ def test_matmul_rows_and_launch_choices(name):
                 except triton.runtime.errors.OutOfResources:
                     continue  # does not fit shared memory: never chosen
                 assert torch.equal(got, ref), f"M={m} config {c} {f}"
+    if rp and k_groups(k) > 1 and torch.cuda.get_device_capability() == (9, 0):
+        # the Gluon fused form (matmul_sm90, a candidate), with and without bias, bf16 and fp32 out
+        bias = randn(n, g=g)
+        for m in (1, 200, 1024, 8192):
+            for b in (None, bias):
+                for dt in (torch.bfloat16, torch.float32):
+                    ref = mm(x[:m], w, b, dt, groups=k_groups(k))
+                    for c in SM90_CANDIDATES:
+                        got = mm(x[:m], w, b, dt, groups=k_groups(k), launch=Launch(c, sm90=True))
+                        assert torch.equal(got, ref), f"M={m} sm90 {c} bias={b is not None} {dt}"
     assert torch.equal(matmul(x[:128], w, row_parallel=rp, tma=False), matmul(x[:128], w, row_parallel=rp)), \
         "pointer kernel != TMA"
     xg, wg = x[:4096].clone().requires_grad_(), w.clone().requires_grad_()

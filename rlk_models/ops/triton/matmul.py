@@ -57,6 +57,7 @@ import triton
 import triton.language as tl
 
 from ..canonical import LINEAR_K_GROUPS as K_GROUPS
+from . import matmul_sm90
 from .utils import BLOCK_K, ONE_PASS, bind_cuda_context, dot_k_range, fit_stages, num_sms, tma_ok
 
 HALF = K_GROUPS // 2  # groups per half: the run folded in order before the halves are added
@@ -286,6 +287,9 @@ class Launch(NamedTuple):
     #                     config = (weight rows, tokens, warps, stages); tiles stored transposed
     flat: bool = False  # TMA kernel: one tile per program (persistent ignored); grouped K: group and K-tile
     #                     loops that Triton fuses into one pipelined loop (``_mm_tma_tile``)
+    sm90: bool = False  # grouped K, forward layouts, sm_90: the Gluon fused form (``matmul_sm90``: warp-specialized,
+    #                     its two warpgroups taking turns so one folds at a group boundary while the other's dots
+    #                     run); config = (128, BLOCK_N <= 128, warps ignored, K slots). A candidate: in no table
 
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
@@ -364,6 +368,10 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                              (512, Launch((64, 128, 4, 4), persistent=False, flat=True))],  # 1.61x -> 1.09x
 }
 
+# ``Launch.sm90``'s forms, (128, BLOCK_N, warps ignored, K slots): built for sm_90 on the CPU (gluon_sass.py), in no
+# table until ``matmul_sweep.py sm90`` has timed them and tests/gpu proved their bits
+SM90_CANDIDATES = [(128, 128, 12, 4), (128, 128, 12, 5), (128, 64, 12, 6)]
+
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
 CANDIDATE_CONFIGS = sorted({lc.config for table in (*LAUNCHES.values(), *TUNED.values()) for _, lc in table if lc} | {
     (16, 32, 4, 4), (16, 64, 4, 4), (16, 128, 4, 4), (32, 64, 4, 4), (64, 64, 4, 4), (64, 128, 4, 4),
@@ -425,6 +433,14 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         return out
     explicit = launch is not None
     launch = launch or launch_for(m, n, groups, k)
+    if launch.sm90:
+        if not (groups > 1 and not (a_km or b_kn or accumulate) and launch.config[:1] == (matmul_sm90.BLOCK_M,)
+                and launch.config[1] <= 128 and matmul_sm90.usable(a, b, out) and tma_ok(a, b, out)):
+            raise ValueError(f"matmul: an sm90 launch ({launch}) computes a grouped-K forward product on an sm_90 GPU "
+                             "(bf16/fp16, TMA-addressable, tiles of 128 x 64 or 128 x 128)")
+        bind_cuda_context(a.device)
+        matmul_sm90.launch(a, b, out, bias, groups, run_of(groups), launch.config[1], launch.config[3], BLOCK_K)
+        return out
     if launch.swap and (a_km or b_kn or accumulate) and not explicit:  # a table's swap serves forward layouts only
         launch = launch._replace(swap=False)
     swap = launch.swap

@@ -238,6 +238,17 @@ def test_matmul_halves_probe_is_two_groups():
         assert torch.equal(probe.halves_stash(x, w, config), want), config
 
 
+def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
+    """The Gluon fused form (``Launch.sm90``) serves a grouped-K forward product on an sm_90 GPU only;
+    asked for anything else it says so instead of computing something else."""
+    from rlk_models.ops.triton.matmul import Launch, mm
+
+    a, b = torch.zeros(16, 4096, device=DEV), torch.zeros(64, 4096, device=DEV)
+    for kw in (dict(groups=8), dict(groups=1), dict(groups=8, b_kn=True)):
+        with pytest.raises(ValueError, match="sm90 launch"):
+            mm(a, b.t().contiguous() if kw.get("b_kn") else b, launch=Launch((128, 128, 12, 4), sm90=True), **kw)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("k", [64, 72, 200, 1024])
 def test_matmul_close_to_float64(dtype, k):

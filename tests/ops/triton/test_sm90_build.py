@@ -17,8 +17,9 @@ process because this suite's kernels run under ``TRITON_INTERPRET=1``).
   every wgmma of the function and says so only in a note Triton does not show: the same bits, so
   no other test sees it, just a slower kernel. (Triton 3.6 does it to ``_bwd_dq_ds`` with pointer
   loads -- C7515, the fallback off the TMA path -- which is therefore not checked.)
-- The log-prob head's Gluon statistics kernel (``head_sm90``, ``benchmarks/triton/head_sass.py``, a
-  candidate) builds m64n256k16 wgmmas, none serialized, nothing spilled in the forms it serves.
+- The Gluon kernels (``benchmarks/triton/gluon_sass.py``): the log-prob head's statistics
+  (``head_sm90``) and the row-parallel matmul's K-group form (``matmul_sm90``, a candidate) build
+  wgmmas of their tile's width, none serialized, nothing spilled in the forms they serve.
 - No kernel divides in int64 (``benchmarks/triton/rowwise_sass.py`` builds the row-wise kernels): a
   64-bit division by a run-time value is a subroutine call a thread on sm_90, the same bits, a
   kernel several times slower when it moves bytes (session 26's q/k norm + RoPE: 0.79 TB/s)."""
@@ -106,12 +107,17 @@ def test_no_kernel_divides_in_int64(built, matmul_forms):
     assert not divides, f"64-bit divisions or remainders in the PTX: {divides}"
 
 
-def test_head_stats_sm90_builds_unspilled_wgmma_pipeline():
+@pytest.fixture(scope="module")
+def gluon() -> dict:
+    return _sass("gluon_sass.py")
+
+
+def test_head_stats_sm90_builds_unspilled_wgmma_pipeline(gluon):
     """The Gluon statistics kernel (``head_sm90``, a candidate) for sm_90 in the forms ``_launch_stats``
     sends it (probabilities kept or not, no entropy sum): its dots are m64n256k16 wgmmas (the Triton
     kernel's MMA shape, which its bits need), none serialized, nothing spilled, its shared memory one
     program's. (The entropy forms spill 264-344 bytes; ``_launch_stats`` keeps those on the Triton kernel.)"""
-    forms = _sass("head_sass.py")["stats_sm90"]
+    forms = gluon["stats_sm90"]
     assert len(forms) >= 8
     used = {name: r for name, r in forms.items() if "entropy=False" in name}
     bad = {name: {k: r[k] for k in ("wgmma", "mma_sync", "wgmma_serialized", "spill_stack_bytes", "shared_bytes")}
@@ -120,3 +126,16 @@ def test_head_stats_sm90_builds_unspilled_wgmma_pipeline():
            or r["shared_bytes"] > 227 * 1024}
     assert not bad, bad
     assert not {n: r["int64_divisions"] for n, r in forms.items() if r["int64_divisions"]}
+
+
+def test_matmul_sm90_builds_unspilled_wgmma_pipeline(gluon):
+    """The row-parallel matmul's Gluon K-group form (``matmul_sm90``, ``Launch.sm90``, a candidate) in
+    every config, bias or not, bf16 or fp32 out: wgmmas as wide as its tile, none serialized, nothing
+    spilled, one program's shared memory."""
+    forms = gluon["mm_groups_sm90"]
+    assert len(forms) >= 12
+    bad = {name: {k: r[k] for k in ("wgmma", "mma_sync", "wgmma_serialized", "spill_stack_bytes", "shared_bytes")}
+           for name, r in forms.items()
+           if r["wgmma"] != [f"m64n{name.split(',')[1].strip()}k16"] or r["mma_sync"] or r["wgmma_serialized"]
+           or r["spill_stack_bytes"] or r["shared_bytes"] > 227 * 1024 or r["int64_divisions"]}
+    assert not bad, bad
