@@ -434,10 +434,12 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     explicit = launch is not None
     launch = launch or launch_for(m, n, groups, k)
     if launch.sm90:
-        if not (groups > 1 and not (a_km or b_kn or accumulate) and launch.config[:1] == (matmul_sm90.BLOCK_M,)
-                and launch.config[1] <= 128 and matmul_sm90.usable(a, b, out) and tma_ok(a, b, out)):
-            raise ValueError(f"matmul: an sm90 launch ({launch}) computes a grouped-K forward product on an sm_90 GPU "
-                             "(bf16/fp16, TMA-addressable, tiles of 128 x 64 or 128 x 128)")
+        if not (groups > 1 and k % (groups * BLOCK_K) == 0 and not (a_km or b_kn or accumulate)
+                and launch.config[:1] == (matmul_sm90.BLOCK_M,) and launch.config[1] <= 128
+                and matmul_sm90.usable(a, b, out) and tma_ok(a, b, out)):
+            raise ValueError(f"matmul: an sm90 launch ({launch}) computes a grouped-K forward product (K a multiple of "
+                             f"{BLOCK_K} a group) on an sm_90 GPU (bf16/fp16, TMA-addressable, tiles of 128 x 64 or "
+                             "128 x 128)")
         bind_cuda_context(a.device)
         matmul_sm90.launch(a, b, out, bias, groups, run_of(groups), launch.config[1], launch.config[3], BLOCK_K)
         return out
