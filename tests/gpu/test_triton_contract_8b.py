@@ -306,6 +306,7 @@ def test_head_stats_sm90_is_the_triton_kernel(t, k, keep_probs, monkeypatch):
     monkeypatch.setattr(logprob_head, "STATS_KERNEL", "triton")
     want = logprob_head._launch_stats(h, w, tgt, False, False, n_stats, keep_probs)
     monkeypatch.setattr(logprob_head, "STATS_KERNEL", "sm90")
+    default = head_sm90.STATS_SM90_CONFIG
     for c in head_sm90.STATS_SM90_CANDIDATES:
         monkeypatch.setattr(head_sm90, "STATS_SM90_CONFIG", c)
         for _ in range(2):
@@ -313,7 +314,7 @@ def test_head_stats_sm90_is_the_triton_kernel(t, k, keep_probs, monkeypatch):
             for name, a, b in zip(("max", "sum", "entropy sum", "target logit", "logits", "probabilities"), got,
                                   want):
                 assert (a is None) == (b is None) and (a is None or torch.equal(a, b)), f"{c}: {name} differs"
-    monkeypatch.setattr(head_sm90, "STATS_SM90_CONFIG", head_sm90.STATS_SM90_CONFIG)
+    monkeypatch.setattr(head_sm90, "STATS_SM90_CONFIG", default)  # the gradients through the default form
     targets = tgt.clamp(min=0)
     grads = {}
     for kernel in ("triton", "sm90"):

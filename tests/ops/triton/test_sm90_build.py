@@ -113,8 +113,9 @@ def gluon() -> dict:
 
 
 def test_head_stats_sm90_builds_unspilled_wgmma_pipeline(gluon):
-    """The Gluon statistics kernel (``head_sm90``, a candidate) for sm_90 in the forms ``_launch_stats``
-    sends it (probabilities kept or not, no entropy sum): its dots are m64n256k16 wgmmas (the Triton
+    """The Gluon statistics kernel (``head_sm90``: the grid form, the 8B training head's default, and the
+    ping-pong candidate) for sm_90 in the forms ``_launch_stats`` sends it (probabilities kept or not, no
+    entropy sum): its dots are m64n256k16 wgmmas (the Triton
     kernel's MMA shape, which its bits need), none serialized, nothing spilled, its shared memory one
     program's. (The entropy forms spill 264-344 bytes; ``_launch_stats`` keeps those on the Triton kernel.)"""
     forms = gluon["stats_sm90"]
