@@ -17,7 +17,7 @@ The kernel (``_stats_ws``; one program a 128-row x 256-entry tile, 12 warps)
     - the loader warp (``_stats_producer``) brings, per 64-wide K step, h's two 64-row halves and the
       256 x 64 weight tile into ``NUM_BUF`` slots; a slot is refilled once both consumers freed it;
     - each consumer warpgroup (``_stats_consumer``) owns 64 rows: ``acc = h W^T`` by wgmma over K in
-      order, one dot in flight; then ``_head_stats_kernel``'s epilogue on its rows: mask the entries
+      order, one dot in flight; then ``_epilogue``, ``_head_stats_kernel``'s on its rows: mask the entries
       past V, the row max, the target's logit, ``p = exp(l - max)``, its sum (and ``sum p l`` for the
       entropy), and the probabilities rounded to h's dtype and stored by TMA (training).
 Programs are ordered as the Triton kernel's tiles: neighbouring programs share a weight tile.
