@@ -58,6 +58,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from .gluon_sm90 import is_sm90, ring, smem_layout, turns
+
 # (BLOCK_M, K/V slots, pingpong, consumer registers, maxnreg): two consumer warpgroups of BLOCK_M / 2 query rows
 # and a TMA warp (12 warps, maxnreg registers a thread at launch; setmaxnreg gives the consumers theirs and the
 # loader 24). H200, session 28 (attention_sweep.py --train --quick), forward at 8 x 2048 tokens, 32/8 heads: 0.636,
@@ -214,16 +216,9 @@ def _varlen_fwd_ws(q_desc, k_desc, v_desc, o_ptr, lse_ptr, cu_ptr, qk_scale, T, 
                                                                                                            dtype),
                                               gl.full([BLOCK_N, 16], 1.0, dtype, ONES_LAYOUT))
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
-        empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
-        turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         mbarrier.init(q_bar, count=1)
-        for i in gl.static_range(NUM_BUF):
-            mbarrier.init(ready.index(i), count=1)
-            mbarrier.init(empty.index(i), count=2)
-        mbarrier.init(turn.index(0), count=1)
-        mbarrier.init(turn.index(1), count=1)
-        mbarrier.arrive(turn.index(0), count=1)  # consumer 0 issues first
+        ready, empty = ring(NUM_BUF, 2)
+        turn = turns()
         fence_async_shared()
         gl.warp_specialize([
             (_ws_consumer, (k_desc, v_desc, q_desc, k_bufs, v_bufs, q_smem, ones_smem, q_bar, ready, empty, turn, o_ptr,
@@ -235,24 +230,19 @@ def _varlen_fwd_ws(q_desc, k_desc, v_desc, o_ptr, lse_ptr, cu_ptr, qk_scale, T, 
         ], [4, 1], [CONSUMER_REGS, 24])
 
 
-def _layout(block: list[int], dtype: torch.dtype):
-    return gl.NVMMASharedLayout.get_default_for(block, {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}[dtype])
-
-
 def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_m: int, block_n: int) -> list:
     """Gluon TMA descriptors over [T, H * D] views of q, k, v (tiles of one head's rows)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     out = []
     for x, rows in ((q, block_m), (k, block_n), (v, block_n)):
         shape, block = [x.shape[0], x.shape[1] * x.shape[2]], [rows, x.shape[2]]
-        out.append(TensorDescriptor(x, shape, [x.stride(0), 1], block, _layout(block, x.dtype)))
+        out.append(TensorDescriptor(x, shape, [x.stride(0), 1], block, smem_layout(block, x.dtype)))
     return out
 
 
 def usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """Whether this kernel serves these tensors: an sm_90 GPU, bf16/fp16, head_dim 64 or 128."""
-    return (q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and q.shape[2] in (64, 128)
-            and torch.cuda.get_device_capability(q.device) == (9, 0))
+    return q.dtype in (torch.bfloat16, torch.float16) and q.shape[2] in (64, 128) and is_sm90(q)
 
 
 def launch(q, k, v, o, lse, cu, qk_scale: float, max_len: int, config=None) -> None:

@@ -46,6 +46,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from .gluon_sm90 import is_sm90, ring, smem_layout, turns
 from .utils import num_sms
 
 # (K slots, consumer registers, maxnreg, ping-pong): two consumer warpgroups of 64 rows and a TMA warp (12 warps;
@@ -88,6 +89,13 @@ def _epilogue(acc, q_desc, stage, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V, n_s
         fence_async_shared()
         tma.async_copy_shared_to_global(q_desc, [r0, pid_v * BLOCK_V], stage)
         tma.store_wait(0)
+
+
+@gluon.jit
+def _staging(q_desc):
+    """Each consumer's staging tile for the probabilities' TMA store, of q_desc's block (without the
+    kept probabilities q_desc is h's, and the tiles go unused)."""
+    return gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
 
 
 @gluon.jit
@@ -152,15 +160,8 @@ def _stats_ws(h_desc, w_desc, q_desc, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V,
     row0 = (pid % num_pid_m) * (2 * HALF)
     h_bufs = gl.allocate_shared_memory(dtype, [2 * NUM_BUF, HALF, BLOCK_K], h_desc.layout)
     w_bufs = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_V, BLOCK_K], w_desc.layout)
-    if KEEP_P:  # each consumer's staging tile for the probabilities' TMA store
-        q_smem = gl.allocate_shared_memory(dtype, [2, HALF, BLOCK_V], q_desc.layout)
-    else:  # unused (q_desc is h's)
-        q_smem = gl.allocate_shared_memory(dtype, [2, HALF, BLOCK_K], q_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NUM_BUF):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)
+    q_smem = _staging(q_desc)
+    ready, empty = ring(NUM_BUF, 2)
     fence_async_shared()
     gl.warp_specialize([
         (_stats_consumer, (h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, tgt_ptr, m_ptr, s_ptr, e_ptr,
@@ -252,19 +253,9 @@ def _stats_pingpong(h_desc, w_desc, q_desc, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr,
     BLOCK_V: gl.constexpr = w_desc.block_type.shape[0]
     h_bufs = gl.allocate_shared_memory(dtype, [NUM_BUF, HALF, BLOCK_K], h_desc.layout)
     w_bufs = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_V, BLOCK_K], w_desc.layout)
-    if KEEP_P:  # each consumer's staging tile for the probabilities' TMA store
-        q_smem = gl.allocate_shared_memory(dtype, [2, HALF, BLOCK_V], q_desc.layout)
-    else:  # unused (q_desc is h's)
-        q_smem = gl.allocate_shared_memory(dtype, [2, HALF, BLOCK_K], q_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NUM_BUF):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)  # one consumer uses a slot
-    mbarrier.init(turn.index(0), count=1)
-    mbarrier.init(turn.index(1), count=1)
-    mbarrier.arrive(turn.index(0), count=1)  # consumer 0 first
+    q_smem = _staging(q_desc)
+    ready, empty = ring(NUM_BUF, 1)  # one consumer uses a slot
+    turn = turns()
     fence_async_shared()
     gl.warp_specialize([
         (_pp_consumer, (h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, turn, tgt_ptr, m_ptr, s_ptr,
@@ -276,25 +267,21 @@ def _stats_pingpong(h_desc, w_desc, q_desc, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr,
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
-def _layout(block: list[int], dtype: torch.dtype):
-    return gl.NVMMASharedLayout.get_default_for(block, {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}[dtype])
-
-
 def descriptors(h: torch.Tensor, w: torch.Tensor, q: torch.Tensor | None, block_v: int, block_k: int) -> list:
     """Gluon TMA descriptors: h [T, K] in 64-row halves, w [V, K] in block_v rows, both block_k wide; q
     [T, tiles x block_v] (the kept probabilities) in 64 x block_v tiles, else h's again (unused)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     half = BLOCK_M // 2
-    out = [TensorDescriptor.from_tensor(x, [rows, block_k], _layout([rows, block_k], x.dtype))
+    out = [TensorDescriptor.from_tensor(x, [rows, block_k], smem_layout([rows, block_k], x.dtype))
            for x, rows in ((h, half), (w, block_v))]
-    out.append(out[0] if q is None else TensorDescriptor.from_tensor(q, [half, block_v], _layout([half, block_v],
+    out.append(out[0] if q is None else TensorDescriptor.from_tensor(q, [half, block_v], smem_layout([half, block_v],
                                                                                                   q.dtype)))
     return out
 
 
 def usable(h: torch.Tensor) -> bool:
     """Whether this kernel serves h: an sm_90 GPU and bf16 (the dtype whose Triton launch it matches)."""
-    return h.is_cuda and h.dtype == torch.bfloat16 and torch.cuda.get_device_capability(h.device) == (9, 0)
+    return h.dtype == torch.bfloat16 and is_sm90(h)
 
 
 def launch(h, w, q, tgt, m, s, e, t_logit, n_tiles: int, n_stats: int, with_entropy: bool, block_v: int,

@@ -35,6 +35,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from .gluon_sm90 import GL_DTYPES, is_sm90, ring, smem_layout, turns
+
 BLOCK_M = 128  # two consumer warpgroups of 64 rows
 CONSUMER_REGS, MAXNREG = 240, 168  # setmaxnreg of the consumers (the loader: 24); registers a thread at launch
 GROUP_M = gl.constexpr(8)  # tile order: ``matmul._tile_coords``'s (neighbouring programs share B's column tiles)
@@ -146,15 +148,8 @@ def _mm_groups_ws(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: gl.co
     a_bufs = gl.allocate_shared_memory(dtype, [2 * NUM_BUF, HALF, BLOCK_K], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, BLOCK_K], b_desc.layout)
     c_smem = gl.allocate_shared_memory(c_desc.dtype, [2, HALF, BLOCK_N], c_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NUM_BUF):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)
-    mbarrier.init(turn.index(0), count=1)
-    mbarrier.init(turn.index(1), count=1)
-    mbarrier.arrive(turn.index(0), count=1)  # consumer 0 issues first
+    ready, empty = ring(NUM_BUF, 2)
+    turn = turns()
     fence_async_shared()
     gl.warp_specialize([
         (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
@@ -166,22 +161,18 @@ def _mm_groups_ws(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: gl.co
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
-_GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
-
-
 def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, block_n: int, block_k: int) -> list:
     """Gluon TMA descriptors: A [M, K] in 64-row halves, B [N, K] in block_n rows (both block_k wide),
     C [M, N] in 64 x block_n tiles."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     half = BLOCK_M // 2
-    return [TensorDescriptor.from_tensor(x, block, gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[x.dtype]))
+    return [TensorDescriptor.from_tensor(x, block, smem_layout(block, x.dtype))
             for x, block in ((a, [half, block_k]), (b, [block_n, block_k]), (c, [half, block_n]))]
 
 
 def usable(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
     """Whether this kernel serves the product: an sm_90 GPU, bf16/fp16 operands, fp32/bf16/fp16 out."""
-    return (a.is_cuda and a.dtype in (torch.bfloat16, torch.float16) and b.dtype == a.dtype
-            and out.dtype in _GL_DTYPES and torch.cuda.get_device_capability(a.device) == (9, 0))
+    return a.dtype in (torch.bfloat16, torch.float16) and b.dtype == a.dtype and out.dtype in GL_DTYPES and is_sm90(a)
 
 
 def launch(a, b, out, bias, groups: int, run: int, block_n: int, num_buf: int, block_k: int) -> None:

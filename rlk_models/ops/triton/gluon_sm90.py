@@ -1,0 +1,46 @@
+"""What the Gluon kernels for Hopper (``attention_sm90``, ``head_sm90``, ``matmul_sm90``) share: the
+sm_90 test, the shared-memory layout of their TMA descriptors, and the mbarriers of their
+warp-specialized schedule -- a ring of K/V or K-step slots that the loader fills and the consumers
+free, and the two consumers' turns at the tensor cores."""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+
+GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
+
+
+def is_sm90(x: torch.Tensor) -> bool:
+    """Whether ``x`` lives on an sm_90 GPU (the H100 / H200), where these kernels build."""
+    return x.is_cuda and torch.cuda.get_device_capability(x.device) == (9, 0)
+
+
+def smem_layout(block: list[int], dtype: torch.dtype):
+    """The NVMMA shared-memory layout of a TMA descriptor's ``block`` of ``dtype``."""
+    return gl.NVMMASharedLayout.get_default_for(block, GL_DTYPES[dtype])
+
+
+@gluon.jit
+def ring(NUM_BUF: gl.constexpr, USERS: gl.constexpr):
+    """(ready, empty): a slot's mbarriers -- ``ready`` completes when the loader's copies into it land,
+    ``empty`` when its ``USERS`` consumers have each freed it."""
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_BUF):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=USERS)
+    return ready, empty
+
+
+@gluon.jit
+def turns():
+    """The two consumers' turns at the tensor cores: each waits on its own, arrives on the other's;
+    consumer 0 goes first."""
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
+    mbarrier.arrive(turn.index(0), count=1)
+    return turn
