@@ -92,11 +92,19 @@ part() {  # part NAME SECONDS VAR=VALUE...: one device_sweep.sh run in $ROOT_OUT
     echo "exit $?"
     grep -E "passed|failed|error|tok/s|ratio|FAILED|Error" "$ROOT_OUT/$name.log" | tail -25
 }
-train_8b() {  # train_8b SECONDS "TRAIN_ARGS" TAIL: the whole 8B model's training step (rlk, Liger; TRAIN_8B_LAYERS,
-             # default 36: rlk about 60-75 GB, Liger about 80-93 at 8 x 2048 tokens), then the log's last TAIL lines
+train_8b() {  # train_8b SECONDS "TRAIN_ARGS" TAIL: the whole 8B model's training step (STACKS, default rlk and
+             # Liger; TRAIN_8B_LAYERS, default 36: rlk about 60-75 GB, Liger about 80-93 at 8 x 2048 tokens), then
+             # the log's last TAIL lines
     part train_8b "$1" PART=train TRAIN_SHAPES=8b TRAIN_8B_LAYERS="${TRAIN_8B_LAYERS:-36}" \
-        TRAIN_ARGS="--stacks rlk,liger $2"
+        TRAIN_ARGS="--stacks ${STACKS:-rlk,liger} $2"
     tail -"$3" "$ROOT_OUT/train_8b.log"
+}
+bench() {  # bench NAME SECONDS SCRIPT ARGS...: one benchmark script, its JSON in $ROOT_OUT/NAME, its log beside it
+    local name=$1 secs=$2
+    shift 2
+    mkdir -p "$ROOT_OUT/$name"
+    OUT="$ROOT_OUT/$name" PYTHONPATH="$PWD" timeout "$secs" python3 "$@" > "$ROOT_OUT/$name.log" 2>&1
+    echo "$name exit $?"
 }
 case "${CALL:-head}" in
 head)
@@ -254,12 +262,10 @@ head90)
     # 1.7B heads
     part head90_tests 120 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K=head_stats_sm90 TEST_TIMEOUT=60
     grep -E "^E  .*|FAILED" "$ROOT_OUT/head90_tests/gpu_tests.log" | head -12
-    mkdir -p "$ROOT_OUT/head90_sweep"
-    OUT="$ROOT_OUT/head90_sweep" PYTHONPATH="$PWD" timeout 200 python3 benchmarks/triton/head_sweep.py --stats-kernels \
-        > "$ROOT_OUT/head90_sweep.log" 2>&1
-    echo "head90_sweep exit $?"; tail -4 "$ROOT_OUT/head90_sweep.log" | cut -c1-600
+    bench head90_sweep 200 benchmarks/triton/head_sweep.py --stats-kernels
+    tail -4 "$ROOT_OUT/head90_sweep.log" | cut -c1-600
     if [ "${TRAIN:-0}" = 1 ]; then
-        train_8b 230 "--steps 4 --profile --limit 75 --stacks rlk,rlk_head_triton,liger" 8
+        STACKS=rlk,rlk_head_triton,liger train_8b 230 "--steps 4 --profile --limit 75" 8
         part train 170 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,rlk_head_triton,liger --profile --limit 50"
         tail -8 "$ROOT_OUT/train.log"
     fi
@@ -271,10 +277,8 @@ mm90)
     part mm90_tests 200 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K="launch_choices and (o or down)" \
         TEST_TIMEOUT=180
     grep -E "^E  .*|FAILED" "$ROOT_OUT/mm90_tests/gpu_tests.log" | head -12
-    mkdir -p "$ROOT_OUT/mm90_sweep"
-    OUT="$ROOT_OUT/mm90_sweep" PYTHONPATH="$PWD" timeout 200 python3 benchmarks/triton/matmul_sweep.py sm90 \
-        > "$ROOT_OUT/mm90_sweep.log" 2>&1
-    echo "mm90_sweep exit $?"; grep -E "M=" "$ROOT_OUT/mm90_sweep.log" | cut -c1-400
+    bench mm90_sweep 200 benchmarks/triton/matmul_sweep.py sm90
+    grep -E "M=" "$ROOT_OUT/mm90_sweep.log" | cut -c1-400
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is
