@@ -21,8 +21,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import triton  # noqa: E402
-from matmul_sass import TARGET, build, describe  # noqa: E402
+from matmul_sass import build, build_gluon, describe  # noqa: E402
 
 from rlk_models.ops.triton import attention_sm90  # noqa: E402
 from rlk_models.ops.triton.attention import (  # noqa: E402
@@ -76,22 +75,15 @@ def training_sm90(config: tuple = SM90_CONFIG, group: int = 4, d: int = 128):
     """``attention_sm90._varlen_fwd_ws`` (Gluon) for sm_90, its descriptors' types from host descriptors over
     CPU tensors of the Qwen3-8B heads."""
     import torch
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
 
     block_m, num_buf, pingpong, consumer_regs, maxnreg = config
     q, kv = torch.empty(256, 32, d, dtype=torch.bfloat16), torch.empty(256, 32 // group, d, dtype=torch.bfloat16)
     descs = attention_sm90.descriptors(q, kv, kv, block_m // 2, BLOCK_N)
-    types = dict(zip(("q_desc", "k_desc", "v_desc"), map(mangle_type, descs)), o_ptr="*bf16", lse_ptr="*fp32",
-                 cu_ptr="*i32", qk_scale="fp32", T="i32", so="i32")
+    types = dict(o_ptr="*bf16", lse_ptr="*fp32", cu_ptr="*i32", qk_scale="fp32", T="i32", so="i32")
     consts = dict(GROUP=group, D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N, NUM_BUF=num_buf, PINGPONG=pingpong,
                   CONSUMER_REGS=consumer_regs, num_warps=4)
-    fn = attention_sm90._varlen_fwd_ws
-    names = fn.arg_names
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("o_ptr", "lse_ptr", "cu_ptr", "so")}
-    src = GluonASTSource(fn, {n: types.get(n, "constexpr") for n in names},
-                         {(names.index(n),): v for n, v in consts.items()}, attrs)
-    return triton.compile(src, target=TARGET, options=dict(num_warps=4, maxnreg=maxnreg))
+    return build_gluon(attention_sm90._varlen_fwd_ws, dict(zip(("q_desc", "k_desc", "v_desc"), descs)), types,
+                       consts, {"so"}, maxnreg)
 
 
 def backward(config: tuple[tuple[int, int, int, int], tuple[int, int, int, int]], group: int = 4, d: int = 128,

@@ -17,9 +17,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import triton  # noqa: E402
 from attention_sass import mma  # noqa: E402
-from matmul_sass import TARGET, describe  # noqa: E402
+from matmul_sass import build_gluon, describe  # noqa: E402
 
 from rlk_models.ops.canonical import VOCAB_TILE  # noqa: E402
 from rlk_models.ops.triton import head_sm90, matmul_sm90  # noqa: E402
@@ -29,28 +28,20 @@ from rlk_models.ops.triton.utils import BLOCK_K  # noqa: E402
 
 def stats_sm90(config: tuple = head_sm90.STATS_SM90_CONFIG, keep_probs: bool = True, with_entropy: bool = False,
                k: int = 4096):
-    """``_stats_ws`` for sm_90, its descriptors' types from host descriptors over CPU tensors of the
-    Qwen3-8B head (K = 4096, a 2048-entry vocab shard: the shapes only set the descriptors' types)."""
+    """``_stats_ws`` (``_stats_pingpong`` when the config says so) for sm_90, its descriptors' types from host
+    descriptors over CPU tensors of the Qwen3-8B head (K = 4096, a 2048-entry vocab shard: the shapes only set
+    the descriptors' types)."""
     import torch
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
 
     num_buf, consumer_regs, maxnreg, pingpong = config
     h, w = torch.empty(256, k, dtype=torch.bfloat16), torch.empty(2048, k, dtype=torch.bfloat16)
     q = torch.empty(256, 2048, dtype=torch.bfloat16) if keep_probs else None
     descs = head_sm90.descriptors(h, w, q, VOCAB_TILE, BLOCK_K)
-    types = dict(zip(("h_desc", "w_desc", "q_desc"), map(mangle_type, descs)), tgt_ptr="*i64", m_ptr="*fp32",
-                 s_ptr="*fp32", e_ptr="*fp32", t_ptr="*fp32", T="i32", V="i32", K="i32", n_stats="i32",
-                 num_pid_m="i32")
+    types = dict(tgt_ptr="*i64", m_ptr="*fp32", s_ptr="*fp32", e_ptr="*fp32", t_ptr="*fp32", T="i32", V="i32",
+                 K="i32", n_stats="i32", num_pid_m="i32", n_tiles="i32")
     consts = dict(WITH_E=with_entropy, KEEP_P=keep_probs, NUM_BUF=num_buf, CONSUMER_REGS=consumer_regs, num_warps=4)
-    fn = head_sm90._stats_pingpong if pingpong else head_sm90._stats_ws
-    if pingpong:
-        types["n_tiles"] = "i32"
-    names = fn.arg_names
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("tgt_ptr", "m_ptr", "s_ptr", "e_ptr", "t_ptr")}
-    src = GluonASTSource(fn, {n: types.get(n, "constexpr") for n in names},
-                         {(names.index(n),): v for n, v in consts.items()}, attrs)
-    return triton.compile(src, target=TARGET, options=dict(num_warps=4, maxnreg=maxnreg))
+    return build_gluon(head_sm90._stats_pingpong if pingpong else head_sm90._stats_ws,
+                       dict(zip(("h_desc", "w_desc", "q_desc"), descs)), types, consts, (), maxnreg)
 
 
 def mm_groups_sm90(block_n: int = 128, num_buf: int = 4, k: int = 4096, bias: bool = False,
@@ -58,22 +49,15 @@ def mm_groups_sm90(block_n: int = 128, num_buf: int = 4, k: int = 4096, bias: bo
     """``_mm_groups_ws`` for sm_90 (8 K-groups in halves, bf16 operands), descriptors from host ones over
     CPU tensors."""
     import torch
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
 
     a, b = torch.empty(256, k, dtype=torch.bfloat16), torch.empty(256, k, dtype=torch.bfloat16)
     c = torch.empty(256, 256, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[out_dtype])
     descs = matmul_sm90.descriptors(a, b, c, block_n, BLOCK_K)
-    types = dict(zip(("a_desc", "b_desc", "c_desc"), map(mangle_type, descs)), bias_ptr="*bf16", M="i32", N="i32",
-                 K="i32", KG="i32")
+    types = dict(bias_ptr="*bf16", M="i32", N="i32", K="i32", KG="i32")
     consts = dict(HAS_BIAS=bias, GROUPS=8, RUN=4, NUM_BUF=num_buf, CONSUMER_REGS=matmul_sm90.CONSUMER_REGS,
                   num_warps=4)
-    fn = matmul_sm90._mm_groups_ws
-    names = fn.arg_names
-    attrs = {(names.index("bias_ptr"),): [["tt.divisibility", 16]]}
-    src = GluonASTSource(fn, {n: types.get(n, "constexpr") for n in names},
-                         {(names.index(n),): v for n, v in consts.items()}, attrs)
-    return triton.compile(src, target=TARGET, options=dict(num_warps=4, maxnreg=matmul_sm90.MAXNREG))
+    return build_gluon(matmul_sm90._mm_groups_ws, dict(zip(("a_desc", "b_desc", "c_desc"), descs)), types, consts,
+                       (), matmul_sm90.MAXNREG)
 
 
 def main() -> None:

@@ -81,6 +81,21 @@ def build(fn, types: dict, consts: dict, div16, warps: int, stages: int | None =
     return triton.compile(src, target=TARGET, options=options)
 
 
+def build_gluon(fn, descs: dict, types: dict, consts: dict, div16, maxnreg: int):
+    """``build`` for a Gluon kernel (``gluon.jit``, 4 warps at launch, ``maxnreg`` registers a thread):
+    ``descs`` names its arguments' host TMA descriptors (over CPU tensors: only their types count)."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    types = {**{n: mangle_type(d) for n, d in descs.items()}, **types}
+    names = fn.arg_names
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names
+             if types.get(n, "").startswith("*") or n in div16}
+    src = GluonASTSource(fn, {n: types.get(n, "constexpr") for n in names},
+                         {(names.index(n),): v for n, v in consts.items()}, attrs)
+    return triton.compile(src, target=TARGET, options=dict(num_warps=4, maxnreg=maxnreg))
+
+
 def wgmma_serialized(kernel) -> list[str]:
     """What ptxas says when it serializes the kernel's wgmma pipeline (its "Potential Performance
     Loss" notes, e.g. C7514: a non-wgmma instruction reads an in-flight wgmma's accumulator
