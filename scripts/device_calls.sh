@@ -76,6 +76,8 @@
 #   CALL=mm90 bash scripts/device_calls.sh      # the row-parallel matmul's Gluon K-group form (Launch.sm90): its
 #                                              # bits in the launch-choices test (o, down), then its time against
 #                                              # the default and cuBLAS (no carry)
+#   CALL=s30 bash scripts/device_calls.sh       # head90 and mm90 without the steps, in one call: both Gluon forms'
+#                                              # bits, then their times (no carry)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -278,6 +280,19 @@ mm90)
         TEST_TIMEOUT=180
     grep -E "^E  .*|FAILED" "$ROOT_OUT/mm90_tests/gpu_tests.log" | head -12
     bench mm90_sweep 200 benchmarks/triton/matmul_sweep.py sm90
+    grep -E "M=" "$ROOT_OUT/mm90_sweep.log" | cut -c1-400
+    ;;
+s30)
+    # head90 and mm90 in one call (the machine's start costs more than either): bits first, so a hang in one
+    # form's test (cut at TEST_TIMEOUT) still leaves the other's, then the times
+    part head90_tests 110 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K=head_stats_sm90 TEST_TIMEOUT=60
+    grep -E "^E  .*|FAILED" "$ROOT_OUT/head90_tests/gpu_tests.log" | head -12
+    part mm90_tests 170 PART=tests TESTS=tests/gpu/test_triton_contract_8b.py K="launch_choices and (o or down)" \
+        TEST_TIMEOUT=160
+    grep -E "^E  .*|FAILED" "$ROOT_OUT/mm90_tests/gpu_tests.log" | head -12
+    bench head90_sweep 130 benchmarks/triton/head_sweep.py --stats-kernels
+    tail -4 "$ROOT_OUT/head90_sweep.log" | cut -c1-600
+    bench mm90_sweep 150 benchmarks/triton/matmul_sweep.py sm90
     grep -E "M=" "$ROOT_OUT/mm90_sweep.log" | cut -c1-400
     ;;
 qkcheck)
