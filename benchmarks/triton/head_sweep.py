@@ -7,7 +7,8 @@ candidates are timed and their bits recorded against the default (tuning data: w
 configs would keep the contract), as ``stats_configs_same_bits``.
 
     python benchmarks/triton/head_sweep.py
-    python benchmarks/triton/head_sweep.py --stats-kernels   # only the Triton against the Gluon stats kernel
+    python benchmarks/triton/head_sweep.py --stats-kernels [T,...]  # only the Triton against the Gluon stats
+                                                                   # kernel (T rows; default 16384)
 """
 
 from __future__ import annotations
@@ -168,17 +169,17 @@ def main() -> None:
     save("head_sweep", res)
 
 
-def stats_kernels(t: int = 16384) -> dict:
-    """The statistics kernel, Triton against every Gluon form (``head_sm90.STATS_SM90_CANDIDATES``), at the
-    training step's T and the 8B and 1.7B heads (K = 4096, 2048), probabilities kept (training) or not (the
-    forward-only log-prob pass): ms, the ratio to the Triton kernel and to the cuBLAS lm_head matmul, and
-    whether every output is bitwise the Triton kernel's."""
+def stats_kernels(ts: tuple[int, ...] = (16384,)) -> dict:
+    """The statistics kernel, Triton against every Gluon form (``head_sm90.STATS_SM90_CANDIDATES``), at T rows
+    (default: the training step's) and the 8B and 1.7B heads (K = 4096, 2048), probabilities kept (training) or
+    not (the forward-only log-prob pass, vLLM's): ms, the ratio to the Triton kernel and to the cuBLAS lm_head
+    matmul, and whether every output is bitwise the Triton kernel's."""
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     res = {"info": info()}
     n_stats = triton.cdiv(V, head.VOCAB_TILE)
     default, default_config = head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG
-    for k in (4096, 2048):
+    for t, k in ((t, k) for t in ts for k in (4096, 2048)):
         h = torch.randn(t, k, device=dev, generator=g).bfloat16()
         w = (torch.randn(V, k, device=dev, generator=g) * 0.02).bfloat16()
         tgt = torch.randint(0, V, (t,), device=dev, generator=g)
@@ -239,4 +240,8 @@ def host_time(h: torch.Tensor, w: torch.Tensor, calls: int = 50) -> dict:
 
 
 if __name__ == "__main__":
-    stats_kernels() if "--stats-kernels" in sys.argv[1:] else main()
+    if "--stats-kernels" in sys.argv[1:]:  # --stats-kernels [T,T,...]
+        rest = sys.argv[sys.argv.index("--stats-kernels") + 1:]
+        stats_kernels(tuple(int(t) for t in rest[0].split(",")) if rest else (16384,))
+    else:
+        main()

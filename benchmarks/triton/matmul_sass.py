@@ -30,6 +30,7 @@ from rlk_models.ops.triton.matmul import (
     HALF,
     K_GROUPS,
     LAUNCHES,
+    SM90_FALLBACK,
     TUNED,
     Launch,
     _mm_tma_kernel,
@@ -143,6 +144,9 @@ def forms() -> dict[str, tuple[Launch, int, dict]]:
             if lc is None:  # a TUNED range that keeps the table's launch
                 continue
             name = f"{where}/M<={bound if bound < 1 << 40 else 'inf'}"
+            if lc.sm90:  # the Gluon form: gluon_sass.py builds it; here the Triton form it falls back to
+                out[name + "/fallback"] = (SM90_FALLBACK, groups, {})
+                continue
             out[name] = (lc, groups, {})
             if kind == "plain" and not lc.swap:
                 out[name + "/dx"] = (lc, 1, dict(b_kn=True))

@@ -15,7 +15,8 @@ row-parallel (canonical K-groups), the others plain (one group).
     python benchmarks/triton/matmul_sweep.py [--search] [--shapes qkv,o]     # Qwen3-8B shapes (default: all five)
     python benchmarks/triton/matmul_sweep.py --search --shapes o,o_1.7b,down_1.7b  # and Qwen3-1.7B's
     python benchmarks/triton/matmul_sweep.py plot BEFORE.json AFTER.json OUT.png  # ratio vs M, two runs
-    python benchmarks/triton/matmul_sweep.py sm90   # the row-parallel Gluon fused form (Launch.sm90) at o, down
+    python benchmarks/triton/matmul_sweep.py sm90   # the row-parallel Gluon fused form (Launch.sm90) at o, down,
+                                                # against the Triton launches it competes with
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from rlk_models.ops.triton.matmul import (  # noqa: E402
     CANDIDATE_CONFIGS,
     HALF,
     SM90_CANDIDATES,
+    SM90_FALLBACK,
     Launch,
     k_groups,
     launch_for,
@@ -102,10 +104,15 @@ def plot(before: str, after: str, png: str) -> None:
     fig.savefig(png, dpi=110)
 
 
-def sm90_groups(ms=(1024, 4096, 16384)) -> dict:
-    """The row-parallel layers' Gluon fused form (``Launch.sm90``, ``matmul_sm90``) against their default launch
-    and cuBLAS under CUDA graphs, at the 8B and 1.7B o and down shapes: ms, ratios, and whether each form is
-    bitwise the default."""
+# the Triton launches the Gluon form replaced or competes with above 256 rows: the 8B table's flat 128 x 128 tiles
+# (``SM90_FALLBACK``) and the 1.7B layers' 64 x 128 (``TUNED``)
+SM90_RIVALS = [SM90_FALLBACK, Launch((64, 128, 4, 4), persistent=False, flat=True)]
+
+
+def sm90_groups(ms=(384, 512, 768, 1024, 16384)) -> dict:
+    """The row-parallel layers' Gluon fused form (``Launch.sm90``, ``matmul_sm90``) against the Triton launches
+    it competes with (``SM90_RIVALS``), the default launch and cuBLAS under CUDA graphs, at the 8B and 1.7B o
+    and down shapes: us, ratios, and whether each form is bitwise the default."""
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     res = {"info": info(), "shapes": {}}
@@ -119,18 +126,20 @@ def sm90_groups(ms=(1024, 4096, 16384)) -> dict:
             row = {"cublas_us": 1e3 * bench_graph(lambda: F.linear(xm, w)),
                    "default_us": 1e3 * bench_graph(lambda: matmul(xm, w, row_parallel=True)),
                    "default": str(launch_for(m, n, k_groups(k), k))}
-            for c in SM90_CANDIDATES:
-                lc = Launch(c, sm90=True)
+            forms = [(f"sm90 {c}", Launch(c, sm90=True)) for c in SM90_CANDIDATES]
+            for label, lc in forms + [(f"triton {r.config}", r) for r in SM90_RIVALS]:
                 try:
                     same = torch.equal(mm(xm, w, groups=k_groups(k), launch=lc), ref)
                     t = 1e3 * bench_graph(lambda: mm(xm, w, groups=k_groups(k), launch=lc))
-                    row[f"sm90 {c}"] = {"us": t, "vs_cublas": t / row["cublas_us"], "vs_default": t / row["default_us"],
-                                        "bitwise": same}
+                    row[label] = {"us": t, "vs_cublas": t / row["cublas_us"], "vs_default": t / row["default_us"],
+                                  "bitwise": same}
                 except Exception as exc:  # noqa: BLE001 -- a form that fails to build or run is reported
-                    row[f"sm90 {c}"] = f"{type(exc).__name__}: {exc}"[:300]
+                    row[label] = f"{type(exc).__name__}: {exc}"[:300]
             row["default_vs_cublas"] = row["default_us"] / row["cublas_us"]
             res["shapes"][f"{name} M={m}"] = row
-            log(f"{name} M={m}: {row}")
+            log(f"{name} M={m}: " + ", ".join(
+                f"{key} {v['vs_cublas']:.3f}x{'' if v['bitwise'] else ' NOT BITWISE'}" if isinstance(v, dict)
+                else f"{key} {v}" for key, v in row.items() if key not in ("default_us", "cublas_us")))
     save("matmul_sm90_groups", res)
     return res
 

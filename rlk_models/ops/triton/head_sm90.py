@@ -26,10 +26,10 @@ Measured (H200, session 29, ``head_sweep.py --stats-kernels``, T = 16384, V = 15
 probabilities kept, 35.9 ms against the Triton kernel's 38.5 at K = 4096 (1.22x the cuBLAS lm_head
 matmul's 29.5), but 23.1 against 21.9 at K = 2048; without them, even (35.2 / 35.0, 19.7 / 20.0). Both
 warpgroups finish their dots together and then run the epilogue while the tensor cores idle: a
-larger share of the tile's time at the shorter K. What should close it: the two warpgroups taking
-turns at the tensor cores, one's epilogue under the other's dots, as CUTLASS's ping-pong GEMM:
-``_stats_pingpong`` (persistent; built for sm_90 on the CPU, in ``STATS_SM90_CANDIDATES``, not yet
-run on a GPU).
+larger share of the tile's time at the shorter K. The two warpgroups taking turns at the tensor cores,
+one's epilogue under the other's dots, as CUTLASS's ping-pong GEMM (``_stats_pingpong``, persistent)
+closes it there: session 30, K = 2048, 19.3 ms kept and 18.7 not kept against the Triton kernel's 21.8
+and 20.8 (0.89x, 0.90x); at K = 4096 the grid form stays ahead (37.0 against ping-pong's 37.8, Triton 38.7).
 """
 
 from __future__ import annotations
@@ -52,9 +52,12 @@ from .utils import num_sms
 # (K slots, consumer registers, maxnreg, ping-pong): two consumer warpgroups of 64 rows and a TMA warp (12 warps;
 # maxnreg registers a thread at launch, setmaxnreg gives the consumers theirs and the loader 24). Shared memory: a
 # slot is 48 KB (h's two halves and the weight tile; ping-pong: one consumer's 64 rows and the weight tile, 40 KB),
-# and 64 KB stage the kept probabilities' TMA store. Ping-pong (``_stats_pingpong``): not yet run on a GPU
+# and 64 KB stage the kept probabilities' TMA store. ``logprob_head._sm90_config`` picks one by K (session 30:
+# the grid form at K = 4096 with the probabilities kept, ping-pong at K = 2048; 2 slots were 1.33-1.43x slower than
+# 3 and ping-pong at 3 slots 1.02-1.24x slower than at 4: dropped)
 STATS_SM90_CONFIG = (3, 240, 168, False)
-STATS_SM90_CANDIDATES = [STATS_SM90_CONFIG, (2, 240, 168, False), (4, 240, 168, True), (3, 240, 168, True)]
+STATS_PINGPONG_CONFIG = (4, 240, 168, True)
+STATS_SM90_CANDIDATES = [STATS_SM90_CONFIG, STATS_PINGPONG_CONFIG]
 BLOCK_M = 128  # the Triton kernel's bf16 launch whose bits this kernel gives (``logprob_head.STATS_CONFIG``)
 
 
@@ -173,7 +176,7 @@ def _stats_ws(h_desc, w_desc, q_desc, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V,
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
-# --- ping-pong form (a candidate: built for sm_90 on the CPU, not yet run on a GPU) -----------------------------------
+# --- ping-pong form (the stats below K = 4096: ``logprob_head._sm90_config``) -----------------------------------------
 # One program an SM walks the 128-row x 256-entry tiles t = pid, pid + programs, ...; consumer warpgroup c takes rows
 # 64 c .. 64 c + 63 of each. The two take turns at the tensor cores (mbarriers ``turn``): c's whole K loop, then the
 # other's, so one's epilogue runs under the other's dots instead of both idling the tensor cores at once. The loader

@@ -84,11 +84,14 @@ STATS_CONFIG_OTHER = (64, 8)
 # pointers, and the one 8B engine run with it there had its batch-256 decode step at 2.3x stock (not re-measured)
 STATS_TMA_ROWS = 128
 # Which kernel makes the stats from STATS_TMA_ROWS rows (bf16, sm_90, neither the logits kept nor the entropy's sum,
-# whose build spills): ``head_sm90._stats_ws`` (Gluon, warp-specialized: TMA loads with the probabilities kept too)
-# gives this kernel's (128, 8) launch's bits (tests/gpu, natively). "auto" takes it where it measured faster: the
-# probabilities kept and K >= STATS_SM90_MIN_K. H200, session 29 (head_sweep.py --stats-kernels, T = 16384, V =
-# 151,936): kept, K = 4096 35.9 against 38.5 ms; K = 2048 23.1 against 21.9; not kept 35.2 / 35.0 and 19.7 / 20.0
-# (its epilogue runs after both warpgroups' dots, a larger share at the shorter K). "sm90" / "triton" force one
+# whose build spills): ``head_sm90`` (Gluon, warp-specialized: TMA loads with the probabilities kept too) gives this
+# kernel's (128, 8) launch's bits in every form (tests/gpu, natively). "auto" takes the form that measured fastest
+# (``_sm90_config``): from K = STATS_SM90_MIN_K its one-tile form with the probabilities kept, else this kernel;
+# below it the ping-pong form, kept or not. H200, session 30 (head_sweep.py --stats-kernels, T = 16384, V =
+# 151,936; ms, Triton / one-tile / ping-pong): K = 4096 kept 38.7 / 37.0 / 37.8, not kept 35.4 / 35.5 / 36.1;
+# K = 2048 kept 21.8 / 21.4 / 19.3, not kept 20.8 / 20.9 / 18.7 (the shorter K, the larger the epilogue's share,
+# which ping-pong hides under the other warpgroup's dots). "sm90" (``head_sm90.STATS_SM90_CONFIG``) / "triton"
+# force one
 STATS_KERNEL = "auto"
 STATS_SM90_MIN_K = 4096
 # (BLOCK_M, BLOCK_V, num_warps, num_stages) of the backward's dlogits kernel. The backward promises determinism,
@@ -242,6 +245,17 @@ def _tree(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, final: bool = False
     return mo.view(shape), so.view(shape), eo.view(shape)
 
 
+def _sm90_config(k: int, keep_probs: bool) -> tuple | None:
+    """The ``head_sm90`` config that makes the stats by ``STATS_KERNEL`` (None: this module's kernel)."""
+    if STATS_KERNEL == "sm90":
+        return head_sm90.STATS_SM90_CONFIG
+    if STATS_KERNEL != "auto":
+        return None
+    if k < STATS_SM90_MIN_K:
+        return head_sm90.STATS_PINGPONG_CONFIG
+    return head_sm90.STATS_SM90_CONFIG if keep_probs else None
+
+
 def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_probs=False):
     t, k = h.shape
     v = w_real.shape[0]
@@ -261,11 +275,12 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_p
         progs = min(triton.cdiv(t, block_m) * n_tiles, stride)
         tg = targets.contiguous() if targets is not None else torch.full((t,), -1, dtype=torch.int64, device=dev)
         h, w_real = h.contiguous(), w_real.contiguous()
-        sm90 = STATS_KERNEL == "sm90" or (STATS_KERNEL == "auto" and keep_probs and k >= STATS_SM90_MIN_K)
+        sm90 = _sm90_config(k, keep_probs)
         if (sm90 and t >= STATS_TMA_ROWS and not (keep_logits or with_entropy) and head_sm90.usable(h)
                 and tma_ok(h, w_real, *([q] if keep_probs else []))):
             bind_cuda_context(dev)
-            head_sm90.launch(h, w_real, q, tg, m, s, e, tgt, n_tiles, n_stats, with_entropy, VOCAB_TILE, BLOCK_K)
+            head_sm90.launch(h, w_real, q, tg, m, s, e, tgt, n_tiles, n_stats, with_entropy, VOCAB_TILE, BLOCK_K,
+                             sm90)
             return m, s, e, tgt, logits, q
         hw_tma = t >= STATS_TMA_ROWS and not (keep_probs or keep_logits) and tma_ok(h, w_real)
         q_tma = keep_probs and tma_ok(q)

@@ -289,7 +289,9 @@ class Launch(NamedTuple):
     #                     loops that Triton fuses into one pipelined loop (``_mm_tma_tile``)
     sm90: bool = False  # grouped K, forward layouts, sm_90: the Gluon fused form (``matmul_sm90``: warp-specialized,
     #                     its two warpgroups taking turns so one folds at a group boundary while the other's dots
-    #                     run); config = (128, BLOCK_N <= 128, warps ignored, K slots). A candidate: in no table
+    #                     run); config = (128, BLOCK_N <= 128, warps ignored, K slots). From a table, where it
+    #                     cannot serve the product (another GPU, fp32 operands, transposed layouts, tma=False):
+    #                     ``SM90_FALLBACK``
 
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
@@ -315,6 +317,10 @@ class Launch(NamedTuple):
 # slower at every point timed (docs/benchmarks.md, session 16).
 # Session 17: grouped M > 256 at 5 stages, the most that fits 216 KiB beside the epilogue tile: o 8B M = 1024
 # 1.26x -> 1.19x, 4096 1.32x -> 1.27x; down 8B 1.13x -> 1.12x at both (the same search, same run).
+# Session 30: grouped M > 256 the Gluon form (``Launch.sm90``), 5 K slots; ``matmul_sweep.py sm90`` at M = 1024,
+# 4096, 16384 against the flat (128, 128, 8, 5) it replaced, bitwise at every point: o 8B 1.25/1.24/1.22x ->
+# 1.11/1.14/1.11x cuBLAS, down 8B 1.14/1.15/1.13x -> 1.07/1.10/1.07x, o 1.7B 1.21/1.40/1.42x -> 1.06/1.20/1.25x,
+# down 1.7B 1.08/1.20/1.23x -> 1.00/1.12/1.15x.
 LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
     ("plain", "narrow"): [(16, Launch((64, 16, 4, 8), swap=True)),
                           (32, Launch((64, 32, 4, 8), swap=True)),
@@ -333,9 +339,11 @@ LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
                            (64, Launch((64, 64, 4, 6), split=HALF, persistent=False, flat=True)),
                            (128, Launch((64, 128, 4, 6), split=HALF, persistent=False, flat=True)),
                            (256, Launch((64, 128, 4, 6), persistent=False, flat=True)),
-                           (1 << 62, Launch((128, 128, 8, 5), persistent=False, flat=True))],
+                           (1 << 62, Launch((128, 128, 12, 5), sm90=True))],
 }
 LAUNCHES["groups", "wide"] = LAUNCHES["groups", "narrow"]  # row-parallel N is the hidden size: not measured wide
+# what a table's sm90 launch runs where the Gluon form cannot serve the product: the Triton form it replaced
+SM90_FALLBACK = Launch((128, 128, 8, 5), persistent=False, flat=True)
 
 # Per layer shape (K order, N, K), over the table above up to each list's last bound (an entry None: the table's
 # launch up to its bound). From the same session-16 search: Qwen3-1.7B's layers (hidden 2048), where the table's
@@ -360,7 +368,8 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
     ("groups", 2048, 2048): [(16, None),  # o
                              (64, Launch((64, 128, 4, 4), split=1)),  # 1.40x -> 1.23x
                              (256, Launch((64, 64, 4, 4), split=HALF, persistent=False, flat=True)),  # 1.33-1.55x
-                             (1024, Launch((64, 128, 4, 4), persistent=False, flat=True))],  # 512: 1.98x -> 1.33x
+                             # 512: 1.98x -> 1.33x; above, the Gluon form (session 30, M = 1024: 0.88x its time)
+                             (512, Launch((64, 128, 4, 4), persistent=False, flat=True))],
     ("groups", 2048, 6144): [(16, None),  # down
                              (64, Launch((64, 128, 4, 4), split=1)),  # 1.10x -> 0.91x
                              (128, Launch((128, 128, 4, 4), split=1)),  # 1.10x -> 0.89x
@@ -368,12 +377,14 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                              (512, Launch((64, 128, 4, 4), persistent=False, flat=True))],  # 1.61x -> 1.09x
 }
 
-# ``Launch.sm90``'s forms, (128, BLOCK_N, warps ignored, K slots): built for sm_90 on the CPU (gluon_sass.py), in no
-# table until ``matmul_sweep.py sm90`` has timed them and tests/gpu proved their bits
-SM90_CANDIDATES = [(128, 128, 12, 4), (128, 128, 12, 5), (128, 64, 12, 6)]
+# ``Launch.sm90``'s forms, (128, BLOCK_N, warps ignored, K slots), each built for sm_90 on the CPU (gluon_sass.py),
+# timed by ``matmul_sweep.py sm90`` and proved bitwise by tests/gpu. Session 30: 4 slots within 2% of 5 (faster
+# only at o 1.7B, M >= 4096); 128 x 64 tiles at 6 slots 1.17-1.33x slower than the default at every point: dropped
+SM90_CANDIDATES = [(128, 128, 12, 5), (128, 128, 12, 4)]
 
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
-CANDIDATE_CONFIGS = sorted({lc.config for table in (*LAUNCHES.values(), *TUNED.values()) for _, lc in table if lc} | {
+CANDIDATE_CONFIGS = sorted({(SM90_FALLBACK if lc.sm90 else lc).config
+                            for table in (*LAUNCHES.values(), *TUNED.values()) for _, lc in table if lc} | {
     (16, 32, 4, 4), (16, 64, 4, 4), (16, 128, 4, 4), (32, 64, 4, 4), (64, 64, 4, 4), (64, 128, 4, 4),
     (64, 256, 4, 3), (128, 64, 4, 4), (128, 128, 4, 4), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3),
     # deeper pipelines for the weight-streaming small-M plain layers
@@ -433,13 +444,15 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         return out
     explicit = launch is not None
     launch = launch or launch_for(m, n, groups, k)
-    if launch.sm90:
-        if not (groups > 1 and k % (groups * BLOCK_K) == 0 and not (a_km or b_kn or accumulate)
-                and launch.config[:1] == (matmul_sm90.BLOCK_M,) and launch.config[1] <= 128
-                and matmul_sm90.usable(a, b, out) and tma_ok(a, b, out)):
+    if launch.sm90 and not (groups > 1 and k % (groups * BLOCK_K) == 0 and not (a_km or b_kn or accumulate)
+                            and tma is not False and launch.config[:1] == (matmul_sm90.BLOCK_M,)
+                            and launch.config[1] <= 128 and matmul_sm90.usable(a, b, out) and tma_ok(a, b, out)):
+        if explicit:
             raise ValueError(f"matmul: an sm90 launch ({launch}) computes a grouped-K forward product (K a multiple of "
                              f"{BLOCK_K} a group) on an sm_90 GPU (bf16/fp16, TMA-addressable, tiles of 128 x 64 or "
                              "128 x 128)")
+        launch = SM90_FALLBACK
+    if launch.sm90:
         bind_cuda_context(a.device)
         matmul_sm90.launch(a, b, out, bias, groups, run_of(groups), launch.config[1], launch.config[3], BLOCK_K)
         return out

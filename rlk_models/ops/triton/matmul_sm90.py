@@ -1,8 +1,8 @@
 """The row-parallel matmul's fused K-group form for Hopper (sm_90), written in Gluon: the contract of
 ``matmul._mm_tma_kernel`` for grouped K (``GROUPS`` canonical groups, each reduced from zero in K
 order; runs of ``RUN`` groups folded in order from zero; the runs' sums added in order; + bias; one
-rounding), forward layouts (A [M, K], B [N, K]), so the same bits as every other launch form. A
-candidate (``Launch.sm90``), built for sm_90 on the CPU and not yet run on a GPU.
+rounding), forward layouts (A [M, K], B [N, K]), so the same bits as every other launch form
+(tests/gpu, natively). ``matmul.LAUNCHES`` runs it for grouped products above 256 rows (``Launch.sm90``).
 
 Why a second kernel
     At the training step's size the row-parallel layers (o_proj, down_proj) ran at 1.15-1.38x cuBLAS
@@ -19,6 +19,10 @@ The kernel (``_mm_groups_ws``; one program a 128 x BLOCK_N tile, 12 warps)
       (mbarriers): at a group boundary one waits for its last dot and folds while the other's dot
       runs, so the tensor cores do not idle there;
     - the epilogue adds the bias and stores the tile by TMA (rows and columns past M and N clipped).
+
+Measured (H200, session 30, ``matmul_sweep.py sm90``, M = 1024 / 4096 / 16384, against the Triton flat
+form it replaced): o 8B 0.89 / 0.92 / 0.91x its time (1.11 / 1.14 / 1.11x cuBLAS), down 8B 0.95 / 0.95 /
+0.94x (1.07 / 1.10 / 1.07x), o 1.7B 0.88 / 0.86 / 0.88x, down 1.7B 0.92 / 0.93 / 0.93x.
 """
 
 from __future__ import annotations

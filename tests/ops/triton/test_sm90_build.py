@@ -114,8 +114,8 @@ def gluon() -> dict:
 
 def test_head_stats_sm90_builds_unspilled_wgmma_pipeline(gluon):
     """The Gluon statistics kernel (``head_sm90``: the grid form, the 8B training head's default, and the
-    ping-pong candidate) for sm_90 in the forms ``_launch_stats`` sends it (probabilities kept or not, no
-    entropy sum): its dots are m64n256k16 wgmmas (the Triton
+    ping-pong form, the default below K = 4096) for sm_90 in the forms ``_launch_stats`` sends it
+    (probabilities kept or not, no entropy sum): its dots are m64n256k16 wgmmas (the Triton
     kernel's MMA shape, which its bits need), none serialized, nothing spilled, its shared memory one
     program's. (The entropy forms spill 264-344 bytes; ``_launch_stats`` keeps those on the Triton kernel.)"""
     forms = gluon["stats_sm90"]
@@ -134,7 +134,7 @@ def test_matmul_sm90_builds_unspilled_wgmma_pipeline(gluon):
     every config, bias or not, bf16 or fp32 out: wgmmas as wide as its tile, none serialized, nothing
     spilled, one program's shared memory."""
     forms = gluon["mm_groups_sm90"]
-    assert len(forms) >= 12
+    assert len(forms) >= 8
     bad = {name: {k: r[k] for k in ("wgmma", "mma_sync", "wgmma_serialized", "spill_stack_bytes", "shared_bytes")}
            for name, r in forms.items()
            if r["wgmma"] != [f"m64n{name.split(',')[1].strip()}k16"] or r["mma_sync"] or r["wgmma_serialized"]
