@@ -64,7 +64,7 @@ def main() -> None:
     heads = {f"{c} keep_probs={kp} entropy={e}": (c, kp, e) for c in head_sm90.STATS_SM90_CANDIDATES
              for kp in (True, False) for e in (False, True)}
     mms = {f"{c} bias={bias} out={od}": (c[1], c[3], 4096, bias, od)
-           for c in SM90_CANDIDATES for bias in (False, True) for od in ("bf16", "fp32")}
+           for c in sorted({lc.config for lc in SM90_CANDIDATES}) for bias in (False, True) for od in ("bf16", "fp32")}
     res = {"stats_sm90": {name: stats_sm90(*f) for name, f in heads.items()},
            "mm_groups_sm90": {name: mm_groups_sm90(*f) for name, f in mms.items()}}
     print(json.dumps({kind: {name: {**describe(k), **mma(k)} for name, k in built.items()}

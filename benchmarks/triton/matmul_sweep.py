@@ -126,7 +126,7 @@ def sm90_groups(ms=(384, 512, 768, 1024, 16384)) -> dict:
             row = {"cublas_us": 1e3 * bench_graph(lambda: F.linear(xm, w)),
                    "default_us": 1e3 * bench_graph(lambda: matmul(xm, w, row_parallel=True)),
                    "default": str(launch_for(m, n, k_groups(k), k))}
-            forms = [(f"sm90 {c}", Launch(c, sm90=True)) for c in SM90_CANDIDATES]
+            forms = [(f"sm90 {lc.config}{' persistent' if lc.persistent else ''}", lc) for lc in SM90_CANDIDATES]
             for label, lc in forms + [(f"triton {r.config}", r) for r in SM90_RIVALS]:
                 try:
                     same = torch.equal(mm(xm, w, groups=k_groups(k), launch=lc), ref)

@@ -100,9 +100,9 @@ def test_matmul_rows_and_launch_choices(name):
             runs = [(x[:m], w, b, dt, k_groups(k)) for b in (None, bias) for dt in (torch.bfloat16, torch.float32)]
             for a_, w_, b, dt, groups in runs + [(half_x[:m], half_w, None, torch.float32, HALF)]:
                 ref = mm(a_, w_, b, dt, groups=groups, launch=SM90_FALLBACK)
-                for c in SM90_CANDIDATES:
-                    got = mm(a_, w_, b, dt, groups=groups, launch=Launch(c, sm90=True))
-                    assert torch.equal(got, ref), f"M={m} sm90 {c} bias={b is not None} {dt} groups={groups}"
+                for lc in SM90_CANDIDATES:
+                    got = mm(a_, w_, b, dt, groups=groups, launch=lc)
+                    assert torch.equal(got, ref), f"M={m} {lc} bias={b is not None} {dt} groups={groups}"
     assert torch.equal(matmul(x[:128], w, row_parallel=rp, tma=False), matmul(x[:128], w, row_parallel=rp)), \
         "pointer kernel != TMA"
     xg, wg = x[:4096].clone().requires_grad_(), w.clone().requires_grad_()

@@ -289,7 +289,8 @@ class Launch(NamedTuple):
     #                     loops that Triton fuses into one pipelined loop (``_mm_tma_tile``)
     sm90: bool = False  # grouped K, forward layouts, sm_90: the Gluon fused form (``matmul_sm90``: warp-specialized,
     #                     its two warpgroups taking turns so one folds at a group boundary while the other's dots
-    #                     run); config = (128, BLOCK_N <= 128, warps ignored, K slots). From a table, where it
+    #                     run); config = (128, BLOCK_N <= 128, warps ignored, K slots); persistent: one program
+    #                     an SM, its loader running into the next tile. From a table, where it
     #                     cannot serve the product (another GPU, fp32 operands, transposed layouts, tma=False):
     #                     ``SM90_FALLBACK``
 
@@ -339,7 +340,7 @@ LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
                            (64, Launch((64, 64, 4, 6), split=HALF, persistent=False, flat=True)),
                            (128, Launch((64, 128, 4, 6), split=HALF, persistent=False, flat=True)),
                            (256, Launch((64, 128, 4, 6), persistent=False, flat=True)),
-                           (1 << 62, Launch((128, 128, 12, 5), sm90=True))],
+                           (1 << 62, Launch((128, 128, 12, 5), persistent=False, sm90=True))],
 }
 LAUNCHES["groups", "wide"] = LAUNCHES["groups", "narrow"]  # row-parallel N is the hidden size: not measured wide
 # what a table's sm90 launch runs where the Gluon form cannot serve the product: the Triton form it replaced
@@ -377,10 +378,12 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                              (512, Launch((64, 128, 4, 4), persistent=False, flat=True))],  # 1.61x -> 1.09x
 }
 
-# ``Launch.sm90``'s forms, (128, BLOCK_N, warps ignored, K slots), each built for sm_90 on the CPU (gluon_sass.py),
-# timed by ``matmul_sweep.py sm90`` and proved bitwise by tests/gpu. Session 30: 4 slots within 2% of 5 (faster
-# only at o 1.7B, M >= 4096); 128 x 64 tiles at 6 slots 1.17-1.33x slower than the default at every point: dropped
-SM90_CANDIDATES = [(128, 128, 12, 5), (128, 128, 12, 4)]
+# ``Launch.sm90``'s forms, config (128, BLOCK_N, warps ignored, K slots), one program a tile or persistent, each
+# built for sm_90 on the CPU (gluon_sass.py), timed by ``matmul_sweep.py sm90`` and proved bitwise by tests/gpu.
+# Session 30: 4 slots within 2% of 5 (faster only at o 1.7B, M >= 4096); 128 x 64 tiles at 6 slots 1.17-1.33x
+# slower than the default at every point: dropped. The persistent forms: not yet run on a GPU
+SM90_CANDIDATES = [Launch(c, persistent=p, sm90=True) for p in (False, True) for c in ((128, 128, 12, 5),
+                                                                                        (128, 128, 12, 4))]
 
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
 CANDIDATE_CONFIGS = sorted({(SM90_FALLBACK if lc.sm90 else lc).config
@@ -454,7 +457,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         launch = SM90_FALLBACK
     if launch.sm90:
         bind_cuda_context(a.device)
-        matmul_sm90.launch(a, b, out, bias, groups, run_of(groups), launch.config[1], launch.config[3], BLOCK_K)
+        matmul_sm90.launch(a, b, out, bias, groups, run_of(groups), launch.config[1], launch.config[3], BLOCK_K,
+                           launch.persistent)
         return out
     if launch.swap and (a_km or b_kn or accumulate) and not explicit:  # a table's swap serves forward layouts only
         launch = launch._replace(swap=False)

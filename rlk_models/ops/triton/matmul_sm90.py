@@ -40,6 +40,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .gluon_sm90 import GL_DTYPES, is_sm90, ring, smem_layout, turns
+from .utils import num_sms
 
 BLOCK_M = 128  # two consumer warpgroups of 64 rows
 CONSUMER_REGS, MAXNREG = 240, 168  # setmaxnreg of the consumers (the loader: 24); registers a thread at launch
@@ -66,15 +67,20 @@ def _producer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, e
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     BLOCK_M: gl.constexpr = 2 * HALF
-    pid_m, pid_n = _tile(gl.program_id(0), M, N, BLOCK_M, BLOCK_N)
-    for i in range(K // BLOCK_K):
-        slot = i % NUM_BUF
-        mbarrier.wait(empty.index(slot), ((i // NUM_BUF) & 1) ^ 1)
-        bar = ready.index(slot)
-        mbarrier.expect(bar, 2 * a_desc.block_type.nbytes + b_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M, i * BLOCK_K], bar, a_bufs.index(2 * slot))
-        tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M + HALF, i * BLOCK_K], bar, a_bufs.index(2 * slot + 1))
-        tma.async_copy_global_to_shared(b_desc, [pid_n * BLOCK_N, i * BLOCK_K], bar, b_bufs.index(slot))
+    n_k = K // BLOCK_K
+    i = 0  # the program's K steps so far, over its tiles: the ring's position
+    for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
+        pid_m, pid_n = _tile(t, M, N, BLOCK_M, BLOCK_N)
+        for kk in range(n_k):
+            slot = i % NUM_BUF
+            mbarrier.wait(empty.index(slot), ((i // NUM_BUF) & 1) ^ 1)
+            bar = ready.index(slot)
+            mbarrier.expect(bar, 2 * a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M, kk * BLOCK_K], bar, a_bufs.index(2 * slot))
+            tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M + HALF, kk * BLOCK_K], bar,
+                                            a_bufs.index(2 * slot + 1))
+            tma.async_copy_global_to_shared(b_desc, [pid_n * BLOCK_N, kk * BLOCK_K], bar, b_bufs.index(slot))
+            i += 1
 
 
 @gluon.jit
@@ -113,30 +119,35 @@ def _consumer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, e
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     ACC: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
     BLOCK_M: gl.constexpr = 2 * HALF
-    pid_m, pid_n = _tile(gl.program_id(0), M, N, BLOCK_M, BLOCK_N)
     mine = turn.index(CID)
     other = turn.index(1 - CID)
     n_kg = KG // BLOCK_K
     zero = gl.zeros([HALF, BLOCK_N], gl.float32, ACC)
-    acc = gl.zeros([HALF, BLOCK_N], gl.float32, ACC)
-    if GROUPS == RUN:  # one run: the group partials folded straight into acc
-        for g in range(GROUPS):
-            part = _group(a_bufs, b_bufs, ready, empty, mine, other, g * n_kg, n_kg, zero, NUM_BUF, CID)
-            acc = acc + part
-    else:  # the halves: each run folded from zero, the runs' sums added in order
-        for r in gl.static_range(GROUPS // RUN):
-            run = gl.zeros([HALF, BLOCK_N], gl.float32, ACC)
-            for g in range(r * RUN, r * RUN + RUN):
-                part = _group(a_bufs, b_bufs, ready, empty, mine, other, g * n_kg, n_kg, zero, NUM_BUF, CID)
-                run = run + part
-            acc = acc + run
-    if HAS_BIAS:
-        rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, ACC))
-        acc += gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32)[None, :]
     stage = c_smem.index(CID)
-    stage.store(acc.to(c_desc.dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(c_desc, [pid_m * BLOCK_M + CID * HALF, pid_n * BLOCK_N], stage)
+    i0 = 0  # the program's K steps so far (the ring's position and the turns' parity)
+    for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
+        pid_m, pid_n = _tile(t, M, N, BLOCK_M, BLOCK_N)
+        acc = gl.zeros([HALF, BLOCK_N], gl.float32, ACC)
+        if GROUPS == RUN:  # one run: the group partials folded straight into acc
+            for g in range(GROUPS):
+                part = _group(a_bufs, b_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg, zero, NUM_BUF, CID)
+                acc = acc + part
+        else:  # the halves: each run folded from zero, the runs' sums added in order
+            for r in gl.static_range(GROUPS // RUN):
+                run = gl.zeros([HALF, BLOCK_N], gl.float32, ACC)
+                for g in range(r * RUN, r * RUN + RUN):
+                    part = _group(a_bufs, b_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg, zero, NUM_BUF,
+                                  CID)
+                    run = run + part
+                acc = acc + run
+        if HAS_BIAS:
+            rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, ACC))
+            acc += gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32)[None, :]
+        tma.store_wait(0)  # the last tile's store has read the stage (persistent: it ran under this tile's dots)
+        stage.store(acc.to(c_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(c_desc, [pid_m * BLOCK_M + CID * HALF, pid_n * BLOCK_N], stage)
+        i0 += GROUPS * n_kg
     tma.store_wait(0)
 
 
@@ -179,11 +190,15 @@ def usable(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
     return a.dtype in (torch.bfloat16, torch.float16) and b.dtype == a.dtype and out.dtype in GL_DTYPES and is_sm90(a)
 
 
-def launch(a, b, out, bias, groups: int, run: int, block_n: int, num_buf: int, block_k: int) -> None:
-    """``out`` = A @ B^T in ``groups`` K-groups folded by runs of ``run`` (+ bias), ``_mm_groups_ws``."""
+def launch(a, b, out, bias, groups: int, run: int, block_n: int, num_buf: int, block_k: int,
+           persistent: bool = False) -> None:
+    """``out`` = A @ B^T in ``groups`` K-groups folded by runs of ``run`` (+ bias), ``_mm_groups_ws``: one
+    program a tile, or ``persistent``, one an SM walking the tiles (its loader fetching the next tile's
+    K steps while the consumers fold and store the last)."""
     m, k = a.shape
     n = b.shape[0]
     ad, bd, cd = descriptors(a, b, out, block_n, block_k)
-    grid = (triton.cdiv(m, BLOCK_M) * triton.cdiv(n, block_n),)
+    tiles = triton.cdiv(m, BLOCK_M) * triton.cdiv(n, block_n)
+    grid = (min(tiles, num_sms(a.device)) if persistent else tiles,)
     _mm_groups_ws[grid](ad, bd, cd, bias if bias is not None else out, m, n, k, k // groups, bias is not None, groups,
                         run, num_buf, CONSUMER_REGS, num_warps=4, maxnreg=MAXNREG)
