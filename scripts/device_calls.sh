@@ -79,8 +79,8 @@
 #   CALL=s30 bash scripts/device_calls.sh       # head90 and mm90 without the steps, in one call: both Gluon forms'
 #                                              # bits, then their times (no carry)
 #   CALL=s30b bash scripts/device_calls.sh      # the Gluon forms as defaults (matmul above 256 rows, the head's stats by
-#                                              # K): their bits natively, the matmul against its Triton rivals from
-#                                              # 384 rows, the head's stats at decode/prefill T (no carry)
+#                                              # K): their bits natively, the 8B step, the matmul against its Triton
+#                                              # rivals from 384 rows, the head's stats at T = 256, 2048 (carry .wheels)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -299,17 +299,19 @@ s30)
     grep -E "M=" "$ROOT_OUT/mm90_sweep.log" | cut -c1-400
     ;;
 s30b)
-    # the Gluon forms adopted: the o shape's launch choices (the sm90 form against its fallback, a TP=2 rank's
-    # 4 groups), the compiled-kernel count, the head's stats forms and "auto", the table's fallback natively;
-    # then the matmul from 384 rows against its Triton rivals, the stats kernels at T = 256 and 2048
+    # the Gluon forms adopted: the o shape's launch choices (every sm90 form, persistent too, against the fallback;
+    # a TP=2 rank's 4 groups), the compiled-kernel count, the head's stats forms and "auto", the table's fallback
+    # natively; the 8B step on them (carry .wheels); then the matmul from 384 rows against its Triton rivals, the
+    # stats kernels at T = 256 and 2048
     c8=tests/gpu/test_triton_contract_8b.py
-    part s30b_tests 210 PART=tests TEST_TIMEOUT=190 TESTS="$c8::test_matmul_rows_and_launch_choices[o] \
+    part s30b_tests 200 PART=tests TEST_TIMEOUT=180 TESTS="$c8::test_matmul_rows_and_launch_choices[o] \
 $c8::test_a_step_size_compiles_no_new_matmul $c8::test_head_stats_sm90_is_the_triton_kernel \
 tests/ops/triton/test_kernels.py::test_matmul_table_sm90_launch_falls_back_where_it_cannot_serve"
     grep -E "^E  .*|FAILED|PASSED" "$ROOT_OUT/s30b_tests/gpu_tests.log" | cut -c1-200 | head -20
-    bench mm90_sweep 150 benchmarks/triton/matmul_sweep.py sm90
+    train_8b 180 "--steps 4 --profile --limit 60" 8
+    bench mm90_sweep 110 benchmarks/triton/matmul_sweep.py sm90
     grep -E "M=" "$ROOT_OUT/mm90_sweep.log" | cut -c1-400
-    bench head90_sweep 90 benchmarks/triton/head_sweep.py --stats-kernels 256,2048
+    bench head90_sweep 50 benchmarks/triton/head_sweep.py --stats-kernels 256,2048
     tail -4 "$ROOT_OUT/head90_sweep.log" | cut -c1-300
     ;;
 qkcheck)
