@@ -81,6 +81,8 @@
 #   CALL=s30b bash scripts/device_calls.sh      # the Gluon forms as defaults (matmul above 256 rows, the head's stats by
 #                                              # K): their bits natively, the 8B step, the matmul against its Triton
 #                                              # rivals from 384 rows, the head's stats at T = 256, 2048 (carry .wheels)
+#   CALL=s30c bash scripts/device_calls.sh      # the 8B and 1.7B steps on the persistent Gluon matmul and the head's
+#                                              # stats forms by T and K (carry .wheels)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -313,6 +315,11 @@ tests/ops/triton/test_kernels.py::test_matmul_table_sm90_launch_falls_back_where
     grep -E "M=" "$ROOT_OUT/mm90_sweep.log" | cut -c1-400
     bench head90_sweep 50 benchmarks/triton/head_sweep.py --stats-kernels 256,2048
     tail -4 "$ROOT_OUT/head90_sweep.log" | cut -c1-300
+    ;;
+s30c)
+    train_8b 170 "--steps 4 --profile --limit 55" 8
+    part train 130 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 50"
+    tail -8 "$ROOT_OUT/train.log"
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is

@@ -86,14 +86,19 @@ STATS_TMA_ROWS = 128
 # Which kernel makes the stats from STATS_TMA_ROWS rows (bf16, sm_90, neither the logits kept nor the entropy's sum,
 # whose build spills): ``head_sm90`` (Gluon, warp-specialized: TMA loads with the probabilities kept too) gives this
 # kernel's (128, 8) launch's bits in every form (tests/gpu, natively). "auto" takes the form that measured fastest
-# (``_sm90_config``): from K = STATS_SM90_MIN_K its one-tile form with the probabilities kept, else this kernel;
-# below it the ping-pong form, kept or not. H200, session 30 (head_sweep.py --stats-kernels, T = 16384, V =
-# 151,936; ms, Triton / one-tile / ping-pong): K = 4096 kept 38.7 / 37.0 / 37.8, not kept 35.4 / 35.5 / 36.1;
-# K = 2048 kept 21.8 / 21.4 / 19.3, not kept 20.8 / 20.9 / 18.7 (the shorter K, the larger the epilogue's share,
-# which ping-pong hides under the other warpgroup's dots). "sm90" (``head_sm90.STATS_SM90_CONFIG``) / "triton"
-# force one
+# (``_sm90_config``). H200, session 30 (head_sweep.py --stats-kernels 256,2048,16384, V = 151,936; ms, Triton /
+# grid form / ping-pong):
+#   T = 256:   K = 4096 kept 0.54 / 0.51 / 0.67, not kept 0.50 / 0.48 / 0.64; K = 2048 0.35 / 0.32 / 0.36, 0.29 /
+#              0.29 / 0.33 -- the grid form (ping-pong's persistent walk has too few tiles to hide its epilogue in)
+#   T = 2048:  K = 4096 4.26 / 4.29 / 4.13, 4.08 / 3.67 / 3.61; K = 2048 2.34 / 2.12 / 1.92, 2.13 / 2.05 / 1.84 --
+#              ping-pong
+#   T = 16384: K = 4096 38.7 / 37.0 / 37.8, 35.4 / 35.5 / 36.1; K = 2048 21.8 / 21.4 / 19.3, 20.8 / 20.9 / 18.7 --
+#              ping-pong below K = 4096; at 4096 the grid form kept, this kernel not (the shorter K, the larger
+#              the epilogue's share, which ping-pong hides under the other warpgroup's dots)
+# The row bounds between are not measured. "sm90" (``head_sm90.STATS_SM90_CONFIG``) / "triton" force one
 STATS_KERNEL = "auto"
 STATS_SM90_MIN_K = 4096
+STATS_PINGPONG_ROWS = (1024, 8192)  # ping-pong from the first bound; from the second only below STATS_SM90_MIN_K
 # (BLOCK_M, BLOCK_V, num_warps, num_stages) of the backward's dlogits kernel. The backward promises determinism,
 # not invariance: any tile gives valid (deterministic) dlogits; benchmarks/triton/head_sweep.py times these.
 DLOGITS_CONFIG = (128, 256, 8, 3)  # head_sweep at M = 8192 (H200, session 18): forward + backward 78.7 ms, against
@@ -245,15 +250,17 @@ def _tree(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, final: bool = False
     return mo.view(shape), so.view(shape), eo.view(shape)
 
 
-def _sm90_config(k: int, keep_probs: bool) -> tuple | None:
-    """The ``head_sm90`` config that makes the stats by ``STATS_KERNEL`` (None: this module's kernel)."""
+def _sm90_config(t: int, k: int, keep_probs: bool) -> tuple | None:
+    """The ``head_sm90`` config that makes the stats of T rows by ``STATS_KERNEL`` (None: this module's
+    kernel)."""
     if STATS_KERNEL == "sm90":
         return head_sm90.STATS_SM90_CONFIG
     if STATS_KERNEL != "auto":
         return None
-    if k < STATS_SM90_MIN_K:
+    low, high = STATS_PINGPONG_ROWS
+    if low <= t and (t < high or k < STATS_SM90_MIN_K):
         return head_sm90.STATS_PINGPONG_CONFIG
-    return head_sm90.STATS_SM90_CONFIG if keep_probs else None
+    return head_sm90.STATS_SM90_CONFIG if keep_probs or t < high else None
 
 
 def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_probs=False):
@@ -275,7 +282,7 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_p
         progs = min(triton.cdiv(t, block_m) * n_tiles, stride)
         tg = targets.contiguous() if targets is not None else torch.full((t,), -1, dtype=torch.int64, device=dev)
         h, w_real = h.contiguous(), w_real.contiguous()
-        sm90 = _sm90_config(k, keep_probs)
+        sm90 = _sm90_config(t, k, keep_probs)
         if (sm90 and t >= STATS_TMA_ROWS and not (keep_logits or with_entropy) and head_sm90.usable(h)
                 and tma_ok(h, w_real, *([q] if keep_probs else []))):
             bind_cuda_context(dev)

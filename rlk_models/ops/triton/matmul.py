@@ -318,10 +318,12 @@ class Launch(NamedTuple):
 # slower at every point timed (docs/benchmarks.md, session 16).
 # Session 17: grouped M > 256 at 5 stages, the most that fits 216 KiB beside the epilogue tile: o 8B M = 1024
 # 1.26x -> 1.19x, 4096 1.32x -> 1.27x; down 8B 1.13x -> 1.12x at both (the same search, same run).
-# Session 30: grouped M > 256 the Gluon form (``Launch.sm90``), 5 K slots; ``matmul_sweep.py sm90`` at M = 1024,
-# 4096, 16384 against the flat (128, 128, 8, 5) it replaced, bitwise at every point: o 8B 1.25/1.24/1.22x ->
-# 1.11/1.14/1.11x cuBLAS, down 8B 1.14/1.15/1.13x -> 1.07/1.10/1.07x, o 1.7B 1.21/1.40/1.42x -> 1.06/1.20/1.25x,
-# down 1.7B 1.08/1.20/1.23x -> 1.00/1.12/1.15x.
+# Session 30: grouped M > 256 the Gluon form (``Launch.sm90``), 5 K slots, persistent; ``matmul_sweep.py sm90``
+# against the flat (128, 128, 8, 5) it replaced, bitwise at every point (second call, M = 1024 / 16384): o 8B
+# 1.21/1.22x -> 1.04/1.03x cuBLAS, down 8B 1.13/1.15x -> 1.04/1.03x, o 1.7B 1.25/1.39x -> 1.06/1.10x, down 1.7B
+# 1.09/1.22x -> 1.01/1.07x; one program a tile 1.09/1.12x, 1.07/1.07x, 1.06/1.23x, 0.99/1.14x. At 384-768 rows
+# both grids even. The 1.7B layers keep their 64 x 128 Triton tiles to 512 rows (1.34-1.54x; the Gluon form
+# 1.45-1.93x there).
 LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
     ("plain", "narrow"): [(16, Launch((64, 16, 4, 8), swap=True)),
                           (32, Launch((64, 32, 4, 8), swap=True)),
@@ -340,7 +342,7 @@ LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
                            (64, Launch((64, 64, 4, 6), split=HALF, persistent=False, flat=True)),
                            (128, Launch((64, 128, 4, 6), split=HALF, persistent=False, flat=True)),
                            (256, Launch((64, 128, 4, 6), persistent=False, flat=True)),
-                           (1 << 62, Launch((128, 128, 12, 5), persistent=False, sm90=True))],
+                           (1 << 62, Launch((128, 128, 12, 5), sm90=True))],
 }
 LAUNCHES["groups", "wide"] = LAUNCHES["groups", "narrow"]  # row-parallel N is the hidden size: not measured wide
 # what a table's sm90 launch runs where the Gluon form cannot serve the product: the Triton form it replaced
@@ -380,8 +382,8 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
 
 # ``Launch.sm90``'s forms, config (128, BLOCK_N, warps ignored, K slots), one program a tile or persistent, each
 # built for sm_90 on the CPU (gluon_sass.py), timed by ``matmul_sweep.py sm90`` and proved bitwise by tests/gpu.
-# Session 30: 4 slots within 2% of 5 (faster only at o 1.7B, M >= 4096); 128 x 64 tiles at 6 slots 1.17-1.33x
-# slower than the default at every point: dropped. The persistent forms: not yet run on a GPU
+# Session 30: 4 slots 0-9% slower than 5 but at o 1.7B, M >= 4096; 128 x 64 tiles at 6 slots 1.17-1.33x slower
+# than the default at every point: dropped
 SM90_CANDIDATES = [Launch(c, persistent=p, sm90=True) for p in (False, True) for c in ((128, 128, 12, 5),
                                                                                         (128, 128, 12, 4))]
 
