@@ -317,8 +317,8 @@ tests/ops/triton/test_kernels.py::test_matmul_table_sm90_launch_falls_back_where
     tail -4 "$ROOT_OUT/head90_sweep.log" | cut -c1-300
     ;;
 s30c)
-    train_8b 170 "--steps 4 --profile --limit 55" 8
-    part train 130 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 50"
+    train_8b 150 "--steps 4 --profile --limit 55" 8
+    part train 100 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 40"
     tail -8 "$ROOT_OUT/train.log"
     ;;
 qkcheck)
