@@ -382,10 +382,10 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
 
 # ``Launch.sm90``'s forms, config (128, BLOCK_N, warps ignored, K slots), one program a tile or persistent, each
 # built for sm_90 on the CPU (gluon_sass.py), timed by ``matmul_sweep.py sm90`` and proved bitwise by tests/gpu.
-# Session 30: 4 slots 0-9% slower than 5 but at o 1.7B, M >= 4096; 128 x 64 tiles at 6 slots 1.17-1.33x slower
-# than the default at every point: dropped
-SM90_CANDIDATES = [Launch(c, persistent=p, sm90=True) for p in (False, True) for c in ((128, 128, 12, 5),
-                                                                                        (128, 128, 12, 4))]
+# Session 30 (sweeps at M = 384-16384, o and down, 8B and 1.7B): 4 slots up to 1.12x slower than 5 (faster, by
+# <= 2%, only at o 1.7B), 128 x 64 tiles at 6 slots 1.17-1.33x slower than the default: dropped. One program a tile
+# stays a candidate (the same kernel; within 1% of persistent at 384-512 rows, 1.07-1.11x slower at 16384)
+SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5), persistent=False, sm90=True)]
 
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
 CANDIDATE_CONFIGS = sorted({(SM90_FALLBACK if lc.sm90 else lc).config

@@ -130,11 +130,11 @@ def test_head_stats_sm90_builds_unspilled_wgmma_pipeline(gluon):
 
 
 def test_matmul_sm90_builds_unspilled_wgmma_pipeline(gluon):
-    """The row-parallel matmul's Gluon K-group form (``matmul_sm90``, ``Launch.sm90``, a candidate) in
-    every config, bias or not, bf16 or fp32 out: wgmmas as wide as its tile, none serialized, nothing
-    spilled, one program's shared memory."""
+    """The row-parallel matmul's Gluon K-group form (``matmul_sm90``, ``Launch.sm90``, the default above
+    256 rows) in every config, bias or not, bf16 or fp32 out: wgmmas as wide as its tile, none serialized,
+    nothing spilled, one program's shared memory."""
     forms = gluon["mm_groups_sm90"]
-    assert len(forms) >= 8
+    assert len(forms) >= 4
     bad = {name: {k: r[k] for k in ("wgmma", "mma_sync", "wgmma_serialized", "spill_stack_bytes", "shared_bytes")}
            for name, r in forms.items()
            if r["wgmma"] != [f"m64n{name.split(',')[1].strip()}k16"] or r["mma_sync"] or r["wgmma_serialized"]
