@@ -83,6 +83,7 @@
 #                                              # rivals from 384 rows, the head's stats at T = 256, 2048 (carry .wheels)
 #   CALL=s30c bash scripts/device_calls.sh      # the 8B and 1.7B steps on the persistent Gluon matmul and the head's
 #                                              # stats forms by T and K (carry .wheels)
+#   CALL=s30d bash scripts/device_calls.sh      # s30c's 8B step alone (the session's last device seconds)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -320,6 +321,9 @@ s30c)
     train_8b 150 "--steps 4 --profile --limit 55" 8
     part train 100 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 40"
     tail -8 "$ROOT_OUT/train.log"
+    ;;
+s30d)
+    train_8b 150 "--steps 4 --profile --limit 55" 8
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is
