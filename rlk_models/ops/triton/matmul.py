@@ -32,7 +32,10 @@ Contract
     its K loop; a candidate, not yet timed.) For plain K a
     *swap* launch computes the same tiles as w @ x^T -- the weight's rows on the tile's M side, the
     MMA's 64/128-row side, the tokens on its N side, as cuBLAS's small-M kernels do -- and stores
-    each tile transposed: the same products summed over the same K-tiles in the same order. Which
+    each tile transposed: the same products summed over the same K-tiles in the same order. On an
+    sm_90 GPU the fused grouped form also has a Gluon kernel (``matmul_sm90``, ``Launch.sm90``:
+    warp-specialized, its two warpgroups taking turns so one folds a group while the other's dot
+    runs), the default above 256 rows. Which
     form, tile config and grid run is chosen by M, N and K (``launch_for``); every choice gives the
     same bits, which the tests (interpreter: tests/ops/triton; H200:
     tests/gpu/test_triton_contract_8b.py) check. The groups are also the tensor-parallel unit: a
