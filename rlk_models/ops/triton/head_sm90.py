@@ -30,6 +30,8 @@ larger share of the tile's time at the shorter K. The two warpgroups taking turn
 one's epilogue under the other's dots, as CUTLASS's ping-pong GEMM (``_stats_pingpong``, persistent)
 closes it there: session 30, K = 2048, 19.3 ms kept and 18.7 not kept against the Triton kernel's 21.8
 and 20.8 (0.89x, 0.90x); at K = 4096 the grid form stays ahead (37.0 against ping-pong's 37.8, Triton 38.7).
+At T = 2048 ping-pong wins at both K (0.82-0.97x the Triton kernel), at T = 256 it loses (1.03-1.26x: too few
+tiles a program to hide an epilogue under).
 """
 
 from __future__ import annotations
@@ -52,9 +54,9 @@ from .utils import num_sms
 # (K slots, consumer registers, maxnreg, ping-pong): two consumer warpgroups of 64 rows and a TMA warp (12 warps;
 # maxnreg registers a thread at launch, setmaxnreg gives the consumers theirs and the loader 24). Shared memory: a
 # slot is 48 KB (h's two halves and the weight tile; ping-pong: one consumer's 64 rows and the weight tile, 40 KB),
-# and 64 KB stage the kept probabilities' TMA store. ``logprob_head._sm90_config`` picks one by K (session 30:
-# the grid form at K = 4096 with the probabilities kept, ping-pong at K = 2048; 2 slots were 1.33-1.43x slower than
-# 3 and ping-pong at 3 slots 1.02-1.24x slower than at 4: dropped)
+# and 64 KB stage the kept probabilities' TMA store. ``logprob_head._sm90_config`` picks one by T and K (session
+# 30's sweep: the grid form below 1024 rows, ping-pong from there but at K = 4096 from 8192 rows; 2 slots were
+# 1.33-1.43x slower than 3 and ping-pong at 3 slots 1.02-1.24x slower than at 4: dropped)
 STATS_SM90_CONFIG = (3, 240, 168, False)
 STATS_PINGPONG_CONFIG = (4, 240, 168, True)
 STATS_SM90_CANDIDATES = [STATS_SM90_CONFIG, STATS_PINGPONG_CONFIG]
@@ -176,7 +178,7 @@ def _stats_ws(h_desc, w_desc, q_desc, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V,
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
-# --- ping-pong form (the stats below K = 4096: ``logprob_head._sm90_config``) -----------------------------------------
+# --- ping-pong form (from 1024 rows, by T and K: ``logprob_head._sm90_config``) ---------------------------------------
 # One program an SM walks the 128-row x 256-entry tiles t = pid, pid + programs, ...; consumer warpgroup c takes rows
 # 64 c .. 64 c + 63 of each. The two take turns at the tensor cores (mbarriers ``turn``): c's whole K loop, then the
 # other's, so one's epilogue runs under the other's dots instead of both idling the tensor cores at once. The loader

@@ -35,7 +35,7 @@ Contract
     each tile transposed: the same products summed over the same K-tiles in the same order. On an
     sm_90 GPU the fused grouped form also has a Gluon kernel (``matmul_sm90``, ``Launch.sm90``:
     warp-specialized, its two warpgroups taking turns so one folds a group while the other's dot
-    runs), the default above 256 rows. Which
+    runs), the default above 256 rows (512 at Qwen3-1.7B's shapes). Which
     form, tile config and grid run is chosen by M, N and K (``launch_for``); every choice gives the
     same bits, which the tests (interpreter: tests/ops/triton; H200:
     tests/gpu/test_triton_contract_8b.py) check. The groups are also the tensor-parallel unit: a

@@ -12,7 +12,8 @@ Why a second kernel
     warpgroups of the Triton kernel wait for their last dots and fold together while the tensor cores
     idle. Triton 3.6 cannot stagger them.
 
-The kernel (``_mm_groups_ws``; one program a 128 x BLOCK_N tile, 12 warps)
+The kernel (``_mm_groups_ws``; 128 x BLOCK_N tiles, 12 warps; one program a tile, or persistent: one an SM,
+walking the tiles, so its loader fetches the next tile's K steps while the consumers fold and store the last)
     - a loader warp (``_producer``) brings each K step's two 64-row halves of A and the BLOCK_N x 64
       tile of B into ``NUM_BUF`` slots by TMA; a slot is refilled once both consumers freed it;
     - two consumer warpgroups (``_consumer``) own 64 rows each and take turns issuing their dots
@@ -20,9 +21,10 @@ The kernel (``_mm_groups_ws``; one program a 128 x BLOCK_N tile, 12 warps)
       runs, so the tensor cores do not idle there;
     - the epilogue adds the bias and stores the tile by TMA (rows and columns past M and N clipped).
 
-Measured (H200, session 30, ``matmul_sweep.py sm90``, M = 1024 / 4096 / 16384, against the Triton flat
-form it replaced): o 8B 0.89 / 0.92 / 0.91x its time (1.11 / 1.14 / 1.11x cuBLAS), down 8B 0.95 / 0.95 /
-0.94x (1.07 / 1.10 / 1.07x), o 1.7B 0.88 / 0.86 / 0.88x, down 1.7B 0.92 / 0.93 / 0.93x.
+Measured (H200, session 30, ``matmul_sweep.py sm90``, M = 1024 / 16384, x cuBLAS; the Triton flat form it
+replaced in brackets): persistent, o 8B 1.04 / 1.03x (1.21 / 1.22x), down 8B 1.04 / 1.03x (1.13 / 1.15x), o
+1.7B 1.06 / 1.10x (1.25 / 1.39x), down 1.7B 1.01 / 1.07x (1.09 / 1.22x); one program a tile 1.09 / 1.12x,
+1.07 / 1.07x, 1.06 / 1.23x, 0.99 / 1.14x.
 """
 
 from __future__ import annotations
