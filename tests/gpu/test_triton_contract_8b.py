@@ -298,8 +298,8 @@ def test_attention_sm90_forward_is_the_triton_forward(hq, hkv, d, dtype, monkeyp
 @pytest.mark.parametrize("t,k,keep_probs", [(128, 4096, True), (1000, 4096, True), (4096, 2048, True),
                                              (1000, 4096, False), (300, 2048, False)])
 def test_head_stats_sm90_is_the_triton_kernel(t, k, keep_probs, monkeypatch):
-    """The Gluon statistics kernel (``head_sm90``; ``STATS_KERNEL`` "auto" takes its grid form with the
-    probabilities kept at K >= 4096, its ping-pong form below) gives the Triton kernel's bits: per-tile max
+    """The Gluon statistics kernel (``head_sm90``; ``STATS_KERNEL`` "auto" picks its grid or ping-pong form by T
+    and K: here the grid form, ping-pong at T = 4096) gives the Triton kernel's bits: per-tile max
     and sum, the target's logit, and the kept probabilities, at row counts past a 128-row block (T = 1000: a
     partial last block), a partial last vocab tile (V = 2000), K = 4096 and 2048, targets in and out of the
     shard (-1); every config, twice in a row. Then the head's log-probs and gradients (dh, dW; from the kept

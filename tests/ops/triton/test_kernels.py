@@ -249,7 +249,7 @@ def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
     a, b = torch.zeros(16, 4096, device=DEV), torch.zeros(64, 4096, device=DEV)
     for kw in (dict(groups=8), dict(groups=1), dict(groups=8, b_kn=True)):
         with pytest.raises(ValueError, match="sm90 launch"):
-            mm(a, b.t().contiguous() if kw.get("b_kn") else b, launch=Launch((128, 128, 12, 4), sm90=True), **kw)
+            mm(a, b.t().contiguous() if kw.get("b_kn") else b, launch=Launch((128, 128, 12, 5), sm90=True), **kw)
 
 
 def test_matmul_table_sm90_launch_falls_back_where_it_cannot_serve():
