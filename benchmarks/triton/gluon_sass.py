@@ -44,18 +44,18 @@ def stats_sm90(config: tuple = head_sm90.STATS_SM90_CONFIG, keep_probs: bool = T
                        dict(zip(("h_desc", "w_desc", "q_desc"), descs)), types, consts, (), maxnreg)
 
 
-def mm_groups_sm90(block_n: int = 128, num_buf: int = 4, k: int = 4096, bias: bool = False,
+def mm_groups_sm90(block_m: int = 128, block_n: int = 128, num_buf: int = 4, k: int = 4096, bias: bool = False,
                    out_dtype: str = "bf16"):
-    """``_mm_groups_ws`` for sm_90 (8 K-groups in halves, bf16 operands), descriptors from host ones over
-    CPU tensors."""
+    """``_mm_groups_ws`` for sm_90 in block_m x block_n tiles (8 K-groups in halves, bf16 operands),
+    descriptors from host ones over CPU tensors."""
     import torch
 
     a, b = torch.empty(256, k, dtype=torch.bfloat16), torch.empty(256, k, dtype=torch.bfloat16)
     c = torch.empty(256, 256, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[out_dtype])
-    descs = matmul_sm90.descriptors(a, b, c, block_n, BLOCK_K)
+    descs = matmul_sm90.descriptors(a, b, c, block_m, block_n, BLOCK_K)
     types = dict(bias_ptr="*bf16", M="i32", N="i32", K="i32", KG="i32")
-    consts = dict(HAS_BIAS=bias, GROUPS=8, RUN=4, NUM_BUF=num_buf, CONSUMER_REGS=matmul_sm90.CONSUMER_REGS,
-                  num_warps=4)
+    consts = dict(HAS_BIAS=bias, GROUPS=8, RUN=4, NUM_BUF=num_buf, SPLIT_N=int(block_m == matmul_sm90.HALF),
+                  CONSUMER_REGS=matmul_sm90.CONSUMER_REGS, num_warps=4)
     return build_gluon(matmul_sm90._mm_groups_ws, dict(zip(("a_desc", "b_desc", "c_desc"), descs)), types, consts,
                        (), matmul_sm90.MAXNREG)
 
@@ -63,7 +63,7 @@ def mm_groups_sm90(block_n: int = 128, num_buf: int = 4, k: int = 4096, bias: bo
 def main() -> None:
     heads = {f"{c} keep_probs={kp} entropy={e}": (c, kp, e) for c in head_sm90.STATS_SM90_CANDIDATES
              for kp in (True, False) for e in (False, True)}
-    mms = {f"{c} bias={bias} out={od}": (c[1], c[3], 4096, bias, od)
+    mms = {f"{c} bias={bias} out={od}": (c[0], c[1], c[3], 4096, bias, od)
            for c in sorted({lc.config for lc in SM90_CANDIDATES}) for bias in (False, True) for od in ("bf16", "fp32")}
     res = {"stats_sm90": {name: stats_sm90(*f) for name, f in heads.items()},
            "mm_groups_sm90": {name: mm_groups_sm90(*f) for name, f in mms.items()}}

@@ -109,7 +109,7 @@ def plot(before: str, after: str, png: str) -> None:
 SM90_RIVALS = [SM90_FALLBACK, Launch((64, 128, 4, 4), persistent=False, flat=True)]
 
 
-def sm90_groups(ms=(384, 512, 768, 1024, 16384)) -> dict:
+def sm90_groups(ms=(128, 256, 384, 512, 768, 1024, 16384)) -> dict:
     """The row-parallel layers' Gluon fused form (``Launch.sm90``, ``matmul_sm90``) against the Triton launches
     it competes with (``SM90_RIVALS``), the default launch and cuBLAS under CUDA graphs, at the 8B and 1.7B o
     and down shapes: us, ratios, and whether each form is bitwise the default."""

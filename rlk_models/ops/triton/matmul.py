@@ -292,7 +292,8 @@ class Launch(NamedTuple):
     #                     loops that Triton fuses into one pipelined loop (``_mm_tma_tile``)
     sm90: bool = False  # grouped K, forward layouts, sm_90: the Gluon fused form (``matmul_sm90``: warp-specialized,
     #                     its two warpgroups taking turns so one folds at a group boundary while the other's dots
-    #                     run); config = (128, BLOCK_N <= 128, warps ignored, K slots); persistent: one program
+    #                     run); config = (128, BLOCK_N <= 128, warps ignored, K slots), or (64, BLOCK_N <= 256, ...):
+    #                     the warpgroups split the columns; persistent: one program
     #                     an SM, its loader running into the next tile. From a table, where it
     #                     cannot serve the product (another GPU, fp32 operands, transposed layouts, tma=False):
     #                     ``SM90_FALLBACK``
@@ -387,8 +388,12 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
 # built for sm_90 on the CPU (gluon_sass.py), timed by ``matmul_sweep.py sm90`` and proved bitwise by tests/gpu.
 # Session 30 (sweeps at M = 384-16384, o and down, 8B and 1.7B): 4 slots up to 1.12x slower than 5 (faster, by
 # <= 2%, only at o 1.7B), 128 x 64 tiles at 6 slots 1.17-1.33x slower than the default: dropped. One program a tile
-# stays a candidate (the same kernel; within 1% of persistent at 384-512 rows, 1.07-1.11x slower at 16384)
-SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5), persistent=False, sm90=True)]
+# stays a candidate (the same kernel; within 1% of persistent at 384-512 rows, 1.07-1.11x slower at 16384).
+# Session 31 (CPU): 64-row tiles, the consumers splitting the columns (64 x 128: m64n64k16 dots, 6 slots; 64 x 256:
+# m64n128k16, 4 slots -- 5 pass the 227 KiB), for M = 128-768, where 128-row tiles leave SMs idle or run 1.45
+# waves (M = 768 at 8B: 192 tiles on 132 SMs; 64 x 128 tiles: 384, 2.9 waves). Not yet timed
+SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5), persistent=False, sm90=True),
+                   Launch((64, 128, 12, 6), sm90=True), Launch((64, 256, 12, 4), sm90=True)]
 
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
 CANDIDATE_CONFIGS = sorted({(SM90_FALLBACK if lc.sm90 else lc).config
@@ -453,16 +458,16 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     explicit = launch is not None
     launch = launch or launch_for(m, n, groups, k)
     if launch.sm90 and not (groups > 1 and k % (groups * BLOCK_K) == 0 and not (a_km or b_kn or accumulate)
-                            and tma is not False and launch.config[:1] == (matmul_sm90.BLOCK_M,)
-                            and launch.config[1] <= 128 and matmul_sm90.usable(a, b, out) and tma_ok(a, b, out)):
+                            and tma is not False and matmul_sm90.serves_tile(*launch.config[:2])
+                            and matmul_sm90.usable(a, b, out) and tma_ok(a, b, out)):
         if explicit:
             raise ValueError(f"matmul: an sm90 launch ({launch}) computes a grouped-K forward product (K a multiple of "
-                             f"{BLOCK_K} a group) on an sm_90 GPU (bf16/fp16, TMA-addressable, tiles of 128 x 64 or "
-                             "128 x 128)")
+                             f"{BLOCK_K} a group) on an sm_90 GPU (bf16/fp16, TMA-addressable, tiles of 128 rows "
+                             "and up to 128 columns, or 64 rows and up to 256)")
         launch = SM90_FALLBACK
     if launch.sm90:
         bind_cuda_context(a.device)
-        matmul_sm90.launch(a, b, out, bias, groups, run_of(groups), launch.config[1], launch.config[3], BLOCK_K,
+        matmul_sm90.launch(a, b, out, bias, groups, run_of(groups), *launch.config[:2], launch.config[3], BLOCK_K,
                            launch.persistent)
         return out
     if launch.swap and (a_km or b_kn or accumulate) and not explicit:  # a table's swap serves forward layouts only

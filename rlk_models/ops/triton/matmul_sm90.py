@@ -44,7 +44,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from .gluon_sm90 import GL_DTYPES, is_sm90, ring, smem_layout, turns
 from .utils import num_sms
 
-BLOCK_M = 128  # two consumer warpgroups of 64 rows
+HALF = 64  # a consumer warpgroup's rows: a tile is 128 x BLOCK_N (64 rows each) or, split by columns, 64 x BLOCK_N
 CONSUMER_REGS, MAXNREG = 240, 168  # setmaxnreg of the consumers (the loader: 24); registers a thread at launch
 GROUP_M = gl.constexpr(8)  # tile order: ``matmul._tile_coords``'s (neighbouring programs share B's column tiles)
 
@@ -62,13 +62,14 @@ def _tile(pid, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
 @gluon.jit
 def _producer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
               HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr, RUN: gl.constexpr, NUM_BUF: gl.constexpr,
-              CID: gl.constexpr):
-    """One warp: each K step's two halves of A and B's tile into slot i % NUM_BUF, once both consumers
-    freed the slot's last use."""
+              SPLIT_N: gl.constexpr, CID: gl.constexpr):
+    """One warp: each K step's A and B tiles into slot i % NUM_BUF (A in two 64-row halves, or B in two
+    halves of its rows with ``SPLIT_N``), once both consumers freed the slot's last use."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-    BLOCK_M: gl.constexpr = 2 * HALF
+    WG_N: gl.constexpr = b_desc.block_type.shape[0]
+    BLOCK_M: gl.constexpr = (2 - SPLIT_N) * HALF
+    BLOCK_N: gl.constexpr = (1 + SPLIT_N) * WG_N
     n_k = K // BLOCK_K
     i = 0  # the program's K steps so far, over its tiles: the ring's position
     for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
@@ -77,23 +78,31 @@ def _producer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, e
             slot = i % NUM_BUF
             mbarrier.wait(empty.index(slot), ((i // NUM_BUF) & 1) ^ 1)
             bar = ready.index(slot)
-            mbarrier.expect(bar, 2 * a_desc.block_type.nbytes + b_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M, kk * BLOCK_K], bar, a_bufs.index(2 * slot))
-            tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M + HALF, kk * BLOCK_K], bar,
-                                            a_bufs.index(2 * slot + 1))
-            tma.async_copy_global_to_shared(b_desc, [pid_n * BLOCK_N, kk * BLOCK_K], bar, b_bufs.index(slot))
+            mbarrier.expect(bar, (2 - SPLIT_N) * a_desc.block_type.nbytes + (1 + SPLIT_N) * b_desc.block_type.nbytes)
+            for h in gl.static_range(2 - SPLIT_N):
+                tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M + h * HALF, kk * BLOCK_K], bar,
+                                                a_bufs.index((2 - SPLIT_N) * slot + h))
+            for h in gl.static_range(1 + SPLIT_N):
+                tma.async_copy_global_to_shared(b_desc, [pid_n * BLOCK_N + h * WG_N, kk * BLOCK_K], bar,
+                                                b_bufs.index((1 + SPLIT_N) * slot + h))
             i += 1
 
 
 @gluon.jit
-def _group(a_bufs, b_bufs, ready, empty, mine, other, i0, n_kg, part, NUM_BUF: gl.constexpr, CID: gl.constexpr):
+def _group(a_bufs, b_bufs, ready, empty, mine, other, i0, n_kg, part, NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr,
+           CID: gl.constexpr):
     """One group's partial from zero: K steps i0 .. i0 + n_kg - 1 in order, this warpgroup's turn at each
-    dot (handed to the other consumer once issued); every slot freed once its dot is done."""
+    dot (handed to the other consumer once issued); every slot freed once its dot is done. Its operands:
+    its half of A's rows and all of B's tile, or (``SPLIT_N``) all of A's and its half of B's rows."""
+    A_PER: gl.constexpr = 2 - SPLIT_N
+    B_PER: gl.constexpr = 1 + SPLIT_N
+    A_OFF: gl.constexpr = CID * (1 - SPLIT_N)
+    B_OFF: gl.constexpr = CID * SPLIT_N
     slot = i0 % NUM_BUF
     mbarrier.wait(ready.index(slot), (i0 // NUM_BUF) & 1)
     mbarrier.wait(mine, i0 & 1)
-    part = warpgroup_mma(a_bufs.index(2 * slot + CID), b_bufs.index(slot).permute((1, 0)), part, use_acc=False,
-                         is_async=True)
+    part = warpgroup_mma(a_bufs.index(A_PER * slot + A_OFF), b_bufs.index(B_PER * slot + B_OFF).permute((1, 0)), part,
+                         use_acc=False, is_async=True)
     mbarrier.arrive(other, count=1)
     part = warpgroup_mma_wait(1, deps=(part,))
     for kk in range(1, n_kg):
@@ -101,7 +110,8 @@ def _group(a_bufs, b_bufs, ready, empty, mine, other, i0, n_kg, part, NUM_BUF: g
         slot = i % NUM_BUF
         mbarrier.wait(ready.index(slot), (i // NUM_BUF) & 1)
         mbarrier.wait(mine, i & 1)
-        part = warpgroup_mma(a_bufs.index(2 * slot + CID), b_bufs.index(slot).permute((1, 0)), part, is_async=True)
+        part = warpgroup_mma(a_bufs.index(A_PER * slot + A_OFF), b_bufs.index(B_PER * slot + B_OFF).permute((1, 0)),
+                             part, is_async=True)
         mbarrier.arrive(other, count=1)
         part = warpgroup_mma_wait(1, deps=(part,))  # the previous step's dot is done: its slot is free
         mbarrier.arrive(empty.index((i - 1) % NUM_BUF), count=1)
@@ -113,78 +123,95 @@ def _group(a_bufs, b_bufs, ready, empty, mine, other, i0, n_kg, part, NUM_BUF: g
 @gluon.jit
 def _consumer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
               HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr, RUN: gl.constexpr, NUM_BUF: gl.constexpr,
-              CID: gl.constexpr):
-    """One warpgroup: rows 64 CID .. 64 CID + 63 of the tile through every group (``_group``), folded as
-    ``_mm_tma_tile`` folds them, then the bias and the store."""
+              SPLIT_N: gl.constexpr, CID: gl.constexpr):
+    """One warpgroup: rows 64 CID .. 64 CID + 63 of the tile (``SPLIT_N``: its 64 rows, columns WG_N CID ..
+    WG_N CID + WG_N - 1) through every group (``_group``), folded as ``_mm_tma_tile`` folds them, then the bias
+    and the store."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-    ACC: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
-    BLOCK_M: gl.constexpr = 2 * HALF
+    WG_N: gl.constexpr = b_desc.block_type.shape[0]
+    ACC: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, WG_N, 16])
+    BLOCK_M: gl.constexpr = (2 - SPLIT_N) * HALF
+    BLOCK_N: gl.constexpr = (1 + SPLIT_N) * WG_N
+    ROW0: gl.constexpr = CID * HALF * (1 - SPLIT_N)  # this warpgroup's rows and columns in the tile
+    COL0: gl.constexpr = CID * WG_N * SPLIT_N
     mine = turn.index(CID)
     other = turn.index(1 - CID)
     n_kg = KG // BLOCK_K
-    zero = gl.zeros([HALF, BLOCK_N], gl.float32, ACC)
+    zero = gl.zeros([HALF, WG_N], gl.float32, ACC)
     stage = c_smem.index(CID)
     i0 = 0  # the program's K steps so far (the ring's position and the turns' parity)
     for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
         pid_m, pid_n = _tile(t, M, N, BLOCK_M, BLOCK_N)
-        acc = gl.zeros([HALF, BLOCK_N], gl.float32, ACC)
+        acc = gl.zeros([HALF, WG_N], gl.float32, ACC)
         if GROUPS == RUN:  # one run: the group partials folded straight into acc
             for g in range(GROUPS):
-                part = _group(a_bufs, b_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg, zero, NUM_BUF, CID)
+                part = _group(a_bufs, b_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg, zero, NUM_BUF, SPLIT_N,
+                              CID)
                 acc = acc + part
         else:  # the halves: each run folded from zero, the runs' sums added in order
             for r in gl.static_range(GROUPS // RUN):
-                run = gl.zeros([HALF, BLOCK_N], gl.float32, ACC)
+                run = gl.zeros([HALF, WG_N], gl.float32, ACC)
                 for g in range(r * RUN, r * RUN + RUN):
                     part = _group(a_bufs, b_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg, zero, NUM_BUF,
-                                  CID)
+                                  SPLIT_N, CID)
                     run = run + part
                 acc = acc + run
         if HAS_BIAS:
-            rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, ACC))
+            rn = pid_n * BLOCK_N + COL0 + gl.arange(0, WG_N, layout=gl.SliceLayout(0, ACC))
             acc += gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32)[None, :]
         tma.store_wait(0)  # the last tile's store has read the stage (persistent: it ran under this tile's dots)
         stage.store(acc.to(c_desc.dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(c_desc, [pid_m * BLOCK_M + CID * HALF, pid_n * BLOCK_N], stage)
+        tma.async_copy_shared_to_global(c_desc, [pid_m * BLOCK_M + ROW0, pid_n * BLOCK_N + COL0], stage)
         i0 += GROUPS * n_kg
     tma.store_wait(0)
 
 
 @gluon.jit
 def _mm_groups_ws(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr,
-                  RUN: gl.constexpr, NUM_BUF: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
-    """Warp-specialized, one program a tile: this program's 4 warps and a second warpgroup take 64 rows
-    each (``_consumer``), one warp loads by TMA (``_producer``)."""
+                  RUN: gl.constexpr, NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                  num_warps: gl.constexpr):
+    """Warp-specialized: this program's 4 warps and a second warpgroup take 64 rows each of a 128-row tile
+    (``SPLIT_N``: half the columns each of a 64-row tile; ``_consumer``), one warp loads by TMA
+    (``_producer``)."""
     dtype: gl.constexpr = a_desc.dtype
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-    a_bufs = gl.allocate_shared_memory(dtype, [2 * NUM_BUF, HALF, BLOCK_K], a_desc.layout)
-    b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, BLOCK_K], b_desc.layout)
-    c_smem = gl.allocate_shared_memory(c_desc.dtype, [2, HALF, BLOCK_N], c_desc.layout)
+    WG_N: gl.constexpr = b_desc.block_type.shape[0]
+    a_bufs = gl.allocate_shared_memory(dtype, [(2 - SPLIT_N) * NUM_BUF, HALF, BLOCK_K], a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [(1 + SPLIT_N) * NUM_BUF, WG_N, BLOCK_K], b_desc.layout)
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, [2, HALF, WG_N], c_desc.layout)
     ready, empty = ring(NUM_BUF, 2)
     turn = turns()
     fence_async_shared()
     gl.warp_specialize([
         (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                     HAS_BIAS, GROUPS, RUN, NUM_BUF, 0)),
+                     HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, 0)),
         (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                     HAS_BIAS, GROUPS, RUN, NUM_BUF, 1)),
+                     HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, 1)),
         (_producer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                     HAS_BIAS, GROUPS, RUN, NUM_BUF, 1)),
+                     HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, 1)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
-def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, block_n: int, block_k: int) -> list:
-    """Gluon TMA descriptors: A [M, K] in 64-row halves, B [N, K] in block_n rows (both block_k wide),
-    C [M, N] in 64 x block_n tiles."""
+def serves_tile(block_m: int, block_n: int) -> bool:
+    """Whether the kernel has a form for block_m x block_n tiles: 128 rows (a consumer's 64 each) or 64 (a
+    consumer's half of the columns each), a consumer's columns a multiple of 16 up to 128 (its three fp32
+    tiles -- group partial, run, sum -- fill the registers at 64 x 128)."""
+    wg_n = block_n // (2 if block_m == HALF else 1)
+    return block_m in (HALF, 2 * HALF) and block_n == wg_n * (2 if block_m == HALF else 1) and wg_n % 16 == 0 \
+        and 16 <= wg_n <= 128
+
+
+def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, block_m: int, block_n: int, block_k: int) -> list:
+    """Gluon TMA descriptors of block_m x block_n tiles: A [M, K] in 64-row blocks, B [N, K] in a consumer's
+    rows (block_n, or half of it when the tile's 64 rows are split by columns), both block_k wide; C [M, N]
+    in a consumer's 64-row block of its columns."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    half = BLOCK_M // 2
+    wg_n = block_n // (2 if block_m == HALF else 1)
     return [TensorDescriptor.from_tensor(x, block, smem_layout(block, x.dtype))
-            for x, block in ((a, [half, block_k]), (b, [block_n, block_k]), (c, [half, block_n]))]
+            for x, block in ((a, [HALF, block_k]), (b, [wg_n, block_k]), (c, [HALF, wg_n]))]
 
 
 def usable(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
@@ -192,15 +219,17 @@ def usable(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
     return a.dtype in (torch.bfloat16, torch.float16) and b.dtype == a.dtype and out.dtype in GL_DTYPES and is_sm90(a)
 
 
-def launch(a, b, out, bias, groups: int, run: int, block_n: int, num_buf: int, block_k: int,
+def launch(a, b, out, bias, groups: int, run: int, block_m: int, block_n: int, num_buf: int, block_k: int,
            persistent: bool = False) -> None:
-    """``out`` = A @ B^T in ``groups`` K-groups folded by runs of ``run`` (+ bias), ``_mm_groups_ws``: one
-    program a tile, or ``persistent``, one an SM walking the tiles (its loader fetching the next tile's
-    K steps while the consumers fold and store the last)."""
+    """``out`` = A @ B^T in ``groups`` K-groups folded by runs of ``run`` (+ bias), ``_mm_groups_ws`` in
+    block_m x block_n tiles (``serves_tile``): one program a tile, or ``persistent``, one an SM walking the
+    tiles (its loader fetching the next tile's K steps while the consumers fold and store the last)."""
+    if not serves_tile(block_m, block_n):
+        raise ValueError(f"matmul_sm90: no form for {block_m} x {block_n} tiles")
     m, k = a.shape
     n = b.shape[0]
-    ad, bd, cd = descriptors(a, b, out, block_n, block_k)
-    tiles = triton.cdiv(m, BLOCK_M) * triton.cdiv(n, block_n)
+    ad, bd, cd = descriptors(a, b, out, block_m, block_n, block_k)
+    tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
     grid = (min(tiles, num_sms(a.device)) if persistent else tiles,)
     _mm_groups_ws[grid](ad, bd, cd, bias if bias is not None else out, m, n, k, k // groups, bias is not None, groups,
-                        run, num_buf, CONSUMER_REGS, num_warps=4, maxnreg=MAXNREG)
+                        run, num_buf, int(block_m == HALF), CONSUMER_REGS, num_warps=4, maxnreg=MAXNREG)

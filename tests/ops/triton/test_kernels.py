@@ -243,13 +243,22 @@ def test_matmul_halves_probe_is_two_groups():
 
 def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
     """The Gluon fused form (``Launch.sm90``) serves a grouped-K forward product on an sm_90 GPU only;
-    asked for anything else it says so instead of computing something else."""
+    asked for anything else it says so instead of computing something else. Its tiles: 128 rows (a consumer's 64
+    each) up to 128 columns, or 64 rows split by columns up to 256."""
+    from rlk_models.ops.triton import matmul_sm90
     from rlk_models.ops.triton.matmul import Launch, mm
 
     a, b = torch.zeros(16, 4096, device=DEV), torch.zeros(64, 4096, device=DEV)
     for kw in (dict(groups=8), dict(groups=1), dict(groups=8, b_kn=True)):
-        with pytest.raises(ValueError, match="sm90 launch"):
-            mm(a, b.t().contiguous() if kw.get("b_kn") else b, launch=Launch((128, 128, 12, 5), sm90=True), **kw)
+        for tile in ((128, 128), (64, 256)):
+            with pytest.raises(ValueError, match="sm90 launch"):
+                mm(a, b.t().contiguous() if kw.get("b_kn") else b, launch=Launch((*tile, 12, 5), sm90=True), **kw)
+    served = {(bm, bn) for bm in (32, 64, 128, 256) for bn in (24, 32, 64, 96, 128, 192, 256, 512)
+              if matmul_sm90.serves_tile(bm, bn)}
+    assert served == {(64, 32), (64, 64), (64, 96), (64, 128), (64, 192), (64, 256), (128, 32), (128, 64), (128, 96),
+                      (128, 128)}
+    with pytest.raises(ValueError, match="no form for 128 x 256"):
+        matmul_sm90.launch(a, b, torch.empty(16, 64), None, 8, 4, 128, 256, 5, 64)
 
 
 def test_matmul_table_sm90_launch_falls_back_where_it_cannot_serve():
