@@ -84,6 +84,8 @@
 #   CALL=s30c bash scripts/device_calls.sh      # the 8B and 1.7B steps on the persistent Gluon matmul and the head's
 #                                              # stats forms by T and K (carry .wheels)
 #   CALL=s30d bash scripts/device_calls.sh      # s30c's 8B step alone (the session's last device seconds)
+#   CALL=s31 bash scripts/device_calls.sh       # the Gluon matmul's 64-row tile forms: bits natively (o, down), every
+#                                              # form timed from 128 rows, the 1.7B step (carry .wheels)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -324,6 +326,19 @@ s30c)
     ;;
 s30d)
     train_8b 150 "--steps 4 --profile --limit 55" 8
+    ;;
+s31)
+    # the row-parallel Gluon form's 64-row tiles (split by columns; never run on a GPU before): every SM90_CANDIDATES
+    # form bitwise the Triton fallback (o, then down; a hang fails at the test's timeout), then every form timed at
+    # M = 128-1024 and 16384 against the Triton launches and cuBLAS, then the 1.7B step (carry .wheels)
+    c8=tests/gpu/test_triton_contract_8b.py
+    part s31_tests 210 PART=tests TEST_TIMEOUT=200 TESTS="$c8::test_matmul_rows_and_launch_choices[o] \
+$c8::test_matmul_rows_and_launch_choices[down]"
+    grep -E "^E  .*|FAILED|PASSED" "$ROOT_OUT/s31_tests/gpu_tests.log" | cut -c1-200 | head -20
+    bench mm90_sweep 200 benchmarks/triton/matmul_sweep.py sm90
+    grep -E "M=" "$ROOT_OUT/mm90_sweep.log" | cut -c1-600
+    part train 110 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 45"
+    tail -8 "$ROOT_OUT/train.log"
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is
