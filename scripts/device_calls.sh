@@ -86,6 +86,8 @@
 #   CALL=s30d bash scripts/device_calls.sh      # s30c's 8B step alone (the session's last device seconds)
 #   CALL=s31 bash scripts/device_calls.sh       # the Gluon matmul's 64-row tile forms: bits natively (o, down), every
 #                                              # form timed from 128 rows, the 1.7B step (carry .wheels)
+#   CALL=s31b bash scripts/device_calls.sh      # the RL-shaped rollout at 1.7B (rlk, stock), then the whole matmul table
+#                                              # against cuBLAS (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -339,6 +341,17 @@ $c8::test_matmul_rows_and_launch_choices[down]"
     grep -E "M=" "$ROOT_OUT/mm90_sweep.log" | cut -c1-600
     part train 110 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 45"
     tail -8 "$ROOT_OUT/train.log"
+    ;;
+s31b)
+    # the 64-row Gluon tiles as defaults (M = 129-256; 1.7B o/down to 512): the RL-shaped rollout at 1.7B, whose
+    # mixed prefill steps run them (rlk against stock; parity against training), then the whole matmul table against
+    # cuBLAS (nine shapes, M = 1-8192, defaults only) (carry .vllm-cuda)
+    VARIED_SHAPE=1.7b VARIED_ENGINES=rlk,stock VARIED_LIMIT=140 CALL=varied NO_TAR=1 bash scripts/device_calls.sh \
+        | grep -E "tok_per_s|mismatch|max_abs|vs_stock\"" | head -20
+    bench table 240 benchmarks/triton/matmul_sweep.py --search --quick --tiles 1x1 \
+        --m 1,2,4,8,16,32,64,128,192,256,384,512,768,1024,2048,4096,8192 \
+        --shapes qkv,o,gate_up,down,lm_head,qkv_1.7b,o_1.7b,gate_up_1.7b,down_1.7b
+    grep -E "graph:" "$ROOT_OUT/table.log" | cut -c1-120
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is

@@ -30,7 +30,7 @@ from rlk_models.ops.triton.matmul import (
     HALF,
     K_GROUPS,
     LAUNCHES,
-    SM90_FALLBACK,
+    SM90_FALLBACKS,
     TUNED,
     Launch,
     _mm_tma_kernel,
@@ -145,7 +145,7 @@ def forms() -> dict[str, tuple[Launch, int, dict]]:
                 continue
             name = f"{where}/M<={bound if bound < 1 << 40 else 'inf'}"
             if lc.sm90:  # the Gluon form: gluon_sass.py builds it; here the Triton form it falls back to
-                out[name + "/fallback"] = (SM90_FALLBACK, groups, {})
+                out[name + "/fallback"] = (SM90_FALLBACKS[lc.config[0]], groups, {})
                 continue
             out[name] = (lc, groups, {})
             if kind == "plain" and not lc.swap:

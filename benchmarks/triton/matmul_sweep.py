@@ -37,7 +37,7 @@ from rlk_models.ops.triton.matmul import (  # noqa: E402
     CANDIDATE_CONFIGS,
     HALF,
     SM90_CANDIDATES,
-    SM90_FALLBACK,
+    SM90_FALLBACKS,
     Launch,
     k_groups,
     launch_for,
@@ -104,9 +104,9 @@ def plot(before: str, after: str, png: str) -> None:
     fig.savefig(png, dpi=110)
 
 
-# the Triton launches the Gluon form replaced or competes with above 256 rows: the 8B table's flat 128 x 128 tiles
-# (``SM90_FALLBACK``) and the 1.7B layers' 64 x 128 (``TUNED``)
-SM90_RIVALS = [SM90_FALLBACK, Launch((64, 128, 4, 4), persistent=False, flat=True)]
+# the Triton launches the Gluon form replaced or competes with from 129 rows: the 8B table's flat 128 x 128 tiles
+# and the 64 x 128 ones it replaced from 129 rows (``SM90_FALLBACKS``), and the 1.7B layers' 64 x 128 (``TUNED``)
+SM90_RIVALS = [*SM90_FALLBACKS.values(), Launch((64, 128, 4, 4), persistent=False, flat=True)]
 
 
 def sm90_groups(ms=(128, 256, 384, 512, 768, 1024, 16384)) -> dict:

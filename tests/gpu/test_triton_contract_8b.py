@@ -66,7 +66,7 @@ def test_matmul_rows_and_launch_choices(name):
         CANDIDATE_CONFIGS,
         HALF,
         SM90_CANDIDATES,
-        SM90_FALLBACK,
+        SM90_FALLBACKS,
         Launch,
         k_groups,
         matmul,
@@ -99,7 +99,7 @@ def test_matmul_rows_and_launch_choices(name):
         for m in (1, 200, 1024, 8192):
             runs = [(x[:m], w, b, dt, k_groups(k)) for b in (None, bias) for dt in (torch.bfloat16, torch.float32)]
             for a_, w_, b, dt, groups in runs + [(half_x[:m], half_w, None, torch.float32, HALF)]:
-                ref = mm(a_, w_, b, dt, groups=groups, launch=SM90_FALLBACK)
+                ref = mm(a_, w_, b, dt, groups=groups, launch=SM90_FALLBACKS[128])
                 for lc in SM90_CANDIDATES:
                     got = mm(a_, w_, b, dt, groups=groups, launch=lc)
                     assert torch.equal(got, ref), f"M={m} {lc} bias={b is not None} {dt} groups={groups}"

@@ -296,7 +296,7 @@ class Launch(NamedTuple):
     #                     the warpgroups split the columns; persistent: one program
     #                     an SM, its loader running into the next tile. From a table, where it
     #                     cannot serve the product (another GPU, fp32 operands, transposed layouts, tma=False):
-    #                     ``SM90_FALLBACK``
+    #                     ``SM90_FALLBACKS`` (the Triton form of its tile height)
 
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
@@ -328,6 +328,9 @@ class Launch(NamedTuple):
 # 1.09/1.22x -> 1.01/1.07x; one program a tile 1.09/1.12x, 1.07/1.07x, 1.06/1.23x, 0.99/1.14x. At 384-768 rows
 # both grids even. The 1.7B layers keep their 64 x 128 Triton tiles to 512 rows (1.34-1.54x; the Gluon form
 # 1.45-1.93x there).
+# Session 31: grouped M = 129-256 the Gluon form in 64 x 128 tiles (the consumers splitting the columns), 6 slots,
+# persistent (``matmul_sweep.py sm90``, bitwise at every point): o 8B M = 256 1.06x -> 0.98x, down 8B 1.09x -> 1.08x.
+# At 128 rows it lost (o 1.14x against the split default's 0.96x).
 LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
     ("plain", "narrow"): [(16, Launch((64, 16, 4, 8), swap=True)),
                           (32, Launch((64, 32, 4, 8), swap=True)),
@@ -345,12 +348,14 @@ LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
                            (32, Launch((64, 256, 4, 3), split=1)),
                            (64, Launch((64, 64, 4, 6), split=HALF, persistent=False, flat=True)),
                            (128, Launch((64, 128, 4, 6), split=HALF, persistent=False, flat=True)),
-                           (256, Launch((64, 128, 4, 6), persistent=False, flat=True)),
+                           (256, Launch((64, 128, 12, 6), sm90=True)),
                            (1 << 62, Launch((128, 128, 12, 5), sm90=True))],
 }
 LAUNCHES["groups", "wide"] = LAUNCHES["groups", "narrow"]  # row-parallel N is the hidden size: not measured wide
-# what a table's sm90 launch runs where the Gluon form cannot serve the product: the Triton form it replaced
-SM90_FALLBACK = Launch((128, 128, 8, 5), persistent=False, flat=True)
+# what a table's sm90 launch runs where the Gluon form cannot serve the product, by its tile's rows: the Triton
+# form it replaced
+SM90_FALLBACKS = {128: Launch((128, 128, 8, 5), persistent=False, flat=True),
+                  64: Launch((64, 128, 4, 6), persistent=False, flat=True)}
 
 # Per layer shape (K order, N, K), over the table above up to each list's last bound (an entry None: the table's
 # launch up to its bound). From the same session-16 search: Qwen3-1.7B's layers (hidden 2048), where the table's
@@ -375,13 +380,16 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
     ("groups", 2048, 2048): [(16, None),  # o
                              (64, Launch((64, 128, 4, 4), split=1)),  # 1.40x -> 1.23x
                              (256, Launch((64, 64, 4, 4), split=HALF, persistent=False, flat=True)),  # 1.33-1.55x
-                             # 512: 1.98x -> 1.33x; above, the Gluon form (session 30, M = 1024: 0.88x its time)
-                             (512, Launch((64, 128, 4, 4), persistent=False, flat=True))],
+                             # 512: Triton 64 x 128 1.98x -> 1.33x (session 17), the Gluon form in 64 x 128 tiles
+                             # 1.50/1.37x -> 1.36/1.21x at 384/512 (session 31); above, its 128-row tiles
+                             (512, Launch((64, 128, 12, 6), sm90=True))],
     ("groups", 2048, 6144): [(16, None),  # down
                              (64, Launch((64, 128, 4, 4), split=1)),  # 1.10x -> 0.91x
                              (128, Launch((128, 128, 4, 4), split=1)),  # 1.10x -> 0.89x
                              (256, Launch((64, 128, 4, 6), split=HALF, persistent=False, flat=True)),  # 1.22x -> 1.13x
-                             (512, Launch((64, 128, 4, 4), persistent=False, flat=True))],  # 1.61x -> 1.09x
+                             # 512: Triton 64 x 128 1.61x -> 1.09x (session 17); the Gluon form in 64 x 128
+                             # tiles 1.11/1.16x -> 1.03/0.99x at 384/512 (session 31)
+                             (512, Launch((64, 128, 12, 6), sm90=True))],
 }
 
 # ``Launch.sm90``'s forms, config (128, BLOCK_N, warps ignored, K slots), one program a tile or persistent, each
@@ -396,7 +404,7 @@ SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5
                    Launch((64, 128, 12, 6), sm90=True), Launch((64, 256, 12, 4), sm90=True)]
 
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
-CANDIDATE_CONFIGS = sorted({(SM90_FALLBACK if lc.sm90 else lc).config
+CANDIDATE_CONFIGS = sorted({(SM90_FALLBACKS[lc.config[0]] if lc.sm90 else lc).config
                             for table in (*LAUNCHES.values(), *TUNED.values()) for _, lc in table if lc} | {
     (16, 32, 4, 4), (16, 64, 4, 4), (16, 128, 4, 4), (32, 64, 4, 4), (64, 64, 4, 4), (64, 128, 4, 4),
     (64, 256, 4, 3), (128, 64, 4, 4), (128, 128, 4, 4), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3),
@@ -464,7 +472,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
             raise ValueError(f"matmul: an sm90 launch ({launch}) computes a grouped-K forward product (K a multiple of "
                              f"{BLOCK_K} a group) on an sm_90 GPU (bf16/fp16, TMA-addressable, tiles of 128 rows "
                              "and up to 128 columns, or 64 rows and up to 256)")
-        launch = SM90_FALLBACK
+        launch = SM90_FALLBACKS.get(launch.config[0], SM90_FALLBACKS[128])
     if launch.sm90:
         bind_cuda_context(a.device)
         matmul_sm90.launch(a, b, out, bias, groups, run_of(groups), *launch.config[:2], launch.config[3], BLOCK_K,
