@@ -35,7 +35,8 @@ Contract
     each tile transposed: the same products summed over the same K-tiles in the same order. On an
     sm_90 GPU the fused grouped form also has a Gluon kernel (``matmul_sm90``, ``Launch.sm90``:
     warp-specialized, its two warpgroups taking turns so one folds a group while the other's dot
-    runs), the default above 256 rows (512 at Qwen3-1.7B's shapes). Which
+    runs), the default above 128 rows (256 at Qwen3-1.7B's shapes): 64-row tiles, the warpgroups splitting
+    the columns, to 256 rows (512 at 1.7B), 128-row tiles above. Which
     form, tile config and grid run is chosen by M, N and K (``launch_for``); every choice gives the
     same bits, which the tests (interpreter: tests/ops/triton; H200:
     tests/gpu/test_triton_contract_8b.py) check. The groups are also the tensor-parallel unit: a
@@ -397,11 +398,12 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
 # Session 30 (sweeps at M = 384-16384, o and down, 8B and 1.7B): 4 slots up to 1.12x slower than 5 (faster, by
 # <= 2%, only at o 1.7B), 128 x 64 tiles at 6 slots 1.17-1.33x slower than the default: dropped. One program a tile
 # stays a candidate (the same kernel; within 1% of persistent at 384-512 rows, 1.07-1.11x slower at 16384).
-# Session 31 (CPU): 64-row tiles, the consumers splitting the columns (64 x 128: m64n64k16 dots, 6 slots; 64 x 256:
-# m64n128k16, 4 slots -- 5 pass the 227 KiB), for M = 128-768, where 128-row tiles leave SMs idle or run 1.45
-# waves (M = 768 at 8B: 192 tiles on 132 SMs; 64 x 128 tiles: 384, 2.9 waves). Not yet timed
+# Session 31: 64-row tiles, the consumers splitting the columns, for M = 128-768, where 128-row tiles leave SMs idle
+# or run 1.45 waves (M = 768 at 8B: 192 tiles on 132 SMs). 64 x 128 (m64n64k16 dots, 6 slots, persistent) won at
+# 129-256 rows (8B) and 257-512 (1.7B), lost at 128 and 768 (``matmul_sweep.py sm90``, second call). 64 x 256
+# (m64n128k16, 4 slots: 5 pass the 227 KiB) never beat the better of the other two by more than 0.3%: dropped
 SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5), persistent=False, sm90=True),
-                   Launch((64, 128, 12, 6), sm90=True), Launch((64, 256, 12, 4), sm90=True)]
+                   Launch((64, 128, 12, 6), sm90=True)]
 
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
 CANDIDATE_CONFIGS = sorted({(SM90_FALLBACKS[lc.config[0]] if lc.sm90 else lc).config

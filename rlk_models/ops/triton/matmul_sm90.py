@@ -2,7 +2,7 @@
 ``matmul._mm_tma_kernel`` for grouped K (``GROUPS`` canonical groups, each reduced from zero in K
 order; runs of ``RUN`` groups folded in order from zero; the runs' sums added in order; + bias; one
 rounding), forward layouts (A [M, K], B [N, K]), so the same bits as every other launch form
-(tests/gpu, natively). ``matmul.LAUNCHES`` runs it for grouped products above 256 rows (``Launch.sm90``).
+(tests/gpu, natively). ``matmul.LAUNCHES`` runs it for grouped products above 128 rows (``Launch.sm90``).
 
 Why a second kernel
     At the training step's size the row-parallel layers (o_proj, down_proj) ran at 1.15-1.38x cuBLAS
@@ -12,19 +12,24 @@ Why a second kernel
     warpgroups of the Triton kernel wait for their last dots and fold together while the tensor cores
     idle. Triton 3.6 cannot stagger them.
 
-The kernel (``_mm_groups_ws``; 128 x BLOCK_N tiles, 12 warps; one program a tile, or persistent: one an SM,
-walking the tiles, so its loader fetches the next tile's K steps while the consumers fold and store the last)
+The kernel (``_mm_groups_ws``; 128 x BLOCK_N or 64 x BLOCK_N tiles, 12 warps; one program a tile, or persistent:
+one an SM, walking the tiles, so its loader fetches the next tile's K steps while the consumers fold and store the
+last)
     - a loader warp (``_producer``) brings each K step's two 64-row halves of A and the BLOCK_N x 64
-      tile of B into ``NUM_BUF`` slots by TMA; a slot is refilled once both consumers freed it;
-    - two consumer warpgroups (``_consumer``) own 64 rows each and take turns issuing their dots
-      (mbarriers): at a group boundary one waits for its last dot and folds while the other's dot
-      runs, so the tensor cores do not idle there;
+      tile of B (64-row tiles: A's 64 rows and B's two halves) into ``NUM_BUF`` slots by TMA; a slot is
+      refilled once both consumers freed it;
+    - two consumer warpgroups (``_consumer``) own 64 rows each (64-row tiles, ``SPLIT_N``: half the
+      columns each) and take turns issuing their dots (mbarriers): at a group boundary one waits for its
+      last dot and folds while the other's dot runs, so the tensor cores do not idle there;
     - the epilogue adds the bias and stores the tile by TMA (rows and columns past M and N clipped).
 
 Measured (H200, session 30, ``matmul_sweep.py sm90``, M = 1024 / 16384, x cuBLAS; the Triton flat form it
 replaced in brackets): persistent, o 8B 1.04 / 1.03x (1.21 / 1.22x), down 8B 1.04 / 1.03x (1.13 / 1.15x), o
 1.7B 1.06 / 1.10x (1.25 / 1.39x), down 1.7B 1.01 / 1.07x (1.09 / 1.22x); one program a tile 1.09 / 1.12x,
-1.07 / 1.07x, 1.06 / 1.23x, 0.99 / 1.14x.
+1.07 / 1.07x, 1.06 / 1.23x, 0.99 / 1.14x. Session 31, 64 x 128 tiles split by columns (6 slots, persistent), where
+128-row tiles leave SMs idle: o 8B M = 256 0.98x (the Triton 64 x 128 form 1.06x), down 8B 1.08x (1.09x); o 1.7B
+M = 384 / 512 1.36 / 1.21x (1.50 / 1.37x), down 1.7B 1.03 / 0.99x (1.11 / 1.16x). At 128 rows and at 768 they lose
+(o 8B 1.14x, 1.27x); 64 x 256 tiles never beat both by more than 0.3%.
 """
 
 from __future__ import annotations
