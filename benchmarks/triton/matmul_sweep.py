@@ -109,7 +109,7 @@ def plot(before: str, after: str, png: str) -> None:
 SM90_RIVALS = [*SM90_FALLBACKS.values(), Launch((64, 128, 4, 4), persistent=False, flat=True)]
 
 
-def sm90_groups(ms=(128, 256, 384, 512, 768, 1024, 16384)) -> dict:
+def sm90_groups(ms=(128, 256, 384, 512, 640, 768, 1024, 1100, 16384)) -> dict:
     """The row-parallel layers' Gluon fused form (``Launch.sm90``, ``matmul_sm90``) against the Triton launches
     it competes with (``SM90_RIVALS``), the default launch and cuBLAS under CUDA graphs, at the 8B and 1.7B o
     and down shapes: us, ratios, and whether each form is bitwise the default."""
@@ -126,7 +126,8 @@ def sm90_groups(ms=(128, 256, 384, 512, 768, 1024, 16384)) -> dict:
             row = {"cublas_us": 1e3 * bench_graph(lambda: F.linear(xm, w)),
                    "default_us": 1e3 * bench_graph(lambda: matmul(xm, w, row_parallel=True)),
                    "default": str(launch_for(m, n, k_groups(k), k))}
-            forms = [(f"sm90 {lc.config}{' persistent' if lc.persistent else ''}", lc) for lc in SM90_CANDIDATES]
+            forms = [(f"sm90 {lc.config}{' persistent' if lc.persistent else ''}{' tail' if lc.tail else ''}", lc)
+                     for lc in SM90_CANDIDATES]
             for label, lc in forms + [(f"triton {r.config}", r) for r in SM90_RIVALS]:
                 try:
                     same = torch.equal(mm(xm, w, groups=k_groups(k), launch=lc), ref)

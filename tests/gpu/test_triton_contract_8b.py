@@ -96,7 +96,7 @@ def test_matmul_rows_and_launch_choices(name):
         # and without bias, bf16 and fp32 out; and a TP=2 rank's product (its half of K in 4 groups, one run)
         bias = randn(n, g=g)
         half_x, half_w = x[:, :k // 2].contiguous(), w[:, :k // 2].contiguous()
-        for m in (1, 200, 1024, 8192):
+        for m in (1, 200, 700, 1024, 8192):  # 700: Launch.tail's two launches (512 + 188 rows at N = 4096)
             runs = [(x[:m], w, b, dt, k_groups(k)) for b in (None, bias) for dt in (torch.bfloat16, torch.float32)]
             for a_, w_, b, dt, groups in runs + [(half_x[:m], half_w, None, torch.float32, HALF)]:
                 ref = mm(a_, w_, b, dt, groups=groups, launch=SM90_FALLBACKS[128])

@@ -298,6 +298,9 @@ class Launch(NamedTuple):
     #                     an SM, its loader running into the next tile. From a table, where it
     #                     cannot serve the product (another GPU, fp32 operands, transposed layouts, tma=False):
     #                     ``SM90_FALLBACKS`` (the Triton form of its tile height)
+    tail: bool = False  # sm90, 128-row tiles: the rows past the last whole wave of tiles (``wave_rows``) run as a
+    #                     second launch in ``SM90_TAIL``'s 64-row tiles where those fit one wave (M = 768 at 8B: 512
+    #                     rows in one wave of 128 tiles, 256 in one of 128 half tiles, not 192 tiles in 1.45 waves)
 
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
@@ -353,6 +356,8 @@ LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
                            (1 << 62, Launch((128, 128, 12, 5), sm90=True))],
 }
 LAUNCHES["groups", "wide"] = LAUNCHES["groups", "narrow"]  # row-parallel N is the hidden size: not measured wide
+# the 64-row tiles that take a ``Launch.tail`` launch's rows past its last whole wave
+SM90_TAIL = Launch((64, 128, 12, 6), sm90=True)
 # what a table's sm90 launch runs where the Gluon form cannot serve the product, by its tile's rows: the Triton
 # form it replaced
 SM90_FALLBACKS = {128: Launch((128, 128, 8, 5), persistent=False, flat=True),
@@ -402,8 +407,11 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
 # or run 1.45 waves (M = 768 at 8B: 192 tiles on 132 SMs). 64 x 128 (m64n64k16 dots, 6 slots, persistent) won at
 # 129-256 rows (8B) and 257-512 (1.7B), lost at 128 and 768 (``matmul_sweep.py sm90``, second call). 64 x 256
 # (m64n128k16, 4 slots: 5 pass the 227 KiB) never beat the better of the other two by more than 0.3%: dropped
+# Session 31 (CPU, not yet timed): ``Launch.tail``, the last partial wave of 128-row tiles in 64-row ones (at 8B,
+# M = 768: a wave of 128-row tiles took 26.3 us at 512 rows and one of 64-row tiles 16.5 us at 256, so ~43 us
+# against 47.7 us in 1.45 waves; cuBLAS 39.6)
 SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5), persistent=False, sm90=True),
-                   Launch((64, 128, 12, 6), sm90=True)]
+                   SM90_TAIL, Launch((128, 128, 12, 5), sm90=True, tail=True)]
 
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
 CANDIDATE_CONFIGS = sorted({(SM90_FALLBACKS[lc.config[0]] if lc.sm90 else lc).config
@@ -430,6 +438,17 @@ def launch_for(m: int, n: int, groups: int, k: int) -> Launch:
     if tuned is not None:
         return tuned
     return next(lc for bound, lc in LAUNCHES[(kind, "narrow" if n <= 8192 else "wide")] if m <= bound)
+
+
+def wave_rows(m: int, n: int, config: tuple[int, int, int, int], sms: int) -> int:
+    """The rows a ``Launch.tail`` launch runs in its own tiles (config's BLOCK_M x BLOCK_N): whole waves of them
+    over ``sms`` SMs, when the rest fit one wave of ``SM90_TAIL``'s tiles; else all ``m``."""
+    per_wave = sms // triton.cdiv(n, config[1]) * config[0]
+    head = m // per_wave * per_wave if per_wave else m
+    tail_bm, tail_bn = SM90_TAIL.config[:2]
+    if head == m or triton.cdiv(m - head, tail_bm) * triton.cdiv(n, tail_bn) > sms:
+        return m
+    return head
 
 
 def fitted_config(config: tuple[int, int, int, int], elem_size: int, out_elem_size: int, accumulate: bool = False,
@@ -467,18 +486,24 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         return out
     explicit = launch is not None
     launch = launch or launch_for(m, n, groups, k)
+    if launch.tail and not launch.sm90:
+        raise ValueError(f"matmul: Launch.tail is a form of the sm90 launch ({launch})")
     if launch.sm90 and not (groups > 1 and k % (groups * BLOCK_K) == 0 and not (a_km or b_kn or accumulate)
                             and tma is not False and matmul_sm90.serves_tile(*launch.config[:2])
+                            and (not launch.tail or launch.config[0] == 2 * matmul_sm90.HALF)
                             and matmul_sm90.usable(a, b, out) and tma_ok(a, b, out)):
         if explicit:
             raise ValueError(f"matmul: an sm90 launch ({launch}) computes a grouped-K forward product (K a multiple of "
                              f"{BLOCK_K} a group) on an sm_90 GPU (bf16/fp16, TMA-addressable, tiles of 128 rows "
-                             "and up to 128 columns, or 64 rows and up to 256)")
+                             "and up to 128 columns, or 64 rows and up to 256; a tail after 128-row tiles only)")
         launch = SM90_FALLBACKS.get(launch.config[0], SM90_FALLBACKS[128])
     if launch.sm90:
         bind_cuda_context(a.device)
-        matmul_sm90.launch(a, b, out, bias, groups, run_of(groups), *launch.config[:2], launch.config[3], BLOCK_K,
-                           launch.persistent)
+        head = wave_rows(m, n, launch.config, num_sms(a.device)) if launch.tail else m
+        for lo, hi, lc in ((0, head, launch), (head, m, SM90_TAIL)):  # rows lo..hi-1 in lc's tiles
+            if hi > lo:
+                matmul_sm90.launch(a[lo:hi], b, out[lo:hi], bias, groups, run_of(groups), *lc.config[:2],
+                                   lc.config[3], BLOCK_K, lc.persistent)
         return out
     if launch.swap and (a_km or b_kn or accumulate) and not explicit:  # a table's swap serves forward layouts only
         launch = launch._replace(swap=False)

@@ -259,6 +259,23 @@ def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
                       (128, 128)}
     with pytest.raises(ValueError, match="no form for 128 x 256"):
         matmul_sm90.launch(a, b, torch.empty(16, 64), None, 8, 4, 128, 256, 5, 64)
+    for lc in (Launch((64, 128, 12, 6), sm90=True, tail=True), Launch((128, 128, 8, 5), tail=True)):
+        with pytest.raises(ValueError, match="tail"):
+            mm(a, b, groups=8, launch=lc)
+
+
+def test_matmul_wave_rows():
+    """``Launch.tail``: the rows in whole waves of 128 x 128 tiles, the rest in 64 x 128 ones where those fit one
+    wave (132 SMs, the H200)."""
+    from rlk_models.ops.triton.matmul import wave_rows
+
+    cfg = (128, 128, 12, 5)
+    # o / down at 8B, N = 4096: 32 tiles a row of tiles, 4 rows of tiles (512 rows) a wave
+    assert [wave_rows(m, 4096, cfg, 132) for m in (768, 520, 1100, 200, 1024, 16384, 1000)] == \
+        [512, 512, 1024, 0, 1024, 16384, 1000]  # 1000: 488 rows are 256 half tiles, two waves
+    # o at 1.7B, N = 2048: 1024 rows a wave; 1100 leaves 76 rows (32 half tiles)
+    assert [wave_rows(m, 2048, cfg, 132) for m in (1100, 768, 2048)] == [1024, 768, 2048]
+    assert wave_rows(300, 40000, cfg, 132) == 300  # a row of tiles wider than the GPU: no whole wave
 
 
 def test_matmul_table_sm90_launch_falls_back_where_it_cannot_serve():
