@@ -129,16 +129,18 @@ def stage_engine(a) -> dict:
     # three timed runs, the median reported (session 13: one run each, stock 20,044 and 19,143 tok/s in two
     # calls -- the spread of one run was as large as the goal's margin); the parity check reads the last
     preempted = counter(llm, "vllm:num_preemptions")
-    runs = []
+    runs, states = [], [gpu_state()]
     for _ in range(3):
         t = time.time()
         outs = llm.generate(prompts, sp, use_tqdm=False)
         runs.append(time.time() - t)
+        states.append(gpu_state())  # at each run's end (session 31: both engines' runs fell 15-19% in turn)
     dt = sorted(runs)[1]
     ntok = sum(len(o.outputs[0].token_ids) for o in outs)
     res["throughput"] = {"s": round(dt, 2), "tokens": ntok, "tok_per_s": round(ntok / dt, 1),
                          "runs_tok_per_s": [round(ntok / r, 1) for r in runs],
-                         "preemptions": counter(llm, "vllm:num_preemptions") - preempted}
+                         "preemptions": counter(llm, "vllm:num_preemptions") - preempted,
+                         "gpu_before_and_after_runs": states}
     one = SamplingParams(temperature=1.0, max_tokens=128, ignore_eos=True)
     first = SamplingParams(temperature=1.0, max_tokens=1, ignore_eos=True)
     llm.generate(prompts[:1], one, use_tqdm=False)
@@ -216,6 +218,18 @@ def engine_facts(llm) -> dict:
     return {"kv_cache_tokens": blocks * cfg.cache_config.block_size if blocks else None,
             "max_num_batched_tokens": cfg.scheduler_config.max_num_batched_tokens,
             "max_cudagraph_capture_size": cfg.compilation_config.max_cudagraph_capture_size}
+
+
+def gpu_state() -> dict:
+    """The GPU's SM clock (MHz), temperature (C) and power draw (W) now, by NVML (torch.cuda; {} where it is
+    unavailable): whether a run that slows run after run is the GPU clocking down."""
+    import torch
+
+    try:
+        return {"sm_clock_mhz": torch.cuda.clock_rate(), "temperature_c": torch.cuda.temperature(),
+                "power_w": round(torch.cuda.power_draw() / 1000, 1)}
+    except Exception:  # noqa: BLE001 -- no NVML bindings: the figure is left out, the run goes on
+        return {}
 
 
 def counter(llm, name: str) -> int:
