@@ -4,7 +4,8 @@ class on the GPU.
 
 Each engine runs in its own process (a finished engine's GPU memory is only freed with its
 process). Per engine: start time, output tokens/s of ``--n`` prompts x ``--max-tokens`` at
-temperature 1 with ``logprobs=0`` (the median of three runs after a warm-up; ``--varied``: each request
+temperature 1 with ``logprobs=0`` (the median of three runs after a warm-up, with the GPU's SM clock, temperature
+and power before and after each; ``--varied``: each request
 its own length, and with
 ``--n`` above ``--max-num-seqs`` prefills then mix with decodes as in RL rollouts), batch-1
 latency per token (median of 5: ``batch1_itl_ms`` with the prefill and first token, ``batch1_tpot_ms``

@@ -398,7 +398,7 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                              (512, Launch((64, 128, 12, 6), sm90=True))],
 }
 
-# ``Launch.sm90``'s forms, config (128, BLOCK_N, warps ignored, K slots), one program a tile or persistent, each
+# ``Launch.sm90``'s forms, config (128 or 64, BLOCK_N, warps ignored, K slots), one program a tile or persistent, each
 # built for sm_90 on the CPU (gluon_sass.py), timed by ``matmul_sweep.py sm90`` and proved bitwise by tests/gpu.
 # Session 30 (sweeps at M = 384-16384, o and down, 8B and 1.7B): 4 slots up to 1.12x slower than 5 (faster, by
 # <= 2%, only at o 1.7B), 128 x 64 tiles at 6 slots 1.17-1.33x slower than the default: dropped. One program a tile
