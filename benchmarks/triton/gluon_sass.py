@@ -54,7 +54,7 @@ def mm_groups_sm90(block_m: int = 128, block_n: int = 128, num_buf: int = 4, k: 
     c = torch.empty(256, 256, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[out_dtype])
     descs = matmul_sm90.descriptors(a, b, c, block_m, block_n, BLOCK_K)
     types = dict(bias_ptr="*bf16", M="i32", N="i32", K="i32", KG="i32")
-    consts = dict(HAS_BIAS=bias, GROUPS=8, RUN=4, NUM_BUF=num_buf, SPLIT_N=int(block_m == matmul_sm90.HALF),
+    consts = dict(HAS_BIAS=bias, GROUPS=8, RUN=4, NUM_BUF=num_buf, SPLIT_N=matmul_sm90.split_n(block_m),
                   CONSUMER_REGS=matmul_sm90.CONSUMER_REGS, num_warps=4)
     return build_gluon(matmul_sm90._mm_groups_ws, dict(zip(("a_desc", "b_desc", "c_desc"), descs)), types, consts,
                        (), matmul_sm90.MAXNREG)

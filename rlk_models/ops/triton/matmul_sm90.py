@@ -200,13 +200,18 @@ def _mm_groups_ws(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: gl.co
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
+def split_n(block_m: int) -> int:
+    """``SPLIT_N`` of block_m-row tiles: 1 where the two consumers split a 64-row tile's columns, 0 where they
+    take 64 rows each of a 128-row tile."""
+    return int(block_m == HALF)
+
+
 def serves_tile(block_m: int, block_n: int) -> bool:
     """Whether the kernel has a form for block_m x block_n tiles: 128 rows (a consumer's 64 each) or 64 (a
     consumer's half of the columns each), a consumer's columns a multiple of 16 up to 128 (its three fp32
     tiles -- group partial, run, sum -- fill the registers at 64 x 128)."""
-    wg_n = block_n // (2 if block_m == HALF else 1)
-    return block_m in (HALF, 2 * HALF) and block_n == wg_n * (2 if block_m == HALF else 1) and wg_n % 16 == 0 \
-        and 16 <= wg_n <= 128
+    wg_n, rest = divmod(block_n, 1 + split_n(block_m))
+    return block_m in (HALF, 2 * HALF) and rest == 0 and wg_n % 16 == 0 and 16 <= wg_n <= 128
 
 
 def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, block_m: int, block_n: int, block_k: int) -> list:
@@ -214,7 +219,7 @@ def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, block_m: int,
     rows (block_n, or half of it when the tile's 64 rows are split by columns), both block_k wide; C [M, N]
     in a consumer's 64-row block of its columns."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    wg_n = block_n // (2 if block_m == HALF else 1)
+    wg_n = block_n // (1 + split_n(block_m))
     return [TensorDescriptor.from_tensor(x, block, smem_layout(block, x.dtype))
             for x, block in ((a, [HALF, block_k]), (b, [wg_n, block_k]), (c, [HALF, wg_n]))]
 
@@ -237,4 +242,4 @@ def launch(a, b, out, bias, groups: int, run: int, block_m: int, block_n: int, n
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
     grid = (min(tiles, num_sms(a.device)) if persistent else tiles,)
     _mm_groups_ws[grid](ad, bd, cd, bias if bias is not None else out, m, n, k, k // groups, bias is not None, groups,
-                        run, num_buf, int(block_m == HALF), CONSUMER_REGS, num_warps=4, maxnreg=MAXNREG)
+                        run, num_buf, split_n(block_m), CONSUMER_REGS, num_warps=4, maxnreg=MAXNREG)
