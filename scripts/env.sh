@@ -17,6 +17,16 @@ if [ ! -x "$RLK_VENV/bin/python" ]; then
 fi
 if [ "$(cat "$RLK_VENV/.rlk-installed" 2>/dev/null || true)" != "$want" ]; then
     echo "[rlk] installing dependencies into $RLK_VENV (first run takes a few minutes)" >&2
+    # The install needs about 3.5 GB in .venv plus pip's unpacked wheels under TMPDIR: say so
+    # up front instead of dying half-installed with pip's "[Errno 28] No space left on device".
+    for dir in "$RLK_VENV" "${TMPDIR:-/tmp}"; do
+        free_gb=$(df -Pk "$dir" | awk 'NR == 2 { print int($4 / 1048576) }')
+        if [ "$free_gb" -lt "${RLK_MIN_FREE_GB:-6}" ]; then
+            echo "[rlk] error: $dir has ${free_gb} GB free; installing .venv needs ${RLK_MIN_FREE_GB:-6} GB" \
+                 "(free some space, or point TMPDIR at a larger disk)" >&2
+            exit 1
+        fi
+    done
     "$RLK_VENV/bin/python" -m pip install -q "pip==26.3"
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
         "$RLK_VENV/bin/python" -m pip install -q -c "$RLK_ROOT/requirements/gpu.txt" -e "$RLK_ROOT[gpu,test]"
