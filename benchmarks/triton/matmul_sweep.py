@@ -109,14 +109,18 @@ def plot(before: str, after: str, png: str) -> None:
 SM90_RIVALS = [*SM90_FALLBACKS.values(), Launch((64, 128, 4, 4), persistent=False, flat=True)]
 
 
-def sm90_groups(ms=(128, 256, 384, 512, 640, 768, 1024, 1100, 16384)) -> dict:
+SM90_MS = (128, 256, 384, 512, 640, 768, 1024, 1100, 16384)
+SM90_SHAPES = ("o", "down", "o_1.7b", "down_1.7b")
+
+
+def sm90_groups(ms=SM90_MS, shapes=SM90_SHAPES) -> dict:
     """The row-parallel layers' Gluon fused form (``Launch.sm90``, ``matmul_sm90``) against the Triton launches
     it competes with (``SM90_RIVALS``), the default launch and cuBLAS under CUDA graphs, at the 8B and 1.7B o
     and down shapes: us, ratios, and whether each form is bitwise the default."""
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     res = {"info": info(), "shapes": {}}
-    for name in ("o", "down", "o_1.7b", "down_1.7b"):
+    for name in shapes:
         k, n = SHAPES[name]
         x = torch.randn(max(ms), k, device=dev, generator=g).bfloat16()
         w = (torch.randn(n, k, device=dev, generator=g) * 0.02).bfloat16()
@@ -147,7 +151,15 @@ def sm90_groups(ms=(128, 256, 384, 512, 640, 768, 1024, 1100, 16384)) -> dict:
 
 def main() -> None:
     if sys.argv[1:2] == ["sm90"]:
-        return sm90_groups()
+        ap = argparse.ArgumentParser(prog="matmul_sweep.py sm90")
+        ap.add_argument("--m", default=",".join(map(str, SM90_MS)), help="comma-separated row counts")
+        ap.add_argument("--shapes", default=",".join(SM90_SHAPES), help="comma-separated subset of "
+                        + ",".join(SM90_SHAPES))
+        a = ap.parse_args(sys.argv[2:])
+        shapes = a.shapes.split(",")
+        if bad := sorted(set(shapes) - set(SM90_SHAPES)):
+            ap.error(f"--shapes: {bad} are not row-parallel shapes ({', '.join(SM90_SHAPES)})")
+        return sm90_groups(tuple(int(m) for m in a.m.split(",")), shapes)
     if sys.argv[1:2] == ["plot"]:
         if len(sys.argv) != 5:
             sys.exit("usage: matmul_sweep.py plot BEFORE.json AFTER.json OUT.png")
