@@ -88,8 +88,8 @@
 #                                              # form timed from 128 rows, the 1.7B step (carry .wheels)
 #   CALL=s31b bash scripts/device_calls.sh      # the RL-shaped rollout at 1.7B (rlk, stock), then the whole matmul table
 #                                              # against cuBLAS (carry .vllm-cuda)
-#   CALL=s32 bash scripts/device_calls.sh       # Launch.tail's bits and times, the plain layers' search at M = 192,
-#                                              # 384, 768 (no carry)
+#   CALL=s32 bash scripts/device_calls.sh       # Launch.tail's and the plain Gluon forms' bits and times, the plain
+#                                              # layers' search at M = 192, 384, 768 (no carry)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -356,17 +356,19 @@ s31b)
     grep -E "graph:" "$ROOT_OUT/table.log" | cut -c1-120
     ;;
 s32)
-    # Launch.tail (the last partial wave of 128-row Gluon tiles in 64-row ones; never run on a GPU): its bits in the o
-    # shape's launch choices (M = 700: 512 + 188 rows), then every sm90 form timed from 128 rows (640, 768, 1100: the
-    # tail's rows), then the plain layers' launches searched at the non-power-of-two M where 128-row tiles are part
-    # padding (no carry)
+    # Launch.tail (the last partial wave of 128-row Gluon tiles in 64-row ones) and the Gluon kernel in one K-group
+    # for the plain layers (SM90_PLAIN_CANDIDATES; both never run on a GPU): their bits in the o and qkv launch
+    # choices (M = 700: 512 + 188 rows at o, 640 + 60 at qkv), then every sm90 form timed at 192, 384 and 768 rows
+    # (o, down: the tail; qkv, gate_up: one group), then the plain layers' whole search there, where 128-row tiles
+    # are part padding (no carry)
     c8=tests/gpu/test_triton_contract_8b.py
-    part s32_tests 200 PART=tests TEST_TIMEOUT=190 TESTS="$c8::test_matmul_rows_and_launch_choices[o]"
+    part s32_tests 240 PART=tests TEST_TIMEOUT=230 \
+        TESTS="$c8::test_matmul_rows_and_launch_choices[o] $c8::test_matmul_rows_and_launch_choices[qkv]"
     grep -E "^E  .*|FAILED|PASSED" "$ROOT_OUT/s32_tests/gpu_tests.log" | cut -c1-200 | head -20
-    bench mm90_sweep 200 benchmarks/triton/matmul_sweep.py sm90
-    grep -E "M=" "$ROOT_OUT/mm90_sweep.log" | cut -c1-600
-    bench plain_search 150 benchmarks/triton/matmul_sweep.py --search --quick --m 192,384,768 \
-        --shapes qkv,gate_up,lm_head,qkv_1.7b,gate_up_1.7b
+    bench mm90_sweep 160 benchmarks/triton/matmul_sweep.py sm90 --m 192,384,768 --shapes o,down,qkv,gate_up
+    grep -E "M=" "$ROOT_OUT/mm90_sweep.log" | cut -c1-700
+    bench plain_search 170 benchmarks/triton/matmul_sweep.py --search --quick --m 192,384,768 \
+        --shapes qkv,gate_up,qkv_1.7b,gate_up_1.7b
     grep -E "search:" "$ROOT_OUT/plain_search.log" | cut -c1-200
     ;;
 qkcheck)

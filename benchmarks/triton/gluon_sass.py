@@ -1,9 +1,10 @@
 """The Gluon kernels compiled for the H200 (sm_90) on any machine, no GPU needed, with their MMA
 instructions, registers, spill stack and shared memory (``matmul_sass.describe``): the log-prob
 head's statistics (``head_sm90._stats_ws`` and ``_stats_pingpong``) in each form -- probabilities
-kept or not, the entropy's sum or not, every ``STATS_SM90_CANDIDATES`` config -- and the row-parallel
-matmul's fused K-group form (``matmul_sm90._mm_groups_ws``) in every ``matmul.SM90_CANDIDATES`` config,
-with and without bias, bf16 and fp32 out.
+kept or not, the entropy's sum or not, every ``STATS_SM90_CANDIDATES`` config -- and the matmul's fused
+K-group form (``matmul_sm90._mm_groups_ws``) in every ``matmul.SM90_CANDIDATES`` config in 8 K-groups (the
+row-parallel layers) and every ``SM90_PLAIN_CANDIDATES`` config in one (the plain layers), with and without
+bias, bf16 and fp32 out, at the K slots ``matmul_sm90.slots`` leaves it.
 Gluon has no interpreter mode, so this is what the CPU can check of these kernels between device
 sessions (the attention forward's Gluon kernel is built by attention_sass.py).
 
@@ -22,7 +23,7 @@ from matmul_sass import build_gluon, describe  # noqa: E402
 
 from rlk_models.ops.canonical import VOCAB_TILE  # noqa: E402
 from rlk_models.ops.triton import head_sm90, matmul_sm90  # noqa: E402
-from rlk_models.ops.triton.matmul import SM90_CANDIDATES  # noqa: E402
+from rlk_models.ops.triton.matmul import SM90_CANDIDATES, SM90_PLAIN_CANDIDATES  # noqa: E402
 from rlk_models.ops.triton.utils import BLOCK_K  # noqa: E402
 
 
@@ -45,16 +46,18 @@ def stats_sm90(config: tuple = head_sm90.STATS_SM90_CONFIG, keep_probs: bool = T
 
 
 def mm_groups_sm90(block_m: int = 128, block_n: int = 128, num_buf: int = 4, k: int = 4096, bias: bool = False,
-                   out_dtype: str = "bf16"):
-    """``_mm_groups_ws`` for sm_90 in block_m x block_n tiles (8 K-groups in halves, bf16 operands),
-    descriptors from host ones over CPU tensors."""
+                   out_dtype: str = "bf16", groups: int = 8):
+    """``_mm_groups_ws`` for sm_90 in block_m x block_n tiles (``groups`` K-groups, 8 folded in halves; bf16
+    operands) with the K slots ``matmul_sm90.launch`` gives it, descriptors from host ones over CPU tensors."""
     import torch
 
-    a, b = torch.empty(256, k, dtype=torch.bfloat16), torch.empty(256, k, dtype=torch.bfloat16)
-    c = torch.empty(256, 256, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[out_dtype])
+    a, b = torch.empty(256, k, dtype=torch.bfloat16), torch.empty(512, k, dtype=torch.bfloat16)
+    c = torch.empty(256, 512, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[out_dtype])
     descs = matmul_sm90.descriptors(a, b, c, block_m, block_n, BLOCK_K)
     types = dict(bias_ptr="*bf16", M="i32", N="i32", K="i32", KG="i32")
-    consts = dict(HAS_BIAS=bias, GROUPS=8, RUN=4, NUM_BUF=num_buf, SPLIT_N=matmul_sm90.split_n(block_m),
+    num_buf = matmul_sm90.slots(block_m, block_n, BLOCK_K, num_buf, a.element_size(), c.element_size())
+    consts = dict(HAS_BIAS=bias, GROUPS=groups, RUN=min(groups, 4), NUM_BUF=num_buf,
+                  SPLIT_N=matmul_sm90.split_n(block_m),
                   CONSUMER_REGS=matmul_sm90.CONSUMER_REGS, num_warps=4)
     return build_gluon(matmul_sm90._mm_groups_ws, dict(zip(("a_desc", "b_desc", "c_desc"), descs)), types, consts,
                        (), matmul_sm90.MAXNREG)
@@ -63,10 +66,12 @@ def mm_groups_sm90(block_m: int = 128, block_n: int = 128, num_buf: int = 4, k: 
 def main() -> None:
     heads = {f"{c} keep_probs={kp} entropy={e}": (c, kp, e) for c in head_sm90.STATS_SM90_CANDIDATES
              for kp in (True, False) for e in (False, True)}
-    mms = {f"{c} bias={bias} out={od}": (c[0], c[1], c[3], 4096, bias, od)
-           for c in sorted({lc.config for lc in SM90_CANDIDATES}) for bias in (False, True) for od in ("bf16", "fp32")}
+    def mms(launches: list, groups: int) -> dict:
+        return {f"{c} bias={bias} out={od}": mm_groups_sm90(c[0], c[1], c[3], 4096, bias, od, groups)
+                for c in sorted({lc.config for lc in launches}) for bias in (False, True) for od in ("bf16", "fp32")}
+
     res = {"stats_sm90": {name: stats_sm90(*f) for name, f in heads.items()},
-           "mm_groups_sm90": {name: mm_groups_sm90(*f) for name, f in mms.items()}}
+           "mm_groups_sm90": mms(SM90_CANDIDATES, 8), "mm_plain_sm90": mms(SM90_PLAIN_CANDIDATES, 1)}
     print(json.dumps({kind: {name: {**describe(k), **mma(k)} for name, k in built.items()}
                       for kind, built in res.items()}, indent=1))
 

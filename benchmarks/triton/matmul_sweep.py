@@ -8,15 +8,17 @@ row-parallel (canonical K-groups), the others plain (one group).
      cost, how vLLM runs decode): cuBLAS ``F.linear`` and our default launch for every M in
      ``M_ALL``; eager ``do_bench`` of both at M in {1, 16, 128} (host overhead included);
   3. ``--search``: every candidate launch (config x form) at ``M_SEARCH`` (or ``--m``), the best per (shape,
-     M) -- what ``LAUNCHES`` in ops/triton/matmul.py is picked from;
+     M) -- what ``LAUNCHES`` in ops/triton/matmul.py is picked from (plain shapes above 64 rows: the Gluon
+     forms in one K-group too, ``SM90_PLAIN_CANDIDATES``);
   4. the backward's GEMMs (dx, dw) at M = 1024, 4096, 16384 under CUDA graphs, and forward + backward
      at M=4096 (eager).
 
     python benchmarks/triton/matmul_sweep.py [--search] [--shapes qkv,o]     # Qwen3-8B shapes (default: all five)
     python benchmarks/triton/matmul_sweep.py --search --shapes o,o_1.7b,down_1.7b  # and Qwen3-1.7B's
     python benchmarks/triton/matmul_sweep.py plot BEFORE.json AFTER.json OUT.png  # ratio vs M, two runs
-    python benchmarks/triton/matmul_sweep.py sm90   # the row-parallel Gluon fused form (Launch.sm90) at o, down,
-                                                # against the Triton launches it competes with
+    python benchmarks/triton/matmul_sweep.py sm90 [--m 192,384] [--shapes o,qkv]  # the Gluon fused form
+        # (Launch.sm90) against the Triton launches it competes with: row-parallel shapes in K-groups (default o, down
+        # at 8B and 1.7B), plain ones in one
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from rlk_models.ops.triton.matmul import (  # noqa: E402
     HALF,
     SM90_CANDIDATES,
     SM90_FALLBACKS,
+    SM90_PLAIN_CANDIDATES,
     Launch,
     k_groups,
     launch_for,
@@ -71,6 +74,8 @@ def candidates(m: int, grouped: bool, tiles: set[tuple[int, int]] | None = None,
            if not (f.get("split") == 1 and m > 256) and not (f.get("split") == HALF and m > 1024)]
     if not grouped and m <= 256:
         out += [Launch(c, swap=True) for c in CANDIDATE_CONFIGS if c[0] >= 64 and c[1] <= 2 * max(16, m)]
+    if not grouped and m > 64:  # the Gluon kernel in one K-group (an sm_90 GPU; elsewhere mm refuses: skipped)
+        out += SM90_PLAIN_CANDIDATES
     if tiles is not None:
         out = [lc for lc in out if lc.config[:2] in tiles]
     if stages:
@@ -113,10 +118,11 @@ SM90_MS = (128, 256, 384, 512, 640, 768, 1024, 1100, 16384)
 SM90_SHAPES = ("o", "down", "o_1.7b", "down_1.7b")
 
 
-def sm90_groups(ms=SM90_MS, shapes=SM90_SHAPES) -> dict:
-    """The row-parallel layers' Gluon fused form (``Launch.sm90``, ``matmul_sm90``) against the Triton launches
-    it competes with (``SM90_RIVALS``), the default launch and cuBLAS under CUDA graphs, at the 8B and 1.7B o
-    and down shapes: us, ratios, and whether each form is bitwise the default."""
+def sm90_forms(ms=SM90_MS, shapes=SM90_SHAPES) -> dict:
+    """The Gluon fused form (``Launch.sm90``, ``matmul_sm90``) against the Triton launches it competes with
+    (``SM90_RIVALS``), the default launch and cuBLAS under CUDA graphs: the row-parallel shapes in their K-groups
+    (``SM90_CANDIDATES``), the plain ones in one (``SM90_PLAIN_CANDIDATES``); us, ratios, and whether each form
+    is bitwise the default."""
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     res = {"info": info(), "shapes": {}}
@@ -124,18 +130,20 @@ def sm90_groups(ms=SM90_MS, shapes=SM90_SHAPES) -> dict:
         k, n = SHAPES[name]
         x = torch.randn(max(ms), k, device=dev, generator=g).bfloat16()
         w = (torch.randn(n, k, device=dev, generator=g) * 0.02).bfloat16()
+        rp = name in ROW_PARALLEL
+        groups = k_groups(k) if rp else 1
         for m in ms:
             xm = x[:m]
-            ref = matmul(xm, w, row_parallel=True)
+            ref = matmul(xm, w, row_parallel=rp)
             row = {"cublas_us": 1e3 * bench_graph(lambda: F.linear(xm, w)),
-                   "default_us": 1e3 * bench_graph(lambda: matmul(xm, w, row_parallel=True)),
-                   "default": str(launch_for(m, n, k_groups(k), k))}
+                   "default_us": 1e3 * bench_graph(lambda: matmul(xm, w, row_parallel=rp)),
+                   "default": str(launch_for(m, n, groups, k))}
             forms = [(f"sm90 {lc.config}{' persistent' if lc.persistent else ''}{' tail' if lc.tail else ''}", lc)
-                     for lc in SM90_CANDIDATES]
+                     for lc in (SM90_CANDIDATES if rp else SM90_PLAIN_CANDIDATES)]
             for label, lc in forms + [(f"triton {r.config}", r) for r in SM90_RIVALS]:
                 try:
-                    same = torch.equal(mm(xm, w, groups=k_groups(k), launch=lc), ref)
-                    t = 1e3 * bench_graph(lambda: mm(xm, w, groups=k_groups(k), launch=lc))
+                    same = torch.equal(mm(xm, w, groups=groups, launch=lc), ref)
+                    t = 1e3 * bench_graph(lambda: mm(xm, w, groups=groups, launch=lc))
                     row[label] = {"us": t, "vs_cublas": t / row["cublas_us"], "vs_default": t / row["default_us"],
                                   "bitwise": same}
                 except Exception as exc:  # noqa: BLE001 -- a form that fails to build or run is reported
@@ -154,12 +162,12 @@ def main() -> None:
         ap = argparse.ArgumentParser(prog="matmul_sweep.py sm90")
         ap.add_argument("--m", default=",".join(map(str, SM90_MS)), help="comma-separated row counts")
         ap.add_argument("--shapes", default=",".join(SM90_SHAPES), help="comma-separated subset of "
-                        + ",".join(SM90_SHAPES))
+                        + ",".join(SHAPES))
         a = ap.parse_args(sys.argv[2:])
         shapes = a.shapes.split(",")
-        if bad := sorted(set(shapes) - set(SM90_SHAPES)):
-            ap.error(f"--shapes: {bad} are not row-parallel shapes ({', '.join(SM90_SHAPES)})")
-        return sm90_groups(tuple(int(m) for m in a.m.split(",")), shapes)
+        if bad := sorted(set(shapes) - set(SHAPES)):
+            ap.error(f"--shapes: no shapes {bad} ({', '.join(SHAPES)})")
+        return sm90_forms(tuple(int(m) for m in a.m.split(",")), shapes)
     if sys.argv[1:2] == ["plot"]:
         if len(sys.argv) != 5:
             sys.exit("usage: matmul_sweep.py plot BEFORE.json AFTER.json OUT.png")

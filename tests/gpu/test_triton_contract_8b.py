@@ -67,6 +67,7 @@ def test_matmul_rows_and_launch_choices(name):
         HALF,
         SM90_CANDIDATES,
         SM90_FALLBACKS,
+        SM90_PLAIN_CANDIDATES,
         Launch,
         k_groups,
         matmul,
@@ -103,6 +104,17 @@ def test_matmul_rows_and_launch_choices(name):
                 for lc in SM90_CANDIDATES:
                     got = mm(a_, w_, b, dt, groups=groups, launch=lc)
                     assert torch.equal(got, ref), f"M={m} {lc} bias={b is not None} {dt} groups={groups}"
+    if not rp and torch.cuda.get_device_capability() == (9, 0):
+        # the same kernel in one K-group (candidates for the plain layers): against the Triton form, bias or not,
+        # bf16 and fp32 out; 700 rows: at qkv's N a tail launch's 640 + 60
+        bias = randn(n, g=g)
+        for m in (1, 200, 700, 1024, 8192):
+            for b, dt in ((None, torch.bfloat16), (bias, torch.bfloat16), (bias, torch.float32)):
+                ref = mm(x[:m], w, b, dt, launch=SM90_FALLBACKS[128])
+                for lc in SM90_PLAIN_CANDIDATES:
+                    got = mm(x[:m], w, b, dt, launch=lc)
+                    assert torch.equal(got, ref), f"M={m} {lc} bias={b is not None} {dt} plain"
+                del ref, got
     assert torch.equal(matmul(x[:128], w, row_parallel=rp, tma=False), matmul(x[:128], w, row_parallel=rp)), \
         "pointer kernel != TMA"
     xg, wg = x[:4096].clone().requires_grad_(), w.clone().requires_grad_()

@@ -36,7 +36,8 @@ Contract
     sm_90 GPU the fused grouped form also has a Gluon kernel (``matmul_sm90``, ``Launch.sm90``:
     warp-specialized, its two warpgroups taking turns so one folds a group while the other's dot
     runs), the default above 128 rows (256 at Qwen3-1.7B's shapes): 64-row tiles, the warpgroups splitting
-    the columns, to 256 rows (512 at 1.7B), 128-row tiles above. Which
+    the columns, to 256 rows (512 at 1.7B), 128-row tiles above; for plain K the same kernel in one
+    group is a candidate (``SM90_PLAIN_CANDIDATES``). Which
     form, tile config and grid run is chosen by M, N and K (``launch_for``); every choice gives the
     same bits, which the tests (interpreter: tests/ops/triton; H200:
     tests/gpu/test_triton_contract_8b.py) check. The groups are also the tensor-parallel unit: a
@@ -291,10 +292,10 @@ class Launch(NamedTuple):
     #                     config = (weight rows, tokens, warps, stages); tiles stored transposed
     flat: bool = False  # TMA kernel: one tile per program (persistent ignored); grouped K: group and K-tile
     #                     loops that Triton fuses into one pipelined loop (``_mm_tma_tile``)
-    sm90: bool = False  # grouped K, forward layouts, sm_90: the Gluon fused form (``matmul_sm90``: warp-specialized,
-    #                     its two warpgroups taking turns so one folds at a group boundary while the other's dots
-    #                     run); config = (128, BLOCK_N <= 128, warps ignored, K slots), or (64, BLOCK_N <= 256, ...):
-    #                     the warpgroups split the columns; persistent: one program
+    sm90: bool = False  # forward layouts, sm_90: the Gluon fused form (``matmul_sm90``: warp-specialized, its two
+    #                     warpgroups taking turns so one folds at a group boundary while the other's dots run);
+    #                     config = (128, BLOCK_N <= 128, warps ignored, K slots), or (64, BLOCK_N <= 256, ...):
+    #                     the warpgroups split the columns (plain K: twice the columns); persistent: one program
     #                     an SM, its loader running into the next tile. From a table, where it
     #                     cannot serve the product (another GPU, fp32 operands, transposed layouts, tma=False):
     #                     ``SM90_FALLBACKS`` (the Triton form of its tile height)
@@ -412,6 +413,13 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
 # against 47.7 us in 1.45 waves; cuBLAS 39.6)
 SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5), persistent=False, sm90=True),
                    SM90_TAIL, Launch((128, 128, 12, 5), sm90=True, tail=True)]
+# Session 32 (CPU, not yet timed): the plain layers (qkv, gate_up, the head's matmul) in the same kernel, one K-group,
+# where the Triton tiles measured 1.17-1.60x cuBLAS at 192-768 rows (session 31's table): the grouped forms, and
+# the tiles one group frees registers for -- 128 x 256 (cuBLAS's; m64n256k16, 3 slots: 208 KiB) and 64 x 256 split
+# by columns (m64n128k16, 4 slots) -- built for sm_90 without a spill (gluon_sass.py)
+SM90_PLAIN_CANDIDATES = [*SM90_CANDIDATES, Launch((128, 256, 12, 3), sm90=True),
+                         Launch((128, 256, 12, 3), persistent=False, sm90=True),
+                         Launch((128, 256, 12, 3), sm90=True, tail=True), Launch((64, 256, 12, 4), sm90=True)]
 
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
 CANDIDATE_CONFIGS = sorted({(SM90_FALLBACKS[lc.config[0]] if lc.sm90 else lc).config
@@ -488,14 +496,15 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     launch = launch or launch_for(m, n, groups, k)
     if launch.tail and not launch.sm90:
         raise ValueError(f"matmul: Launch.tail is a form of the sm90 launch ({launch})")
-    if launch.sm90 and not (groups > 1 and k % (groups * BLOCK_K) == 0 and not (a_km or b_kn or accumulate)
-                            and tma is not False and matmul_sm90.serves_tile(*launch.config[:2])
+    if launch.sm90 and not (k % (groups * BLOCK_K) == 0 and not (a_km or b_kn or accumulate)
+                            and tma is not False and matmul_sm90.serves_tile(*launch.config[:2], plain=groups == 1)
                             and (not launch.tail or launch.config[0] == 2 * matmul_sm90.HALF)
                             and matmul_sm90.usable(a, b, out) and tma_ok(a, b, out)):
         if explicit:
-            raise ValueError(f"matmul: an sm90 launch ({launch}) computes a grouped-K forward product (K a multiple of "
-                             f"{BLOCK_K} a group) on an sm_90 GPU (bf16/fp16, TMA-addressable, tiles of 128 rows "
-                             "and up to 128 columns, or 64 rows and up to 256; a tail after 128-row tiles only)")
+            raise ValueError(f"matmul: an sm90 launch ({launch}) computes a forward product (K a multiple of "
+                             f"{BLOCK_K} a group, no accumulate) on an sm_90 GPU (bf16/fp16, TMA-addressable, "
+                             "tiles of 128 rows and up to 128 columns, or 64 rows and up to 256 -- twice those in "
+                             "one K-group; a tail after 128-row tiles only)")
         launch = SM90_FALLBACKS.get(launch.config[0], SM90_FALLBACKS[128])
     if launch.sm90:
         bind_cuda_context(a.device)

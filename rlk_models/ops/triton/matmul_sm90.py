@@ -1,8 +1,11 @@
-"""The row-parallel matmul's fused K-group form for Hopper (sm_90), written in Gluon: the contract of
+"""The matmul's fused K-group form for Hopper (sm_90), written in Gluon: the contract of
 ``matmul._mm_tma_kernel`` for grouped K (``GROUPS`` canonical groups, each reduced from zero in K
 order; runs of ``RUN`` groups folded in order from zero; the runs' sums added in order; + bias; one
 rounding), forward layouts (A [M, K], B [N, K]), so the same bits as every other launch form
-(tests/gpu, natively). ``matmul.LAUNCHES`` runs it for grouped products above 128 rows (``Launch.sm90``).
+(tests/gpu, natively). ``matmul.LAUNCHES`` runs it for grouped (row-parallel) products above 128 rows
+(``Launch.sm90``). One group is the plain K order of the column-parallel layers (qkv, gate_up): the same
+kernel, one partial added to zero, and, with one fp32 tile fewer to hold, tiles up to 256 columns a
+consumer (cuBLAS's 128 x 256); candidates (``matmul.SM90_PLAIN_CANDIDATES``), not yet timed.
 
 Why a second kernel
     At the training step's size the row-parallel layers (o_proj, down_proj) ran at 1.15-1.38x cuBLAS
@@ -50,6 +53,7 @@ from .gluon_sm90 import GL_DTYPES, is_sm90, ring, smem_layout, turns
 from .utils import num_sms
 
 HALF = 64  # a consumer warpgroup's rows: a tile is 128 x BLOCK_N (64 rows each) or, split by columns, 64 x BLOCK_N
+SMEM_BYTES, SMEM_BARRIERS = 227 * 1024, 512  # an sm_90 block's shared memory; the ring's and turns' mbarriers (280 B)
 CONSUMER_REGS, MAXNREG = 240, 168  # setmaxnreg of the consumers (the loader: 24); registers a thread at launch
 GROUP_M = gl.constexpr(8)  # tile order: ``matmul._tile_coords``'s (neighbouring programs share B's column tiles)
 
@@ -206,12 +210,22 @@ def split_n(block_m: int) -> int:
     return int(block_m == HALF)
 
 
-def serves_tile(block_m: int, block_n: int) -> bool:
+def serves_tile(block_m: int, block_n: int, plain: bool = False) -> bool:
     """Whether the kernel has a form for block_m x block_n tiles: 128 rows (a consumer's 64 each) or 64 (a
     consumer's half of the columns each), a consumer's columns a multiple of 16 up to 128 (its three fp32
-    tiles -- group partial, run, sum -- fill the registers at 64 x 128)."""
+    tiles -- group partial, run, sum -- fill the registers at 64 x 128), or up to 256 in one K-group (``plain``:
+    the partial and the sum, the wgmma's widest N; built for sm_90 without a spill, gluon_sass.py)."""
     wg_n, rest = divmod(block_n, 1 + split_n(block_m))
-    return block_m in (HALF, 2 * HALF) and rest == 0 and wg_n % 16 == 0 and 16 <= wg_n <= 128
+    return block_m in (HALF, 2 * HALF) and rest == 0 and wg_n % 16 == 0 and 16 <= wg_n <= (256 if plain else 128)
+
+
+def slots(block_m: int, block_n: int, block_k: int, num_buf: int, elem_size: int, out_elem_size: int) -> int:
+    """The K slots that fit shared memory, at most ``num_buf``: each slot a K step's A and B tiles, beside the
+    two consumers' output staging tiles and the barriers (H200: 227 KiB a block). Slots never change the K
+    order, hence the bits."""
+    slot = (block_m + block_n) * block_k * elem_size
+    stage = block_m * block_n * out_elem_size  # c_smem: two 64 x WG_N tiles, or one 64 x BLOCK_N split in two
+    return max(1, min(num_buf, (SMEM_BYTES - SMEM_BARRIERS - stage) // slot))
 
 
 def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, block_m: int, block_n: int, block_k: int) -> list:
@@ -232,10 +246,12 @@ def usable(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
 def launch(a, b, out, bias, groups: int, run: int, block_m: int, block_n: int, num_buf: int, block_k: int,
            persistent: bool = False) -> None:
     """``out`` = A @ B^T in ``groups`` K-groups folded by runs of ``run`` (+ bias), ``_mm_groups_ws`` in
-    block_m x block_n tiles (``serves_tile``): one program a tile, or ``persistent``, one an SM walking the
-    tiles (its loader fetching the next tile's K steps while the consumers fold and store the last)."""
-    if not serves_tile(block_m, block_n):
-        raise ValueError(f"matmul_sm90: no form for {block_m} x {block_n} tiles")
+    block_m x block_n tiles (``serves_tile``) with up to ``num_buf`` K slots (``slots``): one program a tile, or
+    ``persistent``, one an SM walking the tiles (its loader fetching the next tile's K steps while the consumers
+    fold and store the last)."""
+    if not serves_tile(block_m, block_n, plain=groups == 1):
+        raise ValueError(f"matmul_sm90: no form for {block_m} x {block_n} tiles in {groups} K-group(s)")
+    num_buf = slots(block_m, block_n, block_k, num_buf, a.element_size(), out.element_size())
     m, k = a.shape
     n = b.shape[0]
     ad, bd, cd = descriptors(a, b, out, block_m, block_n, block_k)

@@ -242,9 +242,10 @@ def test_matmul_halves_probe_is_two_groups():
 
 
 def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
-    """The Gluon fused form (``Launch.sm90``) serves a grouped-K forward product on an sm_90 GPU only;
-    asked for anything else it says so instead of computing something else. Its tiles: 128 rows (a consumer's 64
-    each) up to 128 columns, or 64 rows split by columns up to 256."""
+    """The Gluon fused form (``Launch.sm90``) serves a forward product on an sm_90 GPU only; asked for anything
+    else it says so instead of computing something else. Its tiles: 128 rows (a consumer's 64 each) up to 128
+    columns, or 64 rows split by columns up to 256; in one K-group (plain K) twice the columns. Its K slots are
+    cut to what fits beside the output's staging tiles."""
     from rlk_models.ops.triton import matmul_sm90
     from rlk_models.ops.triton.matmul import Launch, mm
 
@@ -257,8 +258,17 @@ def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
               if matmul_sm90.serves_tile(bm, bn)}
     assert served == {(64, 32), (64, 64), (64, 96), (64, 128), (64, 192), (64, 256), (128, 32), (128, 64), (128, 96),
                       (128, 128)}
+    plain = {(bm, bn) for bm in (32, 64, 128, 256) for bn in (24, 32, 64, 96, 128, 192, 256, 512)
+             if matmul_sm90.serves_tile(bm, bn, plain=True)}
+    assert plain == served | {(64, 512), (128, 192), (128, 256)}
     with pytest.raises(ValueError, match="no form for 128 x 256"):
         matmul_sm90.launch(a, b, torch.empty(16, 64), None, 8, 4, 128, 256, 5, 64)
+    with pytest.raises(ValueError, match="no form for 128 x 512"):
+        matmul_sm90.launch(a, b, torch.empty(16, 64), None, 1, 1, 128, 512, 3, 64)
+    # K slots (bf16 operands, 64-wide K steps) beside bf16 / fp32 staging tiles: a table's configs keep theirs
+    assert [matmul_sm90.slots(bm, bn, 64, nb, 2, out) for bm, bn, nb in ((128, 128, 5), (64, 128, 6), (128, 256, 3),
+                                                                         (64, 256, 4)) for out in (2, 4)] == \
+        [5, 5, 6, 6, 3, 2, 4, 4]
     for lc in (Launch((64, 128, 12, 6), sm90=True, tail=True), Launch((128, 128, 8, 5), tail=True)):
         with pytest.raises(ValueError, match="tail"):
             mm(a, b, groups=8, launch=lc)

@@ -18,8 +18,8 @@ process because this suite's kernels run under ``TRITON_INTERPRET=1``).
   no other test sees it, just a slower kernel. (Triton 3.6 does it to ``_bwd_dq_ds`` with pointer
   loads -- C7515, the fallback off the TMA path -- which is therefore not checked.)
 - The Gluon kernels (``benchmarks/triton/gluon_sass.py``): the log-prob head's statistics
-  (``head_sm90``) and the row-parallel matmul's K-group form (``matmul_sm90``, a candidate) build
-  wgmmas of their tile's width, none serialized, nothing spilled in the forms they serve.
+  (``head_sm90``) and the matmul's K-group form (``matmul_sm90``: row-parallel in 8 groups, plain in
+  one) build wgmmas of their tile's width, none serialized, nothing spilled in the forms they serve.
 - No kernel divides in int64 (``benchmarks/triton/rowwise_sass.py`` builds the row-wise kernels): a
   64-bit division by a run-time value is a subroutine call a thread on sm_90, the same bits, a
   kernel several times slower when it moves bytes (session 26's q/k norm + RoPE: 0.79 TB/s)."""
@@ -130,11 +130,13 @@ def test_head_stats_sm90_builds_unspilled_wgmma_pipeline(gluon):
 
 
 def test_matmul_sm90_builds_unspilled_wgmma_pipeline(gluon):
-    """The row-parallel matmul's Gluon K-group form (``matmul_sm90``, ``Launch.sm90``, the default above
-    256 rows) in every config, bias or not, bf16 or fp32 out: wgmmas as wide as a consumer's columns (the tile's,
-    or half of them in a 64-row tile), none serialized, nothing spilled, one program's shared memory."""
-    forms = gluon["mm_groups_sm90"]
-    assert len(forms) >= 8 and any(name.startswith("(64,") for name in forms)
+    """The matmul's Gluon K-group form (``matmul_sm90``, ``Launch.sm90``, the row-parallel default above 128
+    rows) in every config, in 8 K-groups and (the plain layers' candidates, up to 128 x 256 tiles) in one, bias or
+    not, bf16 or fp32 out: wgmmas as wide as a consumer's columns (the tile's, or half of them in a 64-row tile),
+    none serialized, nothing spilled, one program's shared memory."""
+    forms = {**gluon["mm_groups_sm90"], **{f"{name} plain": r for name, r in gluon["mm_plain_sm90"].items()}}
+    assert len(forms) >= 20 and any(name.startswith("(64,") for name in forms)
+    assert any(name.startswith("(128, 256,") for name in forms)
 
     def wgmma_n(name: str) -> int:
         bm, bn = (int(v) for v in name[1:].split(",")[:2])
