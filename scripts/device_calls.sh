@@ -90,6 +90,8 @@
 #                                              # against cuBLAS (carry .vllm-cuda)
 #   CALL=s32 bash scripts/device_calls.sh       # Launch.tail's and the plain Gluon forms' bits and times, the plain
 #                                              # layers' search at M = 192, 384, 768 (no carry)
+#   CALL=s32b bash scripts/device_calls.sh      # the split-K launches' fold kernel alone against the whole launch
+#                                              # (decode sizes; no carry)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -370,6 +372,12 @@ s32)
     bench plain_search 170 benchmarks/triton/matmul_sweep.py --search --quick --m 192,384,768 \
         --shapes qkv,gate_up,qkv_1.7b,gate_up_1.7b
     grep -E "search:" "$ROOT_OUT/plain_search.log" | cut -c1-200
+    ;;
+s32b)
+    # the split-K launches' second kernel (decode sizes): the whole launch and the fold kernel alone, per
+    # row-parallel shape (what folding in the first kernel could save at most; no carry)
+    bench split_cost 120 benchmarks/triton/matmul_fold_cost.py --split --m 1,16,32,64,128,256
+    grep -E "M=" "$ROOT_OUT/split_cost.log" | cut -c1-220
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is

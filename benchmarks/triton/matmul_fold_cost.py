@@ -11,7 +11,13 @@ one M per shape, against cuBLAS:
 grouped / same-K1 is the cost of the folds (each group's wgmma chain drains before its partial is
 added); same-K1 / plain the cost of the smaller tile the three fp32 accumulators force.
 
+``--split``: at decode sizes the default is split-K (a program per group or half writes its fp32 partial, then
+``_fold_kernel`` folds them: a second kernel). For each M whose default splits, the whole launch, and the fold
+kernel alone on a partial buffer of the same size under CUDA graphs: what folding in the first kernel (the last
+program of a tile to finish folding its partials) could save at most.
+
     python benchmarks/triton/matmul_fold_cost.py --m 4096 --shapes o,down,o_1.7b,down_1.7b
+    python benchmarks/triton/matmul_fold_cost.py --split --m 1,16,32,64,128,256
 """
 
 from __future__ import annotations
@@ -27,14 +33,61 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench_graph, info, log, save  # noqa: E402
 from matmul_sweep import SHAPES  # noqa: E402
 
-from rlk_models.ops.triton.matmul import k_groups, launch_for, mm  # noqa: E402
+from rlk_models.ops.triton.matmul import _fold_kernel, k_groups, launch_for, mm, run_of  # noqa: E402
+
+
+def split_cost(ms: list[int], shapes: list[str], device: str = "cuda") -> dict:
+    """Per row-parallel shape and M whose default launch is split-K: cuBLAS, the whole launch, the fold kernel
+    alone (us), and the whole launch less the fold against cuBLAS."""
+    import triton
+
+    dev = torch.device(device)
+    g = torch.Generator(device=dev).manual_seed(0)
+    res = {"info": info(), "shapes": {}}
+    for name in shapes:
+        k, n = SHAPES[name]
+        groups = k_groups(k)
+        x = torch.randn(max(ms), k, device=dev, generator=g).bfloat16()
+        w = (torch.randn(n, k, device=dev, generator=g) / k**0.5).bfloat16()
+        for m in ms:
+            lc = launch_for(m, n, groups, k)
+            if not lc.split:
+                log(f"{name:10} M={m}: {lc} does not split")
+                continue
+            xm = x[:m]
+            parts = groups // lc.split
+            p = torch.randn(parts, m, n, device=dev, generator=g)
+            out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+            block = 1024
+
+            def fold():
+                _fold_kernel[(triton.cdiv(m * n, block),)](p, out, out, m, n, False, parts,
+                                                           run_of(groups) // lc.split, block)
+
+            t = {"cublas": bench_graph(lambda: F.linear(xm, w)), "whole": bench_graph(lambda: mm(xm, w, groups=groups)),
+                 "fold": bench_graph(fold)}
+            row = {"launch": str(lc), "us": {key: 1e3 * v for key, v in t.items()},
+                   "whole_vs_cublas": t["whole"] / t["cublas"],
+                   "without_fold_vs_cublas": (t["whole"] - t["fold"]) / t["cublas"]}
+            res["shapes"][f"{name} M={m}"] = row
+            log(f"{name:10} M={m}: cuBLAS {row['us']['cublas']:6.1f} us, whole {row['us']['whole']:6.1f} "
+                f"({row['whole_vs_cublas']:.2f}x), fold alone {row['us']['fold']:5.1f}; less the fold "
+                f"{row['without_fold_vs_cublas']:.2f}x  {lc}")
+            del p, out
+    save("matmul_split_cost", res)
+    return res
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--m", type=int, default=4096)
+    ap.add_argument("--m", default="4096", help="one M, or with --split a comma-separated list")
     ap.add_argument("--shapes", default="o,down,o_1.7b,down_1.7b")
+    ap.add_argument("--split", action="store_true", help="the split-K launches' fold kernel (decode sizes)")
     args = ap.parse_args()
+    if args.split:
+        split_cost([int(v) for v in args.m.split(",")], args.shapes.split(","))
+        return
+    args.m = int(args.m)
     dev = torch.device("cuda")
     res = {"info": info(), "m": args.m, "shapes": {}}
     log(res["info"])
