@@ -91,7 +91,7 @@
 #   CALL=s32 bash scripts/device_calls.sh       # Launch.tail's and the plain Gluon forms' bits and times, the plain
 #                                              # layers' search at M = 192, 384, 768 (no carry)
 #   CALL=s32b bash scripts/device_calls.sh      # the split-K launches' fold kernel alone against the whole launch
-#                                              # (decode sizes; no carry)
+#                                              # (decode sizes), the plain Gluon forms at the head's shape (no carry)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -378,6 +378,10 @@ s32b)
     # row-parallel shape (what folding in the first kernel could save at most; no carry)
     bench split_cost 120 benchmarks/triton/matmul_fold_cost.py --split --m 1,16,32,64,128,256
     grep -E "M=" "$ROOT_OUT/split_cost.log" | cut -c1-220
+    # and the plain Gluon forms at the head's shape (the same loader and consumers as the head's statistics kernel,
+    # without its epilogue): the head forward's gap to cuBLAS split into the matmul's and the epilogue's
+    bench mm90_head 200 benchmarks/triton/matmul_sweep.py sm90 --m 2048,16384 --shapes lm_head
+    grep -E "M=" "$ROOT_OUT/mm90_head.log" | cut -c1-700
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is
