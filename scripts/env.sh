@@ -21,8 +21,8 @@ if [ "$(cat "$RLK_VENV/.rlk-installed" 2>/dev/null || true)" != "$want" ]; then
     # up front instead of dying half-installed with pip's "[Errno 28] No space left on device".
     for dir in "$RLK_VENV" "${TMPDIR:-/tmp}"; do
         free_gb=$(df -Pk "$dir" | awk 'NR == 2 { print int($4 / 1048576) }')
-        if [ "$free_gb" -lt "${RLK_MIN_FREE_GB:-6}" ]; then
-            echo "[rlk] error: $dir has ${free_gb} GB free; installing .venv needs ${RLK_MIN_FREE_GB:-6} GB" \
+        if [ "$free_gb" -lt "${RLK_MIN_FREE_GB:-5}" ]; then
+            echo "[rlk] error: $dir has ${free_gb} GB free; installing .venv needs ${RLK_MIN_FREE_GB:-5} GB" \
                  "(free some space, or point TMPDIR at a larger disk)" >&2
             exit 1
         fi
