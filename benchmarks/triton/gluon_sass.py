@@ -56,11 +56,12 @@ def mm_groups_sm90(block_m: int = 128, block_n: int = 128, num_buf: int = 4, k: 
     descs = matmul_sm90.descriptors(a, b, c, block_m, block_n, BLOCK_K)
     types = dict(bias_ptr="*bf16", M="i32", N="i32", K="i32", KG="i32")
     num_buf = matmul_sm90.slots(block_m, block_n, BLOCK_K, num_buf, a.element_size(), c.element_size())
+    consumers = matmul_sm90.consumers(block_m)
+    consumer_regs, maxnreg = matmul_sm90.REGS[consumers]
     consts = dict(HAS_BIAS=bias, GROUPS=groups, RUN=min(groups, 4), NUM_BUF=num_buf,
-                  SPLIT_N=matmul_sm90.split_n(block_m),
-                  CONSUMER_REGS=matmul_sm90.CONSUMER_REGS, num_warps=4)
+                  SPLIT_N=matmul_sm90.split_n(block_m), CONSUMERS=consumers, CONSUMER_REGS=consumer_regs, num_warps=4)
     return build_gluon(matmul_sm90._mm_groups_ws, dict(zip(("a_desc", "b_desc", "c_desc"), descs)), types, consts,
-                       (), matmul_sm90.MAXNREG)
+                       (), maxnreg)
 
 
 def main() -> None:

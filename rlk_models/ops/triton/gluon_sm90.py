@@ -1,7 +1,7 @@
 """What the Gluon kernels for Hopper (``attention_sm90``, ``head_sm90``, ``matmul_sm90``) share: the
 sm_90 test, the shared-memory layout of their TMA descriptors, and the mbarriers of their
 warp-specialized schedule -- a ring of K/V or K-step slots that the loader fills and the consumers
-free, and the two consumers' turns at the tensor cores."""
+free, and the consumers' turns at the tensor cores."""
 
 from __future__ import annotations
 
@@ -36,11 +36,11 @@ def ring(NUM_BUF: gl.constexpr, USERS: gl.constexpr):
 
 
 @gluon.jit
-def turns():
-    """The two consumers' turns at the tensor cores: each waits on its own, arrives on the other's;
-    consumer 0 goes first."""
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(turn.index(0), count=1)
-    mbarrier.init(turn.index(1), count=1)
+def turns(COUNT: gl.constexpr = 2):
+    """The consumers' turns at the tensor cores: each waits on its own, arrives on the next's (the other's,
+    of two); consumer 0 goes first."""
+    turn = gl.allocate_shared_memory(gl.int64, [COUNT, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(COUNT):
+        mbarrier.init(turn.index(i), count=1)
     mbarrier.arrive(turn.index(0), count=1)
     return turn

@@ -295,8 +295,9 @@ class Launch(NamedTuple):
     sm90: bool = False  # forward layouts, sm_90: the Gluon fused form (``matmul_sm90``: warp-specialized, its two
     #                     warpgroups taking turns so one folds at a group boundary while the other's dots run);
     #                     config = (128, BLOCK_N <= 128, warps ignored, K slots), or (64, BLOCK_N <= 256, ...):
-    #                     the warpgroups split the columns (plain K: twice the columns); persistent: one program
-    #                     an SM, its loader running into the next tile. From a table, where it
+    #                     the warpgroups split the columns (plain K: twice the columns), or (192, BLOCK_N <= 64):
+    #                     three warpgroups (plain K: BLOCK_N <= 128; ``matmul_sm90.serves_tile``); persistent:
+    #                     one program an SM, its loader running into the next tile. From a table, where it
     #                     cannot serve the product (another GPU, fp32 operands, transposed layouts, tma=False):
     #                     ``SM90_FALLBACKS`` (the Triton form of its tile height)
     tail: bool = False  # sm90, 128-row tiles: the rows past the last whole wave of tiles (``wave_rows``) run as a
@@ -411,15 +412,19 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
 # Session 31 (CPU, not yet timed): ``Launch.tail``, the last partial wave of 128-row tiles in 64-row ones (at 8B,
 # M = 768: a wave of 128-row tiles took 26.3 us at 512 rows and one of 64-row tiles 16.5 us at 256, so ~43 us
 # against 47.7 us in 1.45 waves; cuBLAS 39.6)
+# Session 32 (CPU, not yet timed): 192 x 64 tiles, three consumers (at 8B, M = 768: 256 tiles in 1.94 waves,
+# none padding, against 192 128 x 128 tiles in 1.45)
 SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5), persistent=False, sm90=True),
-                   SM90_TAIL, Launch((128, 128, 12, 5), sm90=True, tail=True)]
+                   SM90_TAIL, Launch((128, 128, 12, 5), sm90=True, tail=True), Launch((192, 64, 12, 6), sm90=True)]
 # Session 32 (CPU, not yet timed): the plain layers (qkv, gate_up, the head's matmul) in the same kernel, one K-group,
 # where the Triton tiles measured 1.17-1.60x cuBLAS at 192-768 rows (session 31's table): the grouped forms, and
-# the tiles one group frees registers for -- 128 x 256 (cuBLAS's; m64n256k16, 3 slots: 208 KiB) and 64 x 256 split
-# by columns (m64n128k16, 4 slots) -- built for sm_90 without a spill (gluon_sass.py)
+# the tiles one group frees registers for -- 128 x 256 (cuBLAS's; m64n256k16, 3 slots: 208 KiB), 64 x 256 split
+# by columns (m64n128k16, 4 slots) and 192 x 128 (three consumers, 4 slots: gate_up 8B at 384 rows 384 tiles in
+# 2.9 waves, none padding) -- built for sm_90 without a spill (gluon_sass.py)
 SM90_PLAIN_CANDIDATES = [*SM90_CANDIDATES, Launch((128, 256, 12, 3), sm90=True),
                          Launch((128, 256, 12, 3), persistent=False, sm90=True),
-                         Launch((128, 256, 12, 3), sm90=True, tail=True), Launch((64, 256, 12, 4), sm90=True)]
+                         Launch((128, 256, 12, 3), sm90=True, tail=True), Launch((64, 256, 12, 4), sm90=True),
+                         Launch((192, 128, 12, 4), sm90=True)]
 
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
 CANDIDATE_CONFIGS = sorted({(SM90_FALLBACKS[lc.config[0]] if lc.sm90 else lc).config

@@ -15,15 +15,16 @@ Why a second kernel
     warpgroups of the Triton kernel wait for their last dots and fold together while the tensor cores
     idle. Triton 3.6 cannot stagger them.
 
-The kernel (``_mm_groups_ws``; 128 x BLOCK_N or 64 x BLOCK_N tiles, 12 warps; one program a tile, or persistent:
-one an SM, walking the tiles, so its loader fetches the next tile's K steps while the consumers fold and store the
-last)
-    - a loader warp (``_producer``) brings each K step's two 64-row halves of A and the BLOCK_N x 64
+The kernel (``_mm_groups_ws``; 128 x BLOCK_N or 64 x BLOCK_N tiles, 9 warps, or 192 x BLOCK_N, 13; one program a
+tile, or persistent: one an SM, walking the tiles, so its loader fetches the next tile's K steps while the consumers
+fold and store the last)
+    - a loader warp (``_producer``) brings each K step's 64-row blocks of A and the BLOCK_N x 64
       tile of B (64-row tiles: A's 64 rows and B's two halves) into ``NUM_BUF`` slots by TMA; a slot is
-      refilled once both consumers freed it;
-    - two consumer warpgroups (``_consumer``) own 64 rows each (64-row tiles, ``SPLIT_N``: half the
-      columns each) and take turns issuing their dots (mbarriers): at a group boundary one waits for its
-      last dot and folds while the other's dot runs, so the tensor cores do not idle there;
+      refilled once every consumer freed it;
+    - two consumer warpgroups (``_consumer``; three in a 192-row tile, ``CONSUMERS``) own 64 rows each (64-row
+      tiles, ``SPLIT_N``: half the columns each) and take turns issuing their dots (mbarriers, round the
+      consumers): at a group boundary one waits for its last dot and folds while another's dot runs, so the
+      tensor cores do not idle there;
     - the epilogue adds the bias and stores the tile by TMA (rows and columns past M and N clipped).
 
 Measured (H200, session 30, ``matmul_sweep.py sm90``, M = 1024 / 16384, x cuBLAS; the Triton flat form it
@@ -32,7 +33,8 @@ replaced in brackets): persistent, o 8B 1.04 / 1.03x (1.21 / 1.22x), down 8B 1.0
 1.07 / 1.07x, 1.06 / 1.23x, 0.99 / 1.14x. Session 31, 64 x 128 tiles split by columns (6 slots, persistent), where
 128-row tiles leave SMs idle: o 8B M = 256 0.98x (the Triton 64 x 128 form 1.06x), down 8B 1.08x (1.09x); o 1.7B
 M = 384 / 512 1.36 / 1.21x (1.50 / 1.37x), down 1.7B 1.03 / 0.99x (1.11 / 1.16x). At 128 rows and at 768 they lose
-(o 8B 1.14x, 1.27x); 64 x 256 tiles never beat both by more than 0.3%.
+(o 8B 1.14x, 1.27x); 64 x 256 tiles never beat both by more than 0.3%. Session 32 (CPU, not yet timed): three
+consumers, 192-row tiles, for the M where 128-row tiles are part padding or a wave and a half (768 at 8B).
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ from .utils import num_sms
 
 HALF = 64  # a consumer warpgroup's rows: a tile is 128 x BLOCK_N (64 rows each) or, split by columns, 64 x BLOCK_N
 SMEM_BYTES, SMEM_BARRIERS = 227 * 1024, 512  # an sm_90 block's shared memory; the ring's and turns' mbarriers (280 B)
-CONSUMER_REGS, MAXNREG = 240, 168  # setmaxnreg of the consumers (the loader: 24); registers a thread at launch
+# by consumer warpgroups: setmaxnreg of the consumers (the loader: 24) and the registers a thread at launch, so that
+# both fit the 64K registers of an SM (2: 9 warps; 3: 13 warps, 3 x 128 x 168 + 32 x 24 <= 65536)
+REGS = {2: (240, 168), 3: (168, 152)}
 GROUP_M = gl.constexpr(8)  # tile order: ``matmul._tile_coords``'s (neighbouring programs share B's column tiles)
 
 
@@ -71,13 +75,14 @@ def _tile(pid, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
 @gluon.jit
 def _producer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
               HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr, RUN: gl.constexpr, NUM_BUF: gl.constexpr,
-              SPLIT_N: gl.constexpr, CID: gl.constexpr):
-    """One warp: each K step's A and B tiles into slot i % NUM_BUF (A in two 64-row halves, or B in two
-    halves of its rows with ``SPLIT_N``), once both consumers freed the slot's last use."""
+              SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr):
+    """One warp: each K step's A and B tiles into slot i % NUM_BUF (A in a 64-row block a consumer, or B in two
+    halves of its rows with ``SPLIT_N``), once every consumer freed the slot's last use."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     WG_N: gl.constexpr = b_desc.block_type.shape[0]
-    BLOCK_M: gl.constexpr = (2 - SPLIT_N) * HALF
+    A_PER: gl.constexpr = CONSUMERS - SPLIT_N  # A's 64-row blocks a K step (SPLIT_N: one, for both consumers)
+    BLOCK_M: gl.constexpr = A_PER * HALF
     BLOCK_N: gl.constexpr = (1 + SPLIT_N) * WG_N
     n_k = K // BLOCK_K
     i = 0  # the program's K steps so far, over its tiles: the ring's position
@@ -87,10 +92,10 @@ def _producer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, e
             slot = i % NUM_BUF
             mbarrier.wait(empty.index(slot), ((i // NUM_BUF) & 1) ^ 1)
             bar = ready.index(slot)
-            mbarrier.expect(bar, (2 - SPLIT_N) * a_desc.block_type.nbytes + (1 + SPLIT_N) * b_desc.block_type.nbytes)
-            for h in gl.static_range(2 - SPLIT_N):
+            mbarrier.expect(bar, A_PER * a_desc.block_type.nbytes + (1 + SPLIT_N) * b_desc.block_type.nbytes)
+            for h in gl.static_range(A_PER):
                 tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M + h * HALF, kk * BLOCK_K], bar,
-                                                a_bufs.index((2 - SPLIT_N) * slot + h))
+                                                a_bufs.index(A_PER * slot + h))
             for h in gl.static_range(1 + SPLIT_N):
                 tma.async_copy_global_to_shared(b_desc, [pid_n * BLOCK_N + h * WG_N, kk * BLOCK_K], bar,
                                                 b_bufs.index((1 + SPLIT_N) * slot + h))
@@ -99,11 +104,11 @@ def _producer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, e
 
 @gluon.jit
 def _group(a_bufs, b_bufs, ready, empty, mine, other, i0, n_kg, part, NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr,
-           CID: gl.constexpr):
+           CONSUMERS: gl.constexpr, CID: gl.constexpr):
     """One group's partial from zero: K steps i0 .. i0 + n_kg - 1 in order, this warpgroup's turn at each
-    dot (handed to the other consumer once issued); every slot freed once its dot is done. Its operands:
-    its half of A's rows and all of B's tile, or (``SPLIT_N``) all of A's and its half of B's rows."""
-    A_PER: gl.constexpr = 2 - SPLIT_N
+    dot (handed to the next consumer once issued); every slot freed once its dot is done. Its operands:
+    its 64 of A's rows and all of B's tile, or (``SPLIT_N``) all of A's and its half of B's rows."""
+    A_PER: gl.constexpr = CONSUMERS - SPLIT_N
     B_PER: gl.constexpr = 1 + SPLIT_N
     A_OFF: gl.constexpr = CID * (1 - SPLIT_N)
     B_OFF: gl.constexpr = CID * SPLIT_N
@@ -132,7 +137,7 @@ def _group(a_bufs, b_bufs, ready, empty, mine, other, i0, n_kg, part, NUM_BUF: g
 @gluon.jit
 def _consumer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
               HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr, RUN: gl.constexpr, NUM_BUF: gl.constexpr,
-              SPLIT_N: gl.constexpr, CID: gl.constexpr):
+              SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr):
     """One warpgroup: rows 64 CID .. 64 CID + 63 of the tile (``SPLIT_N``: its 64 rows, columns WG_N CID ..
     WG_N CID + WG_N - 1) through every group (``_group``), folded as ``_mm_tma_tile`` folds them, then the bias
     and the store."""
@@ -140,12 +145,12 @@ def _consumer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, e
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     WG_N: gl.constexpr = b_desc.block_type.shape[0]
     ACC: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, WG_N, 16])
-    BLOCK_M: gl.constexpr = (2 - SPLIT_N) * HALF
+    BLOCK_M: gl.constexpr = (CONSUMERS - SPLIT_N) * HALF
     BLOCK_N: gl.constexpr = (1 + SPLIT_N) * WG_N
     ROW0: gl.constexpr = CID * HALF * (1 - SPLIT_N)  # this warpgroup's rows and columns in the tile
     COL0: gl.constexpr = CID * WG_N * SPLIT_N
     mine = turn.index(CID)
-    other = turn.index(1 - CID)
+    other = turn.index((CID + 1) % CONSUMERS)  # the next consumer's turn
     n_kg = KG // BLOCK_K
     zero = gl.zeros([HALF, WG_N], gl.float32, ACC)
     stage = c_smem.index(CID)
@@ -156,14 +161,14 @@ def _consumer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, e
         if GROUPS == RUN:  # one run: the group partials folded straight into acc
             for g in range(GROUPS):
                 part = _group(a_bufs, b_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg, zero, NUM_BUF, SPLIT_N,
-                              CID)
+                              CONSUMERS, CID)
                 acc = acc + part
         else:  # the halves: each run folded from zero, the runs' sums added in order
             for r in gl.static_range(GROUPS // RUN):
                 run = gl.zeros([HALF, WG_N], gl.float32, ACC)
                 for g in range(r * RUN, r * RUN + RUN):
                     part = _group(a_bufs, b_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg, zero, NUM_BUF,
-                                  SPLIT_N, CID)
+                                  SPLIT_N, CONSUMERS, CID)
                     run = run + part
                 acc = acc + run
         if HAS_BIAS:
@@ -179,52 +184,72 @@ def _consumer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, e
 
 @gluon.jit
 def _mm_groups_ws(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr,
-                  RUN: gl.constexpr, NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                  num_warps: gl.constexpr):
-    """Warp-specialized: this program's 4 warps and a second warpgroup take 64 rows each of a 128-row tile
-    (``SPLIT_N``: half the columns each of a 64-row tile; ``_consumer``), one warp loads by TMA
-    (``_producer``)."""
+                  RUN: gl.constexpr, NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr,
+                  CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    """Warp-specialized: this program's 4 warps and one or two more warpgroups take 64 rows each of a 128- or
+    192-row tile (``SPLIT_N``: two, half the columns each of a 64-row tile; ``_consumer``), one warp loads by
+    TMA (``_producer``)."""
     dtype: gl.constexpr = a_desc.dtype
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     WG_N: gl.constexpr = b_desc.block_type.shape[0]
-    a_bufs = gl.allocate_shared_memory(dtype, [(2 - SPLIT_N) * NUM_BUF, HALF, BLOCK_K], a_desc.layout)
+    a_bufs = gl.allocate_shared_memory(dtype, [(CONSUMERS - SPLIT_N) * NUM_BUF, HALF, BLOCK_K], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [(1 + SPLIT_N) * NUM_BUF, WG_N, BLOCK_K], b_desc.layout)
-    c_smem = gl.allocate_shared_memory(c_desc.dtype, [2, HALF, WG_N], c_desc.layout)
-    ready, empty = ring(NUM_BUF, 2)
-    turn = turns()
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, [CONSUMERS, HALF, WG_N], c_desc.layout)
+    ready, empty = ring(NUM_BUF, CONSUMERS)
+    turn = turns(CONSUMERS)
     fence_async_shared()
-    gl.warp_specialize([
-        (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                     HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, 0)),
-        (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                     HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, 1)),
-        (_producer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                     HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, 1)),
-    ], [4, 1], [CONSUMER_REGS, 24])
+    if CONSUMERS == 2:
+        gl.warp_specialize([
+            (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
+                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0)),
+            (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
+                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 1)),
+            (_producer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
+                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0)),
+        ], [4, 1], [CONSUMER_REGS, 24])
+    else:  # three consumers: a 192-row tile
+        gl.warp_specialize([
+            (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
+                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0)),
+            (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
+                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 1)),
+            (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
+                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 2)),
+            (_producer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
+                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0)),
+        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
 def split_n(block_m: int) -> int:
     """``SPLIT_N`` of block_m-row tiles: 1 where the two consumers split a 64-row tile's columns, 0 where they
-    take 64 rows each of a 128-row tile."""
+    take 64 rows each of a 128- or 192-row tile."""
     return int(block_m == HALF)
+
+
+def consumers(block_m: int) -> int:
+    """The consumer warpgroups of block_m-row tiles: 64 rows each, or two sharing a 64-row tile."""
+    return max(2, block_m // HALF)
 
 
 def serves_tile(block_m: int, block_n: int, plain: bool = False) -> bool:
     """Whether the kernel has a form for block_m x block_n tiles: 128 rows (a consumer's 64 each) or 64 (a
     consumer's half of the columns each), a consumer's columns a multiple of 16 up to 128 (its three fp32
     tiles -- group partial, run, sum -- fill the registers at 64 x 128), or up to 256 in one K-group (``plain``:
-    the partial and the sum, the wgmma's widest N; built for sm_90 without a spill, gluon_sass.py)."""
+    the partial and the sum, the wgmma's widest N); or 192 rows (three consumers at 168 registers a thread: up to
+    128 columns in one K-group, 64 in K-groups; ptxas cannot fit an m64n256k16 in 152 at launch). A consumer's
+    columns are a power of two (a TMA block's rows). Each built for sm_90 without a spill (gluon_sass.py)."""
     wg_n, rest = divmod(block_n, 1 + split_n(block_m))
-    return block_m in (HALF, 2 * HALF) and rest == 0 and wg_n % 16 == 0 and 16 <= wg_n <= (256 if plain else 128)
+    widest = {HALF: 256 if plain else 128, 2 * HALF: 256 if plain else 128, 3 * HALF: 128 if plain else 64}
+    return rest == 0 and wg_n & (wg_n - 1) == 0 and 16 <= wg_n <= widest.get(block_m, 0)
 
 
 def slots(block_m: int, block_n: int, block_k: int, num_buf: int, elem_size: int, out_elem_size: int) -> int:
     """The K slots that fit shared memory, at most ``num_buf``: each slot a K step's A and B tiles, beside the
-    two consumers' output staging tiles and the barriers (H200: 227 KiB a block). Slots never change the K
-    order, hence the bits."""
+    consumers' output staging tiles and the barriers (H200: 227 KiB a block). Slots never change the K order,
+    hence the bits."""
     slot = (block_m + block_n) * block_k * elem_size
-    stage = block_m * block_n * out_elem_size  # c_smem: two 64 x WG_N tiles, or one 64 x BLOCK_N split in two
+    stage = block_m * block_n * out_elem_size  # c_smem: a 64 x WG_N tile a consumer, or one 64 x BLOCK_N split in two
     return max(1, min(num_buf, (SMEM_BYTES - SMEM_BARRIERS - stage) // slot))
 
 
@@ -257,5 +282,7 @@ def launch(a, b, out, bias, groups: int, run: int, block_m: int, block_n: int, n
     ad, bd, cd = descriptors(a, b, out, block_m, block_n, block_k)
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
     grid = (min(tiles, num_sms(a.device)) if persistent else tiles,)
+    consumer_regs, maxnreg = REGS[consumers(block_m)]
     _mm_groups_ws[grid](ad, bd, cd, bias if bias is not None else out, m, n, k, k // groups, bias is not None, groups,
-                        run, num_buf, split_n(block_m), CONSUMER_REGS, num_warps=4, maxnreg=MAXNREG)
+                        run, num_buf, split_n(block_m), consumers(block_m), consumer_regs, num_warps=4,
+                        maxnreg=maxnreg)
