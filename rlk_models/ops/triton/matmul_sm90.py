@@ -199,7 +199,7 @@ def _mm_groups_ws(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: gl.co
     ready, empty = ring(NUM_BUF, CONSUMERS)
     turn = turns(CONSUMERS)
     fence_async_shared()
-    # spelled out: Gluon's JIT builds neither a tuple from ``args + (cid,)`` nor the list from a loop
+    # spelled out: Gluon's JIT does not build a partition's arguments as ``args + (cid,)`` (tried)
     if CONSUMERS == 2:
         gl.warp_specialize([
             (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
