@@ -420,7 +420,7 @@ SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5
 # where the Triton tiles measured 1.17-1.60x cuBLAS at 192-768 rows (session 31's table): the grouped forms, and
 # the tiles one group frees registers for -- 128 x 256 (cuBLAS's; m64n256k16, 3 slots: 208 KiB), 64 x 256 split
 # by columns (m64n128k16, 4 slots) and 192 x 128 (three consumers, 4 slots: gate_up 8B at 384 rows 384 tiles in
-# 2.9 waves, none padding) -- built for sm_90 without a spill (gluon_sass.py)
+# 2.9 waves, against 288 of 128 x 256 in 2.2) -- built for sm_90 without a spill (gluon_sass.py)
 SM90_PLAIN_CANDIDATES = [*SM90_CANDIDATES, Launch((128, 256, 12, 3), sm90=True),
                          Launch((128, 256, 12, 3), persistent=False, sm90=True),
                          Launch((128, 256, 12, 3), sm90=True, tail=True), Launch((64, 256, 12, 4), sm90=True),
