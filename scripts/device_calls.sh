@@ -88,10 +88,11 @@
 #                                              # form timed from 128 rows, the 1.7B step (carry .wheels)
 #   CALL=s31b bash scripts/device_calls.sh      # the RL-shaped rollout at 1.7B (rlk, stock), then the whole matmul table
 #                                              # against cuBLAS (carry .vllm-cuda)
-#   CALL=s32 bash scripts/device_calls.sh       # Launch.tail's and the plain Gluon forms' bits and times, the plain
-#                                              # layers' search at M = 192, 384, 768 (no carry)
+#   CALL=s32 bash scripts/device_calls.sh       # Launch.tail's, the 192-row tiles' and the plain Gluon forms' bits
+#                                              # and times at M = 192, 384, 768 (no carry)
 #   CALL=s32b bash scripts/device_calls.sh      # the split-K launches' fold kernel alone against the whole launch
-#                                              # (decode sizes), the plain Gluon forms at the head's shape (no carry)
+#                                              # (decode sizes), the plain Gluon forms at the head's shape, the
+#                                              # plain layers' search at M = 192, 384, 768 (no carry)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -362,17 +363,15 @@ s32)
     # and the Gluon kernel in one K-group for the plain layers (SM90_PLAIN_CANDIDATES; none run on a GPU yet): their
     # bits in the o and qkv launch choices (M = 700: 512 + 188 rows at o, 640 + 60 at qkv; a form that hangs fails
     # at the test's timeout, and the benches after it would hang too: read the test's log first), then every sm90
-    # form timed at 192, 384 and 768 rows (o, down: the tail, 192 x 64; qkv, gate_up: one group), then the plain
-    # layers' whole search there, where 128-row tiles are part padding (no carry)
+    # form timed at 192, 384 and 768 rows against the Triton forms it competes with and the default (o, down: the
+    # tail, 192 x 64; qkv, gate_up: one group). Session 31's [o] + [down] took 160 s; [qkv] compiles its own Triton
+    # forms and ~18 Gluon ones (no carry)
     c8=tests/gpu/test_triton_contract_8b.py
-    part s32_tests 240 PART=tests TEST_TIMEOUT=230 \
+    part s32_tests 320 PART=tests TEST_TIMEOUT=310 \
         TESTS="$c8::test_matmul_rows_and_launch_choices[o] $c8::test_matmul_rows_and_launch_choices[qkv]"
     grep -E "^E  .*|FAILED|PASSED" "$ROOT_OUT/s32_tests/gpu_tests.log" | cut -c1-200 | head -20
-    bench mm90_sweep 160 benchmarks/triton/matmul_sweep.py sm90 --m 192,384,768 --shapes o,down,qkv,gate_up
+    bench mm90_sweep 220 benchmarks/triton/matmul_sweep.py sm90 --m 192,384,768 --shapes o,down,qkv,gate_up
     grep -E "M=" "$ROOT_OUT/mm90_sweep.log" | cut -c1-1400
-    bench plain_search 170 benchmarks/triton/matmul_sweep.py --search --quick --m 192,384,768 \
-        --shapes qkv,gate_up,qkv_1.7b,gate_up_1.7b
-    grep -E "search:" "$ROOT_OUT/plain_search.log" | cut -c1-200
     ;;
 s32b)
     # the split-K launches' second kernel (decode sizes): the whole launch and the fold kernel alone, per
@@ -381,8 +380,13 @@ s32b)
     grep -E "M=" "$ROOT_OUT/split_cost.log" | cut -c1-220
     # and the plain Gluon forms at the head's shape (the same loader and consumers as the head's statistics kernel,
     # without its epilogue): the head forward's gap to cuBLAS split into the matmul's and the epilogue's
-    bench mm90_head 200 benchmarks/triton/matmul_sweep.py sm90 --m 2048,16384 --shapes lm_head
-    grep -E "M=" "$ROOT_OUT/mm90_head.log" | cut -c1-700
+    bench mm90_head 180 benchmarks/triton/matmul_sweep.py sm90 --m 2048,16384 --shapes lm_head
+    grep -E "M=" "$ROOT_OUT/mm90_head.log" | cut -c1-1400
+    # then the plain layers' whole launch search (Triton and Gluon forms) at the M where 128-row tiles are part
+    # padding or a wave and a half; each shape's and M's best is logged as it comes
+    bench plain_search 260 benchmarks/triton/matmul_sweep.py --search --quick --m 192,384,768 \
+        --shapes gate_up,qkv,qkv_1.7b,gate_up_1.7b
+    grep -E "search:" "$ROOT_OUT/plain_search.log" | cut -c1-200
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is
