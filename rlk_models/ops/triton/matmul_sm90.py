@@ -54,7 +54,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from .gluon_sm90 import GL_DTYPES, is_sm90, ring, smem_layout, turns
 from .utils import num_sms
 
-HALF = 64  # a consumer warpgroup's rows: a tile is 128 x BLOCK_N (64 rows each) or, split by columns, 64 x BLOCK_N
+HALF = 64  # a consumer warpgroup's rows: a tile is 128 or 192 x BLOCK_N (64 rows each) or 64 x BLOCK_N split by columns
 SMEM_BYTES, SMEM_BARRIERS = 227 * 1024, 512  # an sm_90 block's shared memory; the ring's and turns' mbarriers (280 B)
 # by consumer warpgroups: setmaxnreg of the consumers (the loader: 24) and the registers a thread at launch, so that
 # both fit the 64K registers of an SM (2: 9 warps; 3: 13 warps, 3 x 128 x 168 + 32 x 24 <= 65536)
@@ -235,8 +235,8 @@ def consumers(block_m: int) -> int:
 
 def serves_tile(block_m: int, block_n: int, plain: bool = False) -> bool:
     """Whether the kernel has a form for block_m x block_n tiles: 128 rows (a consumer's 64 each) or 64 (a
-    consumer's half of the columns each), a consumer's columns a multiple of 16 up to 128 (its three fp32
-    tiles -- group partial, run, sum -- fill the registers at 64 x 128), or up to 256 in one K-group (``plain``:
+    consumer's half of the columns each), a consumer's columns 16 up to 128 (its three fp32 tiles -- group
+    partial, run, sum -- fill the registers at 64 x 128), or up to 256 in one K-group (``plain``:
     the partial and the sum, the wgmma's widest N); or 192 rows (three consumers at 168 registers a thread: up to
     128 columns in one K-group, 64 in K-groups; ptxas cannot fit an m64n256k16 in 152 at launch). A consumer's
     columns are a power of two (a TMA block's rows). Each built for sm_90 without a spill (gluon_sass.py)."""
