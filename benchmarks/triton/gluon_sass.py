@@ -48,18 +48,16 @@ def stats_sm90(config: tuple = head_sm90.STATS_SM90_CONFIG, keep_probs: bool = T
 def mm_groups_sm90(block_m: int = 128, block_n: int = 128, num_buf: int = 4, k: int = 4096, bias: bool = False,
                    out_dtype: str = "bf16", groups: int = 8):
     """``_mm_groups_ws`` for sm_90 in block_m x block_n tiles (``groups`` K-groups, 8 folded in halves; bf16
-    operands) with the K slots ``matmul_sm90.launch`` gives it, descriptors from host ones over CPU tensors."""
+    operands) in the form ``matmul_sm90.launch`` runs (``matmul_sm90.form``), descriptors from host ones over CPU
+    tensors."""
     import torch
 
     a, b = torch.empty(256, k, dtype=torch.bfloat16), torch.empty(512, k, dtype=torch.bfloat16)
     c = torch.empty(256, 512, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[out_dtype])
     descs = matmul_sm90.descriptors(a, b, c, block_m, block_n, BLOCK_K)
     types = dict(bias_ptr="*bf16", M="i32", N="i32", K="i32", KG="i32")
-    num_buf = matmul_sm90.slots(block_m, block_n, BLOCK_K, num_buf, a.element_size(), c.element_size())
-    consumers = matmul_sm90.consumers(block_m)
-    consumer_regs, maxnreg = matmul_sm90.REGS[consumers]
-    consts = dict(HAS_BIAS=bias, GROUPS=groups, RUN=min(groups, 4), NUM_BUF=num_buf,
-                  SPLIT_N=matmul_sm90.split_n(block_m), CONSUMERS=consumers, CONSUMER_REGS=consumer_regs, num_warps=4)
+    tile, maxnreg = matmul_sm90.form(block_m, block_n, BLOCK_K, num_buf, a.element_size(), c.element_size())
+    consts = dict(HAS_BIAS=bias, GROUPS=groups, RUN=min(groups, 4), **tile, num_warps=4)
     return build_gluon(matmul_sm90._mm_groups_ws, dict(zip(("a_desc", "b_desc", "c_desc"), descs)), types, consts,
                        (), maxnreg)
 

@@ -52,7 +52,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .gluon_sm90 import GL_DTYPES, is_sm90, ring, smem_layout, turns
-from .utils import num_sms
+from .utils import fit_stages, num_sms
 
 HALF = 64  # a consumer warpgroup's rows: a tile is 128 or 192 x BLOCK_N (64 rows each) or 64 x BLOCK_N split by columns
 SMEM_BYTES, SMEM_BARRIERS = 227 * 1024, 512  # an sm_90 block's shared memory; the ring's and turns' mbarriers (280 B)
@@ -246,12 +246,20 @@ def serves_tile(block_m: int, block_n: int, plain: bool = False) -> bool:
 
 
 def slots(block_m: int, block_n: int, block_k: int, num_buf: int, elem_size: int, out_elem_size: int) -> int:
-    """The K slots that fit shared memory, at most ``num_buf``: each slot a K step's A and B tiles, beside the
-    consumers' output staging tiles and the barriers (H200: 227 KiB a block). Slots never change the K order,
-    hence the bits."""
-    slot = (block_m + block_n) * block_k * elem_size
-    stage = block_m * block_n * out_elem_size  # c_smem: a 64 x WG_N tile a consumer, or one 64 x BLOCK_N split in two
-    return max(1, min(num_buf, (SMEM_BYTES - SMEM_BARRIERS - stage) // slot))
+    """The K slots that fit shared memory, at most ``num_buf`` (``utils.fit_stages``): each slot a K step's A and B
+    tiles, beside the consumers' output staging tiles (c_smem: a 64 x WG_N tile a consumer, or one 64 x BLOCK_N
+    split in two) and the barriers (H200: 227 KiB a block). Slots never change the K order, hence the bits."""
+    return fit_stages(block_m + block_n, elem_size, num_buf, block_m * block_n * out_elem_size,
+                      SMEM_BYTES - SMEM_BARRIERS, block_k)
+
+
+def form(block_m: int, block_n: int, block_k: int, num_buf: int, elem_size: int, out_elem_size: int) -> tuple:
+    """(``_mm_groups_ws``'s tile constexprs, its registers a thread at launch) for block_m x block_n tiles with up
+    to ``num_buf`` K slots: what ``launch`` runs and benchmarks/triton/gluon_sass.py builds."""
+    n_consumers = consumers(block_m)
+    consumer_regs, maxnreg = REGS[n_consumers]
+    return dict(NUM_BUF=slots(block_m, block_n, block_k, num_buf, elem_size, out_elem_size),
+                SPLIT_N=split_n(block_m), CONSUMERS=n_consumers, CONSUMER_REGS=consumer_regs), maxnreg
 
 
 def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, block_m: int, block_n: int, block_k: int) -> list:
@@ -272,18 +280,16 @@ def usable(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
 def launch(a, b, out, bias, groups: int, run: int, block_m: int, block_n: int, num_buf: int, block_k: int,
            persistent: bool = False) -> None:
     """``out`` = A @ B^T in ``groups`` K-groups folded by runs of ``run`` (+ bias), ``_mm_groups_ws`` in
-    block_m x block_n tiles (``serves_tile``) with up to ``num_buf`` K slots (``slots``): one program a tile, or
+    block_m x block_n tiles (``serves_tile``) with up to ``num_buf`` K slots (``form``): one program a tile, or
     ``persistent``, one an SM walking the tiles (its loader fetching the next tile's K steps while the consumers
     fold and store the last)."""
     if not serves_tile(block_m, block_n, plain=groups == 1):
         raise ValueError(f"matmul_sm90: no form for {block_m} x {block_n} tiles in {groups} K-group(s)")
-    num_buf = slots(block_m, block_n, block_k, num_buf, a.element_size(), out.element_size())
+    consts, maxnreg = form(block_m, block_n, block_k, num_buf, a.element_size(), out.element_size())
     m, k = a.shape
     n = b.shape[0]
     ad, bd, cd = descriptors(a, b, out, block_m, block_n, block_k)
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
     grid = (min(tiles, num_sms(a.device)) if persistent else tiles,)
-    consumer_regs, maxnreg = REGS[consumers(block_m)]
     _mm_groups_ws[grid](ad, bd, cd, bias if bias is not None else out, m, n, k, k // groups, bias is not None, groups,
-                        run, num_buf, split_n(block_m), consumers(block_m), consumer_regs, num_warps=4,
-                        maxnreg=maxnreg)
+                        run, **consts, num_warps=4, maxnreg=maxnreg)

@@ -65,11 +65,12 @@ def bind_cuda_context(device: torch.device) -> None:
         seen.add(index)
 
 
-def fit_stages(rows: int, elem_size: int, stages: int, out_bytes: int = 0, budget: int = 216 * 1024) -> int:
-    """Pipeline depth that fits shared memory: (rows of A + rows of B) x BLOCK_K operand tiles
+def fit_stages(rows: int, elem_size: int, stages: int, out_bytes: int = 0, budget: int = 216 * 1024,
+               block_k: int = BLOCK_K) -> int:
+    """Pipeline depth that fits shared memory: (rows of A + rows of B) x block_k operand tiles
     per stage, plus ``out_bytes`` of epilogue staging (fp32 operands need half the stages of
     bf16). Stages never change the K order, hence the bits."""
-    return max(1, min(stages, (budget - out_bytes) // (rows * BLOCK_K * elem_size)))
+    return max(1, min(stages, (budget - out_bytes) // (rows * block_k * elem_size)))
 
 
 def tma_ok(*ts: torch.Tensor) -> bool:
