@@ -33,14 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench_graph, info, log, save  # noqa: E402
 from matmul_sweep import SHAPES  # noqa: E402
 
-from rlk_models.ops.triton.matmul import _fold_kernel, k_groups, launch_for, mm, run_of  # noqa: E402
+from rlk_models.ops.triton.matmul import fold, k_groups, launch_for, mm, run_of  # noqa: E402
 
 
 def split_cost(ms: list[int], shapes: list[str], device: str = "cuda") -> dict:
     """Per row-parallel shape and M whose default launch is split-K: cuBLAS, the whole launch, the fold kernel
-    alone (us), and the whole launch less the fold against cuBLAS."""
-    import triton
-
+    alone (``matmul.fold``, as the launch runs it; us), and the whole launch less the fold against cuBLAS."""
     dev = torch.device(device)
     g = torch.Generator(device=dev).manual_seed(0)
     res = {"info": info(), "shapes": {}}
@@ -58,14 +56,8 @@ def split_cost(ms: list[int], shapes: list[str], device: str = "cuda") -> dict:
             parts = groups // lc.split
             p = torch.randn(parts, m, n, device=dev, generator=g)
             out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
-            block = 1024
-
-            def fold():
-                _fold_kernel[(triton.cdiv(m * n, block),)](p, out, out, m, n, False, parts,
-                                                           run_of(groups) // lc.split, block)
-
             t = {"cublas": bench_graph(lambda: F.linear(xm, w)), "whole": bench_graph(lambda: mm(xm, w, groups=groups)),
-                 "fold": bench_graph(fold)}
+                 "fold": bench_graph(lambda: fold(p, out, None, parts, run_of(groups) // lc.split))}
             row = {"launch": str(lc), "us": {key: 1e3 * v for key, v in t.items()},
                    "whole_vs_cublas": t["whole"] / t["cublas"],
                    "without_fold_vs_cublas": (t["whole"] - t["fold"]) / t["cublas"]}

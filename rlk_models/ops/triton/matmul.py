@@ -280,6 +280,18 @@ def _fold_kernel(p_ptr, c_ptr, bias_ptr, M, N, HAS_BIAS: tl.constexpr, GROUPS: t
     tl.store(c_ptr + idx, acc.to(c_ptr.dtype.element_ty), mask=ok)
 
 
+def fold(parts: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None, count: int, run: int) -> torch.Tensor:
+    """out = ``count`` fp32 partials (``parts``, contiguous [count, *out.shape]) folded by ``_fold_kernel`` (runs
+    of ``run`` in order from zero, the runs' sums added in order) + bias, rounded once to out's dtype: a split-K
+    launch's second kernel and ``combine_partials``."""
+    n = out.shape[-1]
+    m = out.numel() // n
+    block = 1024
+    _fold_kernel[(triton.cdiv(m * n, block),)](parts, out, bias if bias is not None else out, m, n, bias is not None,
+                                               count, run, block)
+    return out
+
+
 class Launch(NamedTuple):
     """How one product runs; no field changes the bits (the contract tests prove it per field)."""
 
@@ -569,9 +581,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
                          run_of(groups), split, bm, bn, BLOCK_K, 8, stride, num_warps=warps, num_stages=stages,
                          C_T=swap, ACC=accumulate)
     if split:  # the runs' partials, folded as the fused kernel folds the groups
-        block = 1024
-        _fold_kernel[(triton.cdiv(m * n, block),)](c, out, bias_arg, m, n, bias is not None, parts,
-                                                   run_of(groups) // split, block)
+        fold(c, out, bias, parts, run_of(groups) // split)
     return out
 
 
@@ -633,10 +643,5 @@ def combine_partials(parts: torch.Tensor, bias: torch.Tensor | None, out_dtype: 
     if count not in (1, 2, K_GROUPS):
         raise ValueError(f"triton combine_partials: {count} partials; expected {K_GROUPS} group partials, the 2 "
                          "halves or their all-reduced sum")
-    n = flat.shape[-1]
-    m = flat[0].numel() // n
     out = torch.empty(*flat.shape[1:], dtype=out_dtype, device=parts.device)
-    bias_arg = bias if bias is not None else out
-    _fold_kernel[(triton.cdiv(m * n, 1024),)](flat.contiguous(), out, bias_arg, m, n, bias is not None, count,
-                                              run_of(count), 1024)
-    return out
+    return fold(flat.contiguous(), out, bias, count, run_of(count))
