@@ -123,7 +123,8 @@ def describe(kernel) -> dict:
             for line in sass.splitlines() if "/*" in line and ";" in line]
     reg, stack = (int(re.search(rf"{k}:(\d+)", usage).group(1)) for k in ("REG", "STACK"))
     return {"sass": hashlib.sha1("\n".join(code).encode()).hexdigest()[:12], "instructions": len(code),
-            "registers": reg, "spill_stack_bytes": stack, "shared_bytes": kernel.metadata.shared,
+            "registers": reg, "warps": kernel.metadata.num_warps, "spill_stack_bytes": stack,
+            "shared_bytes": kernel.metadata.shared,
             "loops": kernel.asm["ttgir"].count("scf.for"),
             # a 64-bit division or remainder left in the PTX has a run-time divisor (LLVM turns constant ones into
             # multiplies): on sm_90 a subroutine call a thread (rowwise_sass.py)

@@ -56,9 +56,12 @@ from .utils import fit_stages, num_sms
 
 HALF = 64  # a consumer warpgroup's rows: a tile is 128 or 192 x BLOCK_N (64 rows each) or 64 x BLOCK_N split by columns
 SMEM_BYTES, SMEM_BARRIERS = 227 * 1024, 512  # an sm_90 block's shared memory; the ring's and turns' mbarriers (280 B)
-# by consumer warpgroups: setmaxnreg of the consumers (the loader: 24) and the registers a thread at launch, so that
-# both fit the 64K registers of an SM (2: 9 warps; 3: 13 warps, 3 x 128 x 168 + 32 x 24 <= 65536)
-REGS = {2: (240, 168), 3: (168, 152)}
+# by consumer warpgroups: setmaxnreg of the consumers (the loader's warpgroup: 24) and the registers a thread at
+# launch. Triton pads the warps to whole warpgroups (2 consumers: 9 warps launch as 12; 3: 13 as 16), and an SM's
+# four quarters each hold a quarter of its 64K registers and a warp of every warpgroup (``fits_sm``): 16 warps
+# launch at <= 128 a thread, and then 3 x 160 + 24 <= 512 (session 32's 168 / 152 built, but 16 warps x 152 could
+# not launch)
+REGS = {2: (240, 168), 3: (160, 128)}
 GROUP_M = gl.constexpr(8)  # tile order: ``matmul._tile_coords``'s (neighbouring programs share B's column tiles)
 
 
@@ -222,6 +225,13 @@ def _mm_groups_ws(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: gl.co
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
+def fits_sm(registers: int, warps: int) -> bool:
+    """Whether ``warps`` warps at ``registers`` a thread launch as one block on an sm_90 SM: its register file is
+    four quarters of 16K, a warp's registers are allocated in 256s, and warp w runs on quarter w % 4."""
+    per_warp = -(-registers * 32 // 256) * 256
+    return 4 * (16384 // per_warp) >= warps
+
+
 def split_n(block_m: int) -> int:
     """``SPLIT_N`` of block_m-row tiles: 1 where the two consumers split a 64-row tile's columns, 0 where they
     take 64 rows each of a 128- or 192-row tile."""
@@ -237,8 +247,8 @@ def serves_tile(block_m: int, block_n: int, plain: bool = False) -> bool:
     """Whether the kernel has a form for block_m x block_n tiles: 128 rows (a consumer's 64 each) or 64 (a
     consumer's half of the columns each), a consumer's columns 16 up to 128 (its three fp32 tiles -- group
     partial, run, sum -- fill the registers at 64 x 128), or up to 256 in one K-group (``plain``:
-    the partial and the sum, the wgmma's widest N); or 192 rows (three consumers at 168 registers a thread: up to
-    128 columns in one K-group, 64 in K-groups; ptxas cannot fit an m64n256k16 in 152 at launch). A consumer's
+    the partial and the sum, the wgmma's widest N); or 192 rows (three consumers at 160 registers a thread: up to
+    128 columns in one K-group, 64 in K-groups; an m64n256k16 needs more than 128 at launch). A consumer's
     columns are a power of two (a TMA block's rows). Each built for sm_90 without a spill (gluon_sass.py)."""
     wg_n, rest = divmod(block_n, 1 + split_n(block_m))
     widest = {HALF: 256 if plain else 128, 2 * HALF: 256 if plain else 128, 3 * HALF: 128 if plain else 64}

@@ -118,13 +118,15 @@ def test_head_stats_sm90_builds_unspilled_wgmma_pipeline(gluon):
     (probabilities kept or not, no entropy sum): its dots are m64n256k16 wgmmas (the Triton
     kernel's MMA shape, which its bits need), none serialized, nothing spilled, its shared memory one
     program's. (The entropy forms spill 264-344 bytes; ``_launch_stats`` keeps those on the Triton kernel.)"""
+    from rlk_models.ops.triton import matmul_sm90
+
     forms = gluon["stats_sm90"]
     assert len(forms) >= 8
     used = {name: r for name, r in forms.items() if "entropy=False" in name}
     bad = {name: {k: r[k] for k in ("wgmma", "mma_sync", "wgmma_serialized", "spill_stack_bytes", "shared_bytes")}
            for name, r in used.items()
            if r["wgmma"] != ["m64n256k16"] or r["mma_sync"] or r["wgmma_serialized"] or r["spill_stack_bytes"]
-           or r["shared_bytes"] > 227 * 1024}
+           or r["shared_bytes"] > 227 * 1024 or not matmul_sm90.fits_sm(r["registers"], r["warps"])}
     assert not bad, bad
     assert not {n: r["int64_divisions"] for n, r in forms.items() if r["int64_divisions"]}
 
@@ -134,6 +136,8 @@ def test_matmul_sm90_builds_unspilled_wgmma_pipeline(gluon):
     rows) in every config, in 8 K-groups and (the plain layers' candidates, up to 128 x 256 tiles) in one, bias or
     not, bf16 or fp32 out: wgmmas as wide as a consumer's columns (the tile's, or half of them in a 64-row tile),
     none serialized, nothing spilled, one program's shared memory."""
+    from rlk_models.ops.triton import matmul_sm90
+
     forms = {**gluon["mm_groups_sm90"], **{f"{name} plain": r for name, r in gluon["mm_plain_sm90"].items()}}
     assert len(forms) >= 20 and any(name.startswith("(64,") for name in forms)
     assert any(name.startswith("(128, 256,") for name in forms)
@@ -147,3 +151,6 @@ def test_matmul_sm90_builds_unspilled_wgmma_pipeline(gluon):
            if r["wgmma"] != [f"m64n{wgmma_n(name)}k16"] or r["mma_sync"] or r["wgmma_serialized"]
            or r["spill_stack_bytes"] or r["shared_bytes"] > 227 * 1024 or r["int64_divisions"]}
     assert not bad, bad
+    # and each launches: its warps (Triton pads them to whole warpgroups) at its registers fit an SM's register file
+    assert not {name: (r["warps"], r["registers"]) for name, r in forms.items()
+                if not matmul_sm90.fits_sm(r["registers"], r["warps"])}
