@@ -388,6 +388,41 @@ s32b)
         --shapes gate_up,qkv,qkv_1.7b,gate_up_1.7b
     grep -E "search:" "$ROOT_OUT/plain_search.log" | cut -c1-200
     ;;
+s33)
+    # session 33's defaults (grouped 257-768 rows: Launch.tail; qkv 8B 513-768: 128 x 256 Gluon tiles with a tail;
+    # gate_up 8B 129-768: 128 x 128 Gluon tiles, one K-group) and the 192-row tiles at 128 registers a thread: the
+    # bits of every candidate and default of the four 8B layers (a hang fails at the test's timeout), then the
+    # 192-row forms timed where they could win (o 768 rows: 1.94 waves; gate_up 384: 2.9) (no carry)
+    c8=tests/gpu/test_triton_contract_8b.py
+    part s33_tests 470 PART=tests TEST_TIMEOUT=460 TESTS="$c8::test_matmul_rows_and_launch_choices[o] \
+$c8::test_matmul_rows_and_launch_choices[down] $c8::test_matmul_rows_and_launch_choices[qkv] \
+$c8::test_matmul_rows_and_launch_choices[gate_up]"
+    grep -E "^E  .*|FAILED|PASSED|slowest|s call" "$ROOT_OUT/s33_tests/gpu_tests.log" | cut -c1-200 | head -24
+    bench mm90_192 100 benchmarks/triton/matmul_sweep.py sm90 --m 384,768 --shapes o,gate_up
+    grep -E "M=" "$ROOT_OUT/mm90_192.log" | cut -c1-1400
+    ;;
+s33b)
+    # session 33's defaults with the 192-row tiles (grouped 257-384 rows: 192 x 64; gate_up 8B 257-768: 192 x 128):
+    # every sm90 form against them at the range's edges, each checked bitwise the default (o, down, qkv, gate_up),
+    # then the whole matmul table against cuBLAS (nine shapes, M = 1-8192, defaults only) (no carry)
+    bench mm90_edges 250 benchmarks/triton/matmul_sweep.py sm90 --m 256,320,384,448,512,640,1024 \
+        --shapes o,down,gate_up,qkv
+    grep -E "M=" "$ROOT_OUT/mm90_edges.log" | cut -c1-1400
+    bench table 250 benchmarks/triton/matmul_sweep.py --search --quick --tiles 1x1 \
+        --m 1,2,4,8,16,32,64,128,192,256,384,512,768,1024,2048,4096,8192 \
+        --shapes qkv,o,gate_up,down,lm_head,qkv_1.7b,o_1.7b,gate_up_1.7b,down_1.7b
+    grep -E "graph:" "$ROOT_OUT/table.log" | cut -c1-120
+    ;;
+s33c)
+    # session 33's final defaults (qkv 8B 257-320: Triton 64 x 128 grid, 321-384: 192 x 128 Gluon; gate_up 8B
+    # 257-384 and 641-768: 192 x 128): the four 8B layers' launch-choice bits, rows now checked at every bucket from
+    # 255 to 768 (no carry)
+    c8=tests/gpu/test_triton_contract_8b.py
+    part s33c_tests 330 PART=tests TEST_TIMEOUT=320 TESTS="$c8::test_matmul_rows_and_launch_choices[o] \
+$c8::test_matmul_rows_and_launch_choices[down] $c8::test_matmul_rows_and_launch_choices[qkv] \
+$c8::test_matmul_rows_and_launch_choices[gate_up]"
+    grep -E "^E  .*|FAILED|PASSED" "$ROOT_OUT/s33c_tests/gpu_tests.log" | cut -c1-200 | head -24
+    ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is
     # printed); TRAIN=1: then the 8B step

@@ -30,12 +30,12 @@ from rlk_models.ops.triton.matmul import (
     HALF,
     K_GROUPS,
     LAUNCHES,
-    SM90_FALLBACKS,
     TUNED,
     Launch,
     _mm_tma_kernel,
     fitted_config,
     run_of,
+    sm90_fallback,
 )
 from rlk_models.ops.triton.utils import ONE_PASS
 
@@ -145,8 +145,13 @@ def forms() -> dict[str, tuple[Launch, int, dict]]:
             if lc is None:  # a TUNED range that keeps the table's launch
                 continue
             name = f"{where}/M<={bound if bound < 1 << 40 else 'inf'}"
-            if lc.sm90:  # the Gluon form: gluon_sass.py builds it; here the Triton form it falls back to
-                out[name + "/fallback"] = (SM90_FALLBACKS[lc.config[0]], groups, {})
+            if lc.sm90:  # the Gluon form: gluon_sass.py builds it; here the Triton form it falls back to (for the
+                # plain layers also in the backward's layouts, which the Gluon form does not serve)
+                fb = sm90_fallback(lc, kind)
+                out[name + "/fallback"] = (fb, groups, {})
+                if kind == "plain":
+                    out[name + "/fallback/dx"] = (fb, 1, dict(b_kn=True))
+                    out[name + "/fallback/dw"] = (fb, 1, dict(a_km=True))
                 continue
             out[name] = (lc, groups, {})
             if kind == "plain" and not lc.swap:

@@ -109,9 +109,11 @@ def plot(before: str, after: str, png: str) -> None:
     fig.savefig(png, dpi=110)
 
 
-# the Triton launches the Gluon form replaced or competes with from 129 rows: the 8B table's flat 128 x 128 tiles
-# and the 64 x 128 ones it replaced from 129 rows (``SM90_FALLBACKS``), and the 1.7B layers' 64 x 128 (``TUNED``)
-SM90_RIVALS = [*SM90_FALLBACKS.values(), Launch((64, 128, 4, 4), persistent=False, flat=True)]
+# the Triton launches the Gluon form replaced or competes with from 129 rows, by K order: grouped, the 8B table's
+# flat 128 x 128 tiles and the 64 x 128 ones it replaced from 129 rows (``SM90_FALLBACKS``), and the 1.7B layers'
+# 64 x 128 (``TUNED``); plain, the fallbacks (the narrow table's tiles to 1024 rows) and the wide table's 128 x 256
+SM90_RIVALS = {kind: [lc for (k, _), lc in SM90_FALLBACKS.items() if k == kind] + extra for kind, extra in (
+    ("groups", [Launch((64, 128, 4, 4), persistent=False, flat=True)]), ("plain", [Launch((128, 256, 8, 3))]))}
 
 
 SM90_MS = (128, 256, 384, 512, 640, 768, 1024, 1100, 16384)
@@ -140,7 +142,8 @@ def sm90_forms(ms=SM90_MS, shapes=SM90_SHAPES) -> dict:
                    "default": str(launch_for(m, n, groups, k))}
             forms = [(f"sm90 {lc.config}{' persistent' if lc.persistent else ''}{' tail' if lc.tail else ''}", lc)
                      for lc in (SM90_CANDIDATES if rp else SM90_PLAIN_CANDIDATES)]
-            for label, lc in forms + [(f"triton {r.config}", r) for r in SM90_RIVALS]:
+            rivals = SM90_RIVALS["groups" if rp else "plain"]
+            for label, lc in forms + [(f"triton {r.config}{'' if r.persistent else ' grid'}", r) for r in rivals]:
                 try:
                     same = torch.equal(mm(xm, w, groups=groups, launch=lc), ref)
                     t = 1e3 * bench_graph(lambda: mm(xm, w, groups=groups, launch=lc))

@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "down": (12288, 4096),
           "lm_head": (4096, 151936)}
 ROW_PARALLEL = {"o", "down"}  # K split by tensor parallelism: canonical K-groups
-M_INV = [1, 2, 3, 7, 16, 64, 255, 1024, 4096, 8192]
+M_INV = [1, 2, 3, 7, 16, 64, 255, 320, 384, 448, 640, 768, 1024, 4096, 8192]  # 255-768: each launch bucket there
 BATCH7 = (0, 7, 1000, 4093, 8185)
 
 
@@ -100,7 +100,7 @@ def test_matmul_rows_and_launch_choices(name):
         for m in (1, 200, 700, 1024, 8192):  # 700: Launch.tail's two launches (512 + 188 rows at N = 4096)
             runs = [(x[:m], w, b, dt, k_groups(k)) for b in (None, bias) for dt in (torch.bfloat16, torch.float32)]
             for a_, w_, b, dt, groups in runs + [(half_x[:m], half_w, None, torch.float32, HALF)]:
-                ref = mm(a_, w_, b, dt, groups=groups, launch=SM90_FALLBACKS[128])
+                ref = mm(a_, w_, b, dt, groups=groups, launch=SM90_FALLBACKS["groups", 128])
                 for lc in SM90_CANDIDATES:
                     got = mm(a_, w_, b, dt, groups=groups, launch=lc)
                     assert torch.equal(got, ref), f"M={m} {lc} bias={b is not None} {dt} groups={groups}"
@@ -110,7 +110,7 @@ def test_matmul_rows_and_launch_choices(name):
         bias = randn(n, g=g)
         for m in (1, 200, 700, 1024, 8192):
             for b, dt in ((None, torch.bfloat16), (bias, torch.bfloat16), (bias, torch.float32)):
-                ref = mm(x[:m], w, b, dt, launch=SM90_FALLBACKS[128])
+                ref = mm(x[:m], w, b, dt, launch=SM90_FALLBACKS["plain", 128])
                 for lc in SM90_PLAIN_CANDIDATES:
                     got = mm(x[:m], w, b, dt, launch=lc)
                     assert torch.equal(got, ref), f"M={m} {lc} bias={b is not None} {dt} plain"

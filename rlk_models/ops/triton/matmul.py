@@ -311,7 +311,7 @@ class Launch(NamedTuple):
     #                     three warpgroups (plain K: BLOCK_N <= 128; ``matmul_sm90.serves_tile``); persistent:
     #                     one program an SM, its loader running into the next tile. From a table, where it
     #                     cannot serve the product (another GPU, fp32 operands, transposed layouts, tma=False):
-    #                     ``SM90_FALLBACKS`` (the Triton form of its tile height)
+    #                     ``sm90_fallback`` (the Triton form of its K order and tile height)
     tail: bool = False  # sm90, 128-row tiles: the rows past the last whole wave of tiles (``wave_rows``) run as a
     #                     second launch in ``SM90_TAIL``'s 64-row tiles where those fit one wave (M = 768 at 8B: 512
     #                     rows in one wave of 128 tiles, 256 in one of 128 half tiles, not 192 tiles in 1.45 waves)
@@ -349,6 +349,11 @@ class Launch(NamedTuple):
 # Session 31: grouped M = 129-256 the Gluon form in 64 x 128 tiles (the consumers splitting the columns), 6 slots,
 # persistent (``matmul_sweep.py sm90``, bitwise at every point): o 8B M = 256 1.06x -> 0.98x, down 8B 1.09x -> 1.08x.
 # At 128 rows it lost (o 1.14x against the split default's 0.96x).
+# Session 33 (``matmul_sweep.py sm90``, each form bitwise the default): grouped M = 257-768 ``Launch.tail`` (the
+# rows past the last whole wave of 128-row tiles in 64-row ones): o 8B M = 768 1.23x -> 1.15-1.17x, down 8B
+# 1.17x -> 1.10x; below 512 rows (no whole wave) the same launch as before. The 192 x 64 tiles (three consumers)
+# stay a candidate: at 384 rows 1.02-1.10x (o) and 1.11x (down) against the tail's 1.08-1.12x and 1.06x, at 320
+# 1.42x / 1.27x against 1.22x / 1.21x.
 LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
     ("plain", "narrow"): [(16, Launch((64, 16, 4, 8), swap=True)),
                           (32, Launch((64, 32, 4, 8), swap=True)),
@@ -367,15 +372,25 @@ LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
                            (64, Launch((64, 64, 4, 6), split=HALF, persistent=False, flat=True)),
                            (128, Launch((64, 128, 4, 6), split=HALF, persistent=False, flat=True)),
                            (256, Launch((64, 128, 12, 6), sm90=True)),
+                           (768, Launch((128, 128, 12, 5), sm90=True, tail=True)),
                            (1 << 62, Launch((128, 128, 12, 5), sm90=True))],
 }
 LAUNCHES["groups", "wide"] = LAUNCHES["groups", "narrow"]  # row-parallel N is the hidden size: not measured wide
 # the 64-row tiles that take a ``Launch.tail`` launch's rows past its last whole wave
 SM90_TAIL = Launch((64, 128, 12, 6), sm90=True)
-# what a table's sm90 launch runs where the Gluon form cannot serve the product, by its tile's rows: the Triton
-# form it replaced
-SM90_FALLBACKS = {128: Launch((128, 128, 8, 5), persistent=False, flat=True),
-                  64: Launch((64, 128, 4, 6), persistent=False, flat=True)}
+# what a table's sm90 launch runs where the Gluon form cannot serve the product (another GPU, fp32 operands, the
+# backward's transposed layouts), by K order and tile rows: the Triton form it replaced (``sm90_fallback``). The
+# plain ones are not flat: in one K-group the flat 128 x 128 form serializes its wgmmas (ptxas C7515)
+SM90_FALLBACKS = {("groups", 128): Launch((128, 128, 8, 5), persistent=False, flat=True),
+                  ("groups", 64): Launch((64, 128, 4, 6), persistent=False, flat=True),
+                  ("plain", 128): Launch((128, 128, 4, 4)),
+                  ("plain", 64): Launch((64, 128, 4, 4), persistent=False)}
+
+
+def sm90_fallback(launch: Launch, kind: str) -> Launch:
+    """``SM90_FALLBACKS``'s launch for a ``Launch.sm90`` of K order ``kind`` ("groups" or "plain"): its tile
+    height's (a 192-row tile's: the 128-row one's)."""
+    return SM90_FALLBACKS.get((kind, launch.config[0]), SM90_FALLBACKS[kind, 128])
 
 # Per layer shape (K order, N, K), over the table above up to each list's last bound (an entry None: the table's
 # launch up to its bound). From the same session-16 search: Qwen3-1.7B's layers (hidden 2048), where the table's
@@ -388,7 +403,23 @@ SM90_FALLBACKS = {128: Launch((128, 128, 8, 5), persistent=False, flat=True),
 TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
     ("plain", 6144, 4096): [(160, None),
                             (256, Launch((128, 128, 4, 5))),
-                            (512, Launch((128, 256, 8, 3), persistent=False))],
+                            # session 33, by tiles a wave: 257-320 rows are 5 of 64 (240 tiles of 64 x 128: 1.27x
+                            # -> 0.92x at 320), 321-384 two of 192 (96 tiles; the Gluon form in one K-group, three
+                            # consumers: 1.33x -> 1.13x at 384)
+                            (320, Launch((64, 128, 4, 4), persistent=False)),
+                            (384, Launch((192, 128, 12, 4), sm90=True)),
+                            (512, Launch((128, 256, 8, 3), persistent=False)),
+                            # the Gluon form, 128 x 256 with its tail (640 rows of them are one wave): 1.31x ->
+                            # 1.21x at 768, 0.98x at 640 (session 33)
+                            (768, Launch((128, 256, 12, 3), sm90=True, tail=True))],
+    ("plain", 24576, 4096): [(128, None),  # gate_up: the Gluon form in one K-group (session 33), 128 x 128 tiles:
+                             (256, Launch((128, 128, 12, 5), sm90=True)),  # 1.43x -> 1.28x at 192 rows
+                             # 192 x 128 (three consumers) where it fills its waves: 1.21x -> 1.04-1.05x at 384,
+                             # 1.06x -> 1.01x at 768; at 448-640 rows the table's 128 x 256 (0.96-1.00x; 192 x 128
+                             # 1.11-1.19x)
+                             (384, Launch((192, 128, 12, 4), sm90=True)),
+                             (640, None),
+                             (768, Launch((192, 128, 12, 4), sm90=True))],
     ("plain", 4096, 2048): [(32, Launch((64, 32, 4, 4), swap=True)),  # qkv: M <= 16 1.69x -> 1.58x
                             (64, Launch((64, 32, 4, 4), persistent=False)),  # 1.54x -> 1.41x
                             (128, Launch((64, 64, 4, 4), persistent=False)),  # 1.22x -> 1.16x
@@ -424,8 +455,8 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
 # Session 31 (CPU, not yet timed): ``Launch.tail``, the last partial wave of 128-row tiles in 64-row ones (at 8B,
 # M = 768: a wave of 128-row tiles took 26.3 us at 512 rows and one of 64-row tiles 16.5 us at 256, so ~43 us
 # against 47.7 us in 1.45 waves; cuBLAS 39.6)
-# Session 32 (CPU, not yet timed): 192 x 64 tiles, three consumers (at 8B, M = 768: 256 tiles in 1.94 waves,
-# none padding, against 192 128 x 128 tiles in 1.45)
+# Session 32: 192 x 64 tiles, three consumers (at 8B, M = 768: 256 tiles in 1.94 waves, none padding, against 192
+# 128 x 128 tiles in 1.45); session 33: launchable at 128 registers a thread (16 warps)
 SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5), persistent=False, sm90=True),
                    SM90_TAIL, Launch((128, 128, 12, 5), sm90=True, tail=True), Launch((192, 64, 12, 6), sm90=True)]
 # Session 32 (CPU, not yet timed): the plain layers (qkv, gate_up, the head's matmul) in the same kernel, one K-group,
@@ -439,8 +470,8 @@ SM90_PLAIN_CANDIDATES = [*SM90_CANDIDATES, Launch((128, 256, 12, 3), sm90=True),
                          Launch((192, 128, 12, 4), sm90=True)]
 
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
-CANDIDATE_CONFIGS = sorted({(SM90_FALLBACKS[lc.config[0]] if lc.sm90 else lc).config
-                            for table in (*LAUNCHES.values(), *TUNED.values()) for _, lc in table if lc} | {
+CANDIDATE_CONFIGS = sorted({(sm90_fallback(lc, kind) if lc.sm90 else lc).config
+                            for (kind, *_), table in (*LAUNCHES.items(), *TUNED.items()) for _, lc in table if lc} | {
     (16, 32, 4, 4), (16, 64, 4, 4), (16, 128, 4, 4), (32, 64, 4, 4), (64, 64, 4, 4), (64, 128, 4, 4),
     (64, 256, 4, 3), (128, 64, 4, 4), (128, 128, 4, 4), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3),
     # deeper pipelines for the weight-streaming small-M plain layers
@@ -522,7 +553,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
                              f"{BLOCK_K} a group, no accumulate) on an sm_90 GPU (bf16/fp16, TMA-addressable, "
                              "tiles of 128 rows and up to 128 columns, or 64 rows and up to 256 -- twice those in "
                              "one K-group; a tail after 128-row tiles only)")
-        launch = SM90_FALLBACKS.get(launch.config[0], SM90_FALLBACKS[128])
+        launch = sm90_fallback(launch, "groups" if groups > 1 else "plain")
     if launch.sm90:
         bind_cuda_context(a.device)
         head = wave_rows(m, n, launch.config, num_sms(a.device)) if launch.tail else m

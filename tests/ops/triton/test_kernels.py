@@ -70,7 +70,7 @@ def launch_choices(mm, grouped: bool) -> list:
     Gluon launches, ``Launch.sm90``, run on an sm_90 GPU only -- tests/gpu proves them; here the Triton form they
     fall back to stands in.)"""
     kind = "groups" if grouped else "plain"
-    out = {mm.SM90_FALLBACKS[lc.config[0]] if lc.sm90 else lc
+    out = {mm.sm90_fallback(lc, kind) if lc.sm90 else lc
            for (k, *_), table in (*mm.LAUNCHES.items(), *mm.TUNED.items()) if k == kind for _, lc in table if lc}
     if grouped:
         out |= {mm.Launch(c, split=sp) for c in mm.CANDIDATE_CONFIGS[::3] for sp in (0, 1, mm.HALF)}
@@ -290,7 +290,7 @@ def test_matmul_wave_rows():
 
 
 def test_matmul_table_sm90_launch_falls_back_where_it_cannot_serve():
-    """Above 256 rows the grouped-K table names the Gluon form; where it cannot serve the product (here:
+    """Above 128 rows the grouped-K table names the Gluon form; where it cannot serve the product (here:
     no sm_90 GPU, or fp32 operands, or ``tma=False``) the default runs the Triton form of its tile's height
     (``SM90_FALLBACKS``), with its bits."""
     from rlk_models.ops.triton.matmul import SM90_FALLBACKS, k_groups, launch_for, mm
@@ -300,11 +300,11 @@ def test_matmul_table_sm90_launch_falls_back_where_it_cannot_serve():
     for rows, tile in ((300, 128), (200, 64)):
         assert launch_for(rows, 48, k_groups(1024), 1024).sm90
         assert launch_for(rows, 48, k_groups(1024), 1024).config[0] == tile
-        want = mm(x[:rows], w, groups=8, launch=SM90_FALLBACKS[tile], tma=False)
+        ref = SM90_FALLBACKS["groups", tile]
+        want = mm(x[:rows], w, groups=8, launch=ref, tma=False)
         assert torch.equal(mm(x[:rows], w, groups=8, tma=False), want)
         xf, wf = x[:rows].float(), w.float()
-        assert torch.equal(mm(xf, wf, groups=8, tma=False), mm(xf, wf, groups=8, launch=SM90_FALLBACKS[tile],
-                                                              tma=False))
+        assert torch.equal(mm(xf, wf, groups=8, tma=False), mm(xf, wf, groups=8, launch=ref, tma=False))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
