@@ -262,6 +262,12 @@ def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
              if matmul_sm90.serves_tile(bm, bn, plain=True)}
     assert plain == served | {(64, 512), (128, 256), (192, 128)}
     assert [matmul_sm90.consumers(bm) for bm in (64, 128, 192)] == [2, 2, 3]
+    # registers at launch (the H200, session 33: 16 warps at 152 a thread refused, "Hardware limit: 384" threads)
+    assert not matmul_sm90.fits_sm(152, 16) and matmul_sm90.fits_sm(152, 12) and not matmul_sm90.fits_sm(152, 13)
+    assert [matmul_sm90.fits_sm(*reg_warps) for reg_warps in ((168, 12), (128, 16), (136, 16), (255, 8))] == [
+        True, True, False, True]
+    consumer, launch_regs = matmul_sm90.REGS[3]  # 13 warps launch as 16; then three consumer warpgroups + the loader's
+    assert matmul_sm90.fits_sm(launch_regs, 16) and 3 * consumer + 24 <= 512
     with pytest.raises(ValueError, match="no form for 128 x 256"):
         matmul_sm90.launch(a, b, torch.empty(16, 64), None, 8, 4, 128, 256, 5, 64)
     with pytest.raises(ValueError, match="no form for 128 x 512"):
