@@ -93,6 +93,11 @@
 #   CALL=s32b bash scripts/device_calls.sh      # the split-K launches' fold kernel alone against the whole launch
 #                                              # (decode sizes), the plain Gluon forms at the head's shape, the
 #                                              # plain layers' search at M = 192, 384, 768 (no carry)
+#   CALL=s33 bash scripts/device_calls.sh       # the launch-choice bits of the four 8B layers (every candidate and
+#                                              # default), then the 192-row forms timed at 384/768 rows (no carry)
+#   CALL=s33b bash scripts/device_calls.sh      # every sm90 form at the buckets' edges (256-1024 rows), then the whole
+#                                              # matmul table against cuBLAS (no carry)
+#   CALL=s33c bash scripts/device_calls.sh      # s33's bits alone (no carry)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -122,6 +127,14 @@ bench() {  # bench NAME SECONDS SCRIPT ARGS...: one benchmark script, its JSON i
     mkdir -p "$ROOT_OUT/$name"
     OUT="$ROOT_OUT/$name" PYTHONPATH="$PWD" timeout "$secs" python3 "$@" > "$ROOT_OUT/$name.log" 2>&1
     echo "$name exit $?"
+}
+matmul_bits() {  # matmul_bits NAME SECONDS: the launch-choice bits of the four 8B layers (every candidate and
+                 # default against the Triton form; rows across M), each test under the part's limit
+    local c8=tests/gpu/test_triton_contract_8b.py
+    part "$1" "$2" PART=tests TEST_TIMEOUT=$(($2 - 10)) TESTS="$c8::test_matmul_rows_and_launch_choices[o] \
+$c8::test_matmul_rows_and_launch_choices[down] $c8::test_matmul_rows_and_launch_choices[qkv] \
+$c8::test_matmul_rows_and_launch_choices[gate_up]"
+    grep -E "^E  .*|FAILED|PASSED" "$ROOT_OUT/$1/gpu_tests.log" | cut -c1-200 | head -24
 }
 case "${CALL:-head}" in
 head)
@@ -393,11 +406,7 @@ s33)
     # gate_up 8B 129-768: 128 x 128 Gluon tiles, one K-group) and the 192-row tiles at 128 registers a thread: the
     # bits of every candidate and default of the four 8B layers (a hang fails at the test's timeout), then the
     # 192-row forms timed where they could win (o 768 rows: 1.94 waves; gate_up 384: 2.9) (no carry)
-    c8=tests/gpu/test_triton_contract_8b.py
-    part s33_tests 470 PART=tests TEST_TIMEOUT=460 TESTS="$c8::test_matmul_rows_and_launch_choices[o] \
-$c8::test_matmul_rows_and_launch_choices[down] $c8::test_matmul_rows_and_launch_choices[qkv] \
-$c8::test_matmul_rows_and_launch_choices[gate_up]"
-    grep -E "^E  .*|FAILED|PASSED|slowest|s call" "$ROOT_OUT/s33_tests/gpu_tests.log" | cut -c1-200 | head -24
+    matmul_bits s33_tests 470
     bench mm90_192 100 benchmarks/triton/matmul_sweep.py sm90 --m 384,768 --shapes o,gate_up
     grep -E "M=" "$ROOT_OUT/mm90_192.log" | cut -c1-1400
     ;;
@@ -417,11 +426,7 @@ s33c)
     # session 33's final defaults (qkv 8B 257-320: Triton 64 x 128 grid, 321-384: 192 x 128 Gluon; gate_up 8B
     # 257-384 and 641-768: 192 x 128): the four 8B layers' launch-choice bits, rows now checked at every bucket from
     # 255 to 768 (no carry)
-    c8=tests/gpu/test_triton_contract_8b.py
-    part s33c_tests 330 PART=tests TEST_TIMEOUT=320 TESTS="$c8::test_matmul_rows_and_launch_choices[o] \
-$c8::test_matmul_rows_and_launch_choices[down] $c8::test_matmul_rows_and_launch_choices[qkv] \
-$c8::test_matmul_rows_and_launch_choices[gate_up]"
-    grep -E "^E  .*|FAILED|PASSED" "$ROOT_OUT/s33c_tests/gpu_tests.log" | cut -c1-200 | head -24
+    matmul_bits s33c_tests 330
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is
