@@ -551,8 +551,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         if explicit:
             raise ValueError(f"matmul: an sm90 launch ({launch}) computes a forward product (K a multiple of "
                              f"{BLOCK_K} a group, no accumulate) on an sm_90 GPU (bf16/fp16, TMA-addressable, "
-                             "tiles of 128 rows and up to 128 columns, or 64 rows and up to 256 -- twice those in "
-                             "one K-group; a tail after 128-row tiles only)")
+                             "tiles of 128 rows and up to 128 columns, 64 rows and up to 256, or 192 rows and up "
+                             "to 64 -- twice those in one K-group; a tail after 128-row tiles only)")
         launch = sm90_fallback(launch, "groups" if groups > 1 else "plain")
     if launch.sm90:
         bind_cuda_context(a.device)
