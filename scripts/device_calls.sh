@@ -91,8 +91,8 @@
 #   CALL=s32 bash scripts/device_calls.sh       # Launch.tail's, the 192-row tiles' and the plain Gluon forms' bits
 #                                              # and times at M = 192, 384, 768 (no carry)
 #   CALL=s32b bash scripts/device_calls.sh      # the split-K launches' fold kernel alone against the whole launch
-#                                              # (decode sizes), the plain Gluon forms at the head's shape, the
-#                                              # plain layers' search at M = 192, 384, 768 (no carry)
+#                                              # (decode sizes), the plain Gluon forms at the head's shape and at
+#                                              # the 1.7B plain layers (128-768 rows) (no carry)
 #   CALL=s33 bash scripts/device_calls.sh       # the launch-choice bits of the four 8B layers (every candidate and
 #                                              # default), then the 192-row forms timed at 384/768 rows (no carry)
 #   CALL=s33b bash scripts/device_calls.sh      # every sm90 form at the buckets' edges (256-1024 rows), then the whole
@@ -395,11 +395,10 @@ s32b)
     # without its epilogue): the head forward's gap to cuBLAS split into the matmul's and the epilogue's
     bench mm90_head 180 benchmarks/triton/matmul_sweep.py sm90 --m 2048,16384 --shapes lm_head
     grep -E "M=" "$ROOT_OUT/mm90_head.log" | cut -c1-1400
-    # then the plain layers' whole launch search (Triton and Gluon forms) at the M where 128-row tiles are part
-    # padding or a wave and a half; each shape's and M's best is logged as it comes
-    bench plain_search 260 benchmarks/triton/matmul_sweep.py --search --quick --m 192,384,768 \
-        --shapes gate_up,qkv,qkv_1.7b,gate_up_1.7b
-    grep -E "search:" "$ROOT_OUT/plain_search.log" | cut -c1-200
+    # then the plain Gluon forms at the 1.7B plain layers (session 33 timed them at 8B only; gate_up 1.7B at 192-768
+    # rows 1.18-1.46x on Triton tiles), each checked bitwise the default
+    bench mm90_17b 200 benchmarks/triton/matmul_sweep.py sm90 --m 128,192,256,384,768 --shapes qkv_1.7b,gate_up_1.7b
+    grep -E "M=" "$ROOT_OUT/mm90_17b.log" | cut -c1-1400
     ;;
 s33)
     # session 33's defaults (grouped 257-768 rows: Launch.tail; qkv 8B 513-768: 128 x 256 Gluon tiles with a tail;
