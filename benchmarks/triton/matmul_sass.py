@@ -145,19 +145,15 @@ def forms() -> dict[str, tuple[Launch, int, dict]]:
             if lc is None:  # a TUNED range that keeps the table's launch
                 continue
             name = f"{where}/M<={bound if bound < 1 << 40 else 'inf'}"
-            if lc.sm90:  # the Gluon form: gluon_sass.py builds it; here the Triton form it falls back to (for the
-                # plain layers also in the backward's layouts, which the Gluon form does not serve)
-                fb = sm90_fallback(lc, kind)
-                out[name + "/fallback"] = (fb, groups, {})
-                if kind == "plain":
-                    out[name + "/fallback/dx"] = (fb, 1, dict(b_kn=True))
-                    out[name + "/fallback/dw"] = (fb, 1, dict(a_km=True))
-                continue
+            fallback = lc.sm90  # the Gluon form: gluon_sass.py builds it; here the Triton form it falls back to (a
+            # plain layer's in the backward's layouts too, which the Gluon form does not serve)
+            if fallback:
+                lc, name = sm90_fallback(lc, kind), name + "/fallback"
             out[name] = (lc, groups, {})
             if kind == "plain" and not lc.swap:
                 out[name + "/dx"] = (lc, 1, dict(b_kn=True))
                 out[name + "/dw"] = (lc, 1, dict(a_km=True))
-            if kind == "groups" and lc.split in (0, HALF):
+            if kind == "groups" and lc.split in (0, HALF) and not fallback:
                 out[name + "/flat"] = (lc._replace(flat=True, persistent=False), groups, {})
     return out
 
