@@ -98,6 +98,8 @@
 #   CALL=s33b bash scripts/device_calls.sh      # every sm90 form at the buckets' edges (256-1024 rows), then the whole
 #                                              # matmul table against cuBLAS (no carry)
 #   CALL=s33c bash scripts/device_calls.sh      # s33's bits alone (no carry)
+#   CALL=s34 bash scripts/device_calls.sh       # the 1.7B layers' rows at their buckets' edges, every sm90 form at
+#                                              # their 160-768 rows, then the whole matmul table (no carry)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -426,6 +428,21 @@ s33c)
     # 257-384 and 641-768: 192 x 128): the four 8B layers' launch-choice bits, rows now checked at every bucket from
     # 255 to 768 (no carry)
     matmul_bits s33c_tests 330
+    ;;
+s34)
+    # session 34's 1.7B defaults (qkv 129-256: Triton 64 x 128 grid, 577-768: 192 x 128 Gluon; gate_up 129-192,
+    # 257-384, 577-768: 192 x 128 Gluon): every M at the 1.7B buckets' edges against the 4096-row product, every sm90
+    # form at 160-768 rows each checked bitwise the default, then the whole matmul table against cuBLAS (no carry)
+    part s34_tests 200 PART=tests TEST_TIMEOUT=190 \
+        TESTS=tests/gpu/test_triton_contract_8b.py K="test_matmul_rows_at_the_1_7b_shapes"
+    grep -E "^E  .*|FAILED|PASSED|passed|failed" "$ROOT_OUT/s34_tests/gpu_tests.log" | cut -c1-200 | head -12
+    bench mm90_17b 150 benchmarks/triton/matmul_sweep.py sm90 --m 160,192,224,256,320,384,448,512,576,640,704,768 \
+        --shapes qkv_1.7b,gate_up_1.7b
+    grep -E "M=" "$ROOT_OUT/mm90_17b.log" | cut -c1-1400
+    bench table 230 benchmarks/triton/matmul_sweep.py --search --quick --tiles 1x1 \
+        --m 1,2,4,8,16,32,64,128,192,256,384,512,768,1024,2048,4096,8192 \
+        --shapes qkv,o,gate_up,down,lm_head,qkv_1.7b,o_1.7b,gate_up_1.7b,down_1.7b
+    grep -E "graph:" "$ROOT_OUT/table.log" | cut -c1-120
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is

@@ -5,6 +5,7 @@ H200 sweeps made before they became measurement-only (benchmarks/triton/*_sweep.
   every M (each M with its own launch), the M=8192 product equal to batches of 7, run to run,
   every candidate config in every form (grouped: fused, split-K per group or per half; plain: persistent or
   not, swap, flat) equal to the default at M=1 and M=1024, pointer kernel equal to TMA; backward run to run;
+  at the Qwen3-1.7B layers (their own launch table) every M at the buckets' edges equal to the 4096-row product;
 - log-prob head (V=151,936): the same row checks, ``full_logprobs`` at the target equals the head,
   backward run to run;
 - RMSNorm (hidden rows, heads, plain 128-wide rows at shifted places in a program's tile), SiLU-mul, RoPE,
@@ -34,7 +35,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "down": (12288, 4096),
           "lm_head": (4096, 151936)}
 ROW_PARALLEL = {"o", "down"}  # K split by tensor parallelism: canonical K-groups
-M_INV = [1, 2, 3, 7, 16, 64, 255, 320, 384, 448, 640, 768, 1024, 4096, 8192]  # 255-768: each launch bucket there
+M_INV = [1, 2, 3, 7, 16, 64, 192, 255, 320, 384, 448, 640, 768, 1024, 4096, 8192]  # 192-768: each launch bucket
 BATCH7 = (0, 7, 1000, 4093, 8185)
 
 
@@ -121,6 +122,29 @@ def test_matmul_rows_and_launch_choices(name):
     dy = randn(4096, n, g=g)
     g1, g2 = (torch.autograd.grad(linear(xg, wg, row_parallel=rp), [xg, wg], dy) for _ in range(2))
     assert all(torch.equal(a, b) for a, b in zip(g1, g2)), "backward run to run"
+
+
+SHAPES_1_7B = {"qkv": (2048, 4096), "o": (2048, 2048), "gate_up": (2048, 12288), "down": (6144, 2048)}
+# each edge of the 1.7B layers' ``TUNED`` buckets and of the tables under them
+M_1_7B = [1, 16, 17, 32, 33, 64, 65, 128, 129, 192, 193, 256, 257, 384, 385, 512, 513, 576, 577, 700, 768, 769, 1024,
+          4096]
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES_1_7B))
+def test_matmul_rows_at_the_1_7b_shapes(name):
+    """Qwen3-1.7B's layers run their own launches (``TUNED``: Triton tiles, split-K, the Gluon forms): the
+    product of every M at each bucket's edges equals the first M rows of the 4096-row product (every row, not
+    row 0 alone), and run to run."""
+    from rlk_models.ops.triton.matmul import matmul
+
+    k, n = SHAPES_1_7B[name]
+    rp = name in ROW_PARALLEL
+    g = gen(1)
+    x, w = randn(4096, k, g=g), randn(n, k, g=g, scale=0.02)
+    full = matmul(x, w, row_parallel=rp)
+    for m in M_1_7B:
+        assert torch.equal(matmul(x[:m], w, row_parallel=rp), full[:m]), f"{name} 1.7B: M={m} differs from M=4096"
+    assert torch.equal(matmul(x[:700], w, row_parallel=rp), full[:700]), "run to run"
 
 
 def test_matmul_accumulate_at_the_head_backward_shape():

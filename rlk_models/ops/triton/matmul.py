@@ -423,11 +423,21 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
     ("plain", 4096, 2048): [(32, Launch((64, 32, 4, 4), swap=True)),  # qkv: M <= 16 1.69x -> 1.58x
                             (64, Launch((64, 32, 4, 4), persistent=False)),  # 1.54x -> 1.41x
                             (128, Launch((64, 64, 4, 4), persistent=False)),  # 1.22x -> 1.16x
-                            (256, Launch((128, 64, 4, 4)))],  # 1.17x -> 1.13x (session 14)
+                            # session 34 (``matmul_sweep.py sm90``): 129-256 the table's 64 x 128 tiles, one program
+                            # a tile (session 14's 128 x 64 persistent: 1.59x -> 1.01x at 192, 1.17x -> 1.15x at
+                            # 256); 577-768 rows are 4 of 192 (128 tiles of 192 x 128 on 132 SMs: 1.21x -> 0.99x)
+                            (576, None),
+                            (768, Launch((192, 128, 12, 4), sm90=True))],
     ("plain", 12288, 2048): [(16, None),  # gate_up
                              (64, Launch((64, 128, 4, 6))),  # 1.13x -> 0.98x
                              (128, Launch((128, 128, 4, 6), persistent=False)),  # 1.18x -> 1.05x
-                             (256, Launch((128, 128, 4, 6)))],  # 1.34x -> 1.17x
+                             # session 34: the Gluon 192 x 128 tiles where whole ones cover the rows (96 tiles a
+                             # tile row): 1.46x -> 1.17x at 192, 1.48x -> 1.20x at 384, 1.22x -> 1.00x at 768
+                             (192, Launch((192, 128, 12, 4), sm90=True)),
+                             (256, Launch((128, 128, 4, 6))),  # 1.34x -> 1.17x
+                             (384, Launch((192, 128, 12, 4), sm90=True)),
+                             (576, None),
+                             (768, Launch((192, 128, 12, 4), sm90=True))],
     ("groups", 2048, 2048): [(16, None),  # o
                              (64, Launch((64, 128, 4, 4), split=1)),  # 1.40x -> 1.23x
                              (256, Launch((64, 64, 4, 4), split=HALF, persistent=False, flat=True)),  # 1.33-1.55x
