@@ -100,6 +100,8 @@
 #   CALL=s33c bash scripts/device_calls.sh      # s33's bits alone (no carry)
 #   CALL=s34 bash scripts/device_calls.sh       # the 1.7B layers' rows at their buckets' edges, every sm90 form at
 #                                              # their 160-768 rows, then the whole matmul table (no carry)
+#   CALL=s34b bash scripts/device_calls.sh      # s34's final 1.7B defaults: rows, sm90 forms at the changed buckets,
+#                                              # then the RL-shaped rollout at 1.7B (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -443,6 +445,20 @@ s34)
         --m 1,2,4,8,16,32,64,128,192,256,384,512,768,1024,2048,4096,8192 \
         --shapes qkv,o,gate_up,down,lm_head,qkv_1.7b,o_1.7b,gate_up_1.7b,down_1.7b
     grep -E "graph:" "$ROOT_OUT/table.log" | cut -c1-120
+    ;;
+s34b)
+    # session 34's final 1.7B defaults (gate_up 257-320: 64 x 256 Gluon, 385-512: 128 x 128 Gluon, 513-640: 128 x 256
+    # Gluon; qkv 513-768: 192 x 128): the rows at every bucket edge, the sm90 forms at the changed buckets each checked
+    # bitwise the default, then the RL-shaped rollout at 1.7B, rlk against stock (carry .vllm-cuda)
+    part s34b_tests 90 PART=tests TEST_TIMEOUT=80 \
+        TESTS=tests/gpu/test_triton_contract_8b.py K="test_matmul_rows_at_the_1_7b_shapes"
+    grep -E "^E  .*|FAILED|PASSED|passed|failed" "$ROOT_OUT/s34b_tests/gpu_tests.log" | cut -c1-200 | head -12
+    bench mm90_17b_final 100 benchmarks/triton/matmul_sweep.py sm90 --m 288,320,448,512,544,576,640 \
+        --shapes qkv_1.7b,gate_up_1.7b
+    grep -E "M=" "$ROOT_OUT/mm90_17b_final.log" | cut -c1-1400
+    part varied_1.7b 390 PART=vllm SHAPE=1.7b ENGINES=rlk,stock \
+        VLLM_ARGS="--varied --n 384 --max-tokens 384 --max-num-seqs 256 --prompt-len 256 --limit 150"
+    tail -8 "$ROOT_OUT/varied_1.7b.log"
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is

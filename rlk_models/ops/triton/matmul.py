@@ -423,20 +423,27 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
     ("plain", 4096, 2048): [(32, Launch((64, 32, 4, 4), swap=True)),  # qkv: M <= 16 1.69x -> 1.58x
                             (64, Launch((64, 32, 4, 4), persistent=False)),  # 1.54x -> 1.41x
                             (128, Launch((64, 64, 4, 4), persistent=False)),  # 1.22x -> 1.16x
-                            # session 34 (``matmul_sweep.py sm90``): 129-256 the table's 64 x 128 tiles, one program
-                            # a tile (session 14's 128 x 64 persistent: 1.59x -> 1.01x at 192, 1.17x -> 1.15x at
-                            # 256); 577-768 rows are 4 of 192 (128 tiles of 192 x 128 on 132 SMs: 1.21x -> 0.99x)
-                            (576, None),
+                            # session 34 (``matmul_sweep.py sm90``, two calls): 129-256 the table's 64 x 128 tiles,
+                            # one program a tile (session 14's 128 x 64 persistent: 1.59x -> 1.01-1.13x at 192,
+                            # 1.17x -> 1.15-1.20x at 256); 513-768 rows are 3-4 of 192 (96-128 tiles of 192 x 128
+                            # on 132 SMs: 1.62x -> 1.22x at 576, 1.21x -> 0.99-1.02x at 768)
+                            (512, None),
                             (768, Launch((192, 128, 12, 4), sm90=True))],
     ("plain", 12288, 2048): [(16, None),  # gate_up
                              (64, Launch((64, 128, 4, 6))),  # 1.13x -> 0.98x
                              (128, Launch((128, 128, 4, 6), persistent=False)),  # 1.18x -> 1.05x
-                             # session 34: the Gluon 192 x 128 tiles where whole ones cover the rows (96 tiles a
-                             # tile row): 1.46x -> 1.17x at 192, 1.48x -> 1.20x at 384, 1.22x -> 1.00x at 768
+                             # session 34: the Gluon forms by tile count (96 tiles a row of 192 x 128, 48 of
+                             # 128 x 256), each from the first call's sweep, checked in the second: 192 x 128 where
+                             # whole tiles cover the rows (1.46x -> 1.17-1.24x at 192, 1.48x -> 1.20x at 384, 1.22x
+                             # -> 1.00-1.03x at 768), 64 x 256 at 320 (240 tiles: 1.22x -> 1.08x), 128 x 128 at
+                             # 385-512 (1.17/1.13x -> 0.98/0.97x at 448/512), 128 x 256 at 513-640 (1.06/1.15x ->
+                             # 1.00/0.99x at 576/640)
                              (192, Launch((192, 128, 12, 4), sm90=True)),
                              (256, Launch((128, 128, 4, 6))),  # 1.34x -> 1.17x
+                             (320, Launch((64, 256, 12, 4), sm90=True)),
                              (384, Launch((192, 128, 12, 4), sm90=True)),
-                             (576, None),
+                             (512, Launch((128, 128, 12, 5), sm90=True)),
+                             (640, Launch((128, 256, 12, 3), sm90=True)),
                              (768, Launch((192, 128, 12, 4), sm90=True))],
     ("groups", 2048, 2048): [(16, None),  # o
                              (64, Launch((64, 128, 4, 4), split=1)),  # 1.40x -> 1.23x
