@@ -102,8 +102,6 @@
 #                                              # their 160-768 rows, then the whole matmul table (no carry)
 #   CALL=s34b bash scripts/device_calls.sh      # s34's final 1.7B defaults: rows, sm90 forms at the changed buckets,
 #                                              # then the RL-shaped rollout at 1.7B (carry .vllm-cuda)
-#   CALL=s34c bash scripts/device_calls.sh      # Launch.fold_in: its bits on the GPU, then its time against the
-#                                              # two-kernel split launch and cuBLAS at decode sizes (no carry)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -461,15 +459,6 @@ s34b)
     part varied_1.7b 390 PART=vllm SHAPE=1.7b ENGINES=rlk,stock \
         VLLM_ARGS="--varied --n 384 --max-tokens 384 --max-num-seqs 256 --prompt-len 256 --limit 150"
     tail -8 "$ROOT_OUT/varied_1.7b.log"
-    ;;
-s34c)
-    # Launch.fold_in (the split-K fold in the first kernel, by the last program of a tile): its bits on the GPU
-    # (every split form, eager and graphed, 10 runs each), then its time against the two-kernel launch and cuBLAS at
-    # decode sizes (no carry)
-    part s34c_tests 110 PART=tests TEST_TIMEOUT=100 TESTS=tests/gpu/test_triton_contract_8b.py K="test_matmul_fold_in"
-    grep -E "^E  .*|FAILED|PASSED|passed|failed" "$ROOT_OUT/s34c_tests/gpu_tests.log" | cut -c1-200 | head -12
-    bench fold_in 90 benchmarks/triton/matmul_fold_cost.py --split --m 1,16,32,64,128,192,256
-    grep -E "M=" "$ROOT_OUT/fold_in.log" | cut -c1-260
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is

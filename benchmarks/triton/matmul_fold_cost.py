@@ -14,8 +14,7 @@ added); same-K1 / plain the cost of the smaller tile the three fp32 accumulators
 ``--split``: at decode sizes the default is split-K (a program per group or half writes its fp32 partial, then
 ``_fold_kernel`` folds them: a second kernel). For each M whose default splits, the whole launch, and the fold
 kernel alone on a partial buffer of the same size under CUDA graphs: what folding in the first kernel (the last
-program of a tile to finish folding its partials) could save at most; and the same launch with ``fold_in`` (that
-fold, ``matmul._fold_in``), checked bitwise the default 20 times.
+program of a tile to finish folding its partials) could save at most.
 
     python benchmarks/triton/matmul_fold_cost.py --m 4096 --shapes o,down,o_1.7b,down_1.7b
     python benchmarks/triton/matmul_fold_cost.py --split --m 1,16,32,64,128,256
@@ -57,21 +56,15 @@ def split_cost(ms: list[int], shapes: list[str], device: str = "cuda") -> dict:
             parts = groups // lc.split
             p = torch.randn(parts, m, n, device=dev, generator=g)
             out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
-            fused = lc._replace(fold_in=True)
-            bitwise = all(torch.equal(mm(xm, w, groups=groups, launch=fused), mm(xm, w, groups=groups))
-                          for _ in range(20))
             t = {"cublas": bench_graph(lambda: F.linear(xm, w)), "whole": bench_graph(lambda: mm(xm, w, groups=groups)),
-                 "fold": bench_graph(lambda: fold(p, out, None, parts, run_of(groups) // lc.split)),
-                 "fold_in": bench_graph(lambda: mm(xm, w, groups=groups, launch=fused))}
+                 "fold": bench_graph(lambda: fold(p, out, None, parts, run_of(groups) // lc.split))}
             row = {"launch": str(lc), "us": {key: 1e3 * v for key, v in t.items()},
                    "whole_vs_cublas": t["whole"] / t["cublas"],
-                   "without_fold_vs_cublas": (t["whole"] - t["fold"]) / t["cublas"],
-                   "fold_in_vs_cublas": t["fold_in"] / t["cublas"], "fold_in_bitwise": bitwise}
+                   "without_fold_vs_cublas": (t["whole"] - t["fold"]) / t["cublas"]}
             res["shapes"][f"{name} M={m}"] = row
             log(f"{name:10} M={m}: cuBLAS {row['us']['cublas']:6.1f} us, whole {row['us']['whole']:6.1f} "
                 f"({row['whole_vs_cublas']:.2f}x), fold alone {row['us']['fold']:5.1f}; less the fold "
-                f"{row['without_fold_vs_cublas']:.2f}x; folded in {row['us']['fold_in']:6.1f} "
-                f"({row['fold_in_vs_cublas']:.2f}x){'' if bitwise else ' NOT BITWISE'}  {lc}")
+                f"{row['without_fold_vs_cublas']:.2f}x  {lc}")
             del p, out
     save("matmul_split_cost", res)
     return res

@@ -147,42 +147,6 @@ def test_matmul_rows_at_the_1_7b_shapes(name):
     assert torch.equal(matmul(x[:700], w, row_parallel=rp), full[:700]), "run to run"
 
 
-@pytest.mark.parametrize("name", ["o", "down", "o_1.7b", "down_1.7b"])
-def test_matmul_fold_in(name):
-    """``Launch.fold_in`` on the GPU, where programs finish in any order: every split form (per group, by halves;
-    TMA and pointer kernels; flat) at decode sizes gives the fold kernel's bits, 10 runs each, eagerly and replayed
-    from a CUDA graph, and leaves every tile's count at zero."""
-    from rlk_models.ops.triton.matmul import HALF, Launch, k_groups, launch_for, mm, tile_counts
-
-    k, n = SHAPES_1_7B[name[:-5]] if name.endswith("_1.7b") else SHAPES[name]
-    groups = k_groups(k)
-    g = gen(2)
-    x, w, bias = randn(256, k, g=g), randn(n, k, g=g, scale=0.02), randn(n, g=g)
-    forms = [Launch((16, 128, 4, 4), split=1), Launch((64, 128, 4, 4), split=1), Launch((64, 256, 4, 3), split=1),
-             Launch((64, 64, 4, 6), split=HALF, persistent=False, flat=True),
-             Launch((64, 128, 4, 6), split=HALF, persistent=False, flat=True)]
-    for m in (1, 16, 32, 64, 100, 128, 256):
-        default = launch_for(m, n, groups, k)
-        for lc in [default] * bool(default.split) + forms:
-            for b, dt, tma in ((None, torch.bfloat16, None), (bias, torch.float32, None),
-                               (None, torch.bfloat16, False)):
-                ref = mm(x[:m], w, b, dt, groups=groups, launch=lc, tma=tma)
-                fused = lc._replace(fold_in=True)
-                for _ in range(10):
-                    assert torch.equal(mm(x[:m], w, b, dt, groups=groups, launch=fused, tma=tma), ref), \
-                        f"{name} M={m} {lc} bias={b is not None} {dt} tma={tma}"
-    m, lc = 64, forms[0]._replace(fold_in=True)
-    ref = mm(x[:m], w, groups=groups, launch=forms[0])
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = mm(x[:m], w, groups=groups, launch=lc)
-    for _ in range(10):
-        graph.replay()
-        assert torch.equal(out, ref), f"{name}: a graph replay of {lc}"
-    torch.cuda.synchronize()
-    assert not tile_counts(x.device).any(), "a tile's count was left raised"
-
-
 def test_matmul_accumulate_at_the_head_backward_shape():
     """dh += dlogits @ w_chunk at the 8B head's backward shape (2048 rows, a 2048-wide vocab chunk,
     K = 4096, fp32 out): more tiles than SMs, so a persistent program accumulates several tiles

@@ -87,52 +87,14 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def _fold_in(p_ptr, c_ptr, bias_ptr, sem_ptr, part, piece, pid_m, pid_n, num_pid_n, M, N, HAS_BIAS: tl.constexpr,
-             PIECES: tl.constexpr, RUN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """A split launch's fold inside its own kernel (``Launch.fold_in``): this program's piece (a group, or a run
-    of them) goes to the fp32 partials [PIECES, M, N]; the tile's count (``sem_ptr``, one int32 a tile, zero between
-    launches) is raised with release/acquire order at GPU scope once every thread's store is done; the program that
-    raises it last -- whichever piece it holds -- sums the tile's PIECES partials as ``_fold_kernel`` does (runs of
-    RUN in order from zero, the runs' sums in order, + bias, rounded once), stores the tile and sets the count back
-    to zero. The order of the sum never depends on which program comes last. The fold reads CHUNK rows at a time,
-    every piece's at once (8K values: 64 registers a thread at 4 warps)."""
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    tl.store(p_ptr + piece.to(tl.int64) * M * N + rm[:, None].to(tl.int64) * N + rn[None, :], part,
-             mask=(rm[:, None] < M) & (rn[None, :] < N))
-    tl.debug_barrier()  # the whole tile stored before the count (the release below orders it for other SMs)
-    slot = sem_ptr + pid_m * num_pid_n + pid_n
-    if tl.atomic_add(slot, 1, sem="acq_rel", scope="gpu") == PIECES - 1:
-        CHUNK: tl.constexpr = min(BLOCK_M, max(1, 8192 // (PIECES * BLOCK_N)))
-        if HAS_BIAS:
-            b = tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-        for r0 in tl.range(0, BLOCK_M, CHUNK):
-            rc = pid_m * BLOCK_M + r0 + tl.arange(0, CHUNK)
-            off = rc[:, None].to(tl.int64) * N + rn[None, :]
-            mask = (rc[:, None] < M) & (rn[None, :] < N)
-            acc = tl.zeros((CHUNK, BLOCK_N), dtype=tl.float32)
-            for r in tl.static_range(PIECES // RUN):
-                run = tl.zeros((CHUNK, BLOCK_N), dtype=tl.float32)
-                for g in tl.static_range(r * RUN, r * RUN + RUN):  # from L2 (.cg): other SMs wrote them
-                    run = run + tl.load(p_ptr + g * M * N + off, mask=mask, other=0.0, cache_modifier=".cg")
-                acc = acc + run
-            if HAS_BIAS:
-                acc += b
-            tl.store(c_ptr + off, acc.to(c_ptr.dtype.element_ty), mask=mask)
-        tl.atomic_xchg(slot, 0, sem="relaxed", scope="gpu")  # zero for the next launch (kernel order publishes it)
-
-
-@triton.jit
 def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, scm, scn,
                HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr, RUN: tl.constexpr, SPLIT: tl.constexpr,
                BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr,
-               C_T: tl.constexpr = False, ACC: tl.constexpr = False, FOLD_IN: tl.constexpr = False, out_ptr=None,
-               sem_ptr=None):
+               C_T: tl.constexpr = False, ACC: tl.constexpr = False):
     """Pointer loads (any strides; runs in the interpreter); the TMA kernel's two forms. C_T (swap
     launch): A is the weight and B the tokens, c's strides address the [tokens, weight rows]
-    output, and the bias runs along M. ACC: c = c + the product (``mm(..., accumulate=True)``).
-    FOLD_IN (split): c is the partials and ``_fold_in`` folds them into out_ptr."""
+    output, and the bias runs along M. ACC: c = c + the product (``mm(..., accumulate=True)``)."""
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     for tile in range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGS):
@@ -146,11 +108,7 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, s
             part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             part = dot_k_range(a_ptr, b_ptr, rm, rn, rk, M, N, K, g * KG, g * KG + KG, sam, sak, sbn, sbk, part,
                                BLOCK_K)
-            if FOLD_IN:
-                _fold_in(c_ptr, out_ptr, bias_ptr, sem_ptr, part, g, pid_m, pid_n, num_pid_n, M, N, HAS_BIAS, GROUPS,
-                         RUN, BLOCK_M, BLOCK_N)
-            else:
-                tl.store(c_ptr + g.to(tl.int64) * M * N + c_off, part, mask=c_mask)
+            tl.store(c_ptr + g.to(tl.int64) * M * N + c_off, part, mask=c_mask)
         elif SPLIT:  # program axis 1: a run of SPLIT consecutive groups, folded in order from zero
             r = tl.program_id(1)
             run = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -159,11 +117,7 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, s
                 part = dot_k_range(a_ptr, b_ptr, rm, rn, rk, M, N, K, g * KG, g * KG + KG, sam, sak, sbn, sbk, part,
                                    BLOCK_K)
                 run = run + part
-            if FOLD_IN:
-                _fold_in(c_ptr, out_ptr, bias_ptr, sem_ptr, run, r, pid_m, pid_n, num_pid_n, M, N, HAS_BIAS,
-                         GROUPS // SPLIT, RUN // SPLIT, BLOCK_M, BLOCK_N)
-            else:
-                tl.store(c_ptr + r.to(tl.int64) * M * N + c_off, run, mask=c_mask)
+            tl.store(c_ptr + r.to(tl.int64) * M * N + c_off, run, mask=c_mask)
         else:
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             if GROUPS == RUN:  # one run: fold the group partials straight into acc
@@ -227,8 +181,7 @@ def _group_tma(a_desc, b_desc, pid_m, pid_n, k_lo, k_hi, KG, part, A_KM: tl.cons
 def _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS: tl.constexpr,
                  GROUPS: tl.constexpr, RUN: tl.constexpr, SPLIT: tl.constexpr, A_KM: tl.constexpr,
                  B_KN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 C_T: tl.constexpr, FLAT: tl.constexpr, ACC: tl.constexpr, FOLD_IN: tl.constexpr, p_ptr, out_ptr,
-                 sem_ptr):
+                 C_T: tl.constexpr, FLAT: tl.constexpr, ACC: tl.constexpr):
     """One output tile (``_mm_tma_kernel``). FLAT: the group loops carry ``flatten``; with no tile
     loop around them (one tile per program) each heads its own loop nest, and Triton fuses it with
     its K loop into one pipelined loop, so the TMA loads run on across group boundaries instead of
@@ -238,11 +191,7 @@ def _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_B
         part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, KG, part, A_KM, B_KN, BLOCK_M,
                           BLOCK_N, BLOCK_K, FLAT)
-        if FOLD_IN:  # pointer stores: a TMA store is not ordered before the count
-            _fold_in(p_ptr, out_ptr, bias_ptr, sem_ptr, part, g, pid_m, pid_n, tl.cdiv(N, BLOCK_N), M, N, HAS_BIAS,
-                     GROUPS, RUN, BLOCK_M, BLOCK_N)
-        else:
-            c_desc.store([g, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(part, (1, BLOCK_M, BLOCK_N)))
+        c_desc.store([g, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(part, (1, BLOCK_M, BLOCK_N)))
     elif SPLIT:  # program axis 1: a run of SPLIT consecutive groups, folded in order from zero
         r = tl.program_id(1)
         run = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -251,11 +200,7 @@ def _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_B
             part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, KG, part, A_KM, B_KN, BLOCK_M,
                               BLOCK_N, BLOCK_K, FLAT)
             run = run + part
-        if FOLD_IN:
-            _fold_in(p_ptr, out_ptr, bias_ptr, sem_ptr, run, r, pid_m, pid_n, tl.cdiv(N, BLOCK_N), M, N, HAS_BIAS,
-                     GROUPS // SPLIT, RUN // SPLIT, BLOCK_M, BLOCK_N)
-        else:
-            c_desc.store([r, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(run, (1, BLOCK_M, BLOCK_N)))
+        c_desc.store([r, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(run, (1, BLOCK_M, BLOCK_N)))
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         if GROUPS == RUN:  # one run (GROUPS == 1: the plain K loop, pipelined across tiles)
@@ -298,26 +243,23 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
                    RUN: tl.constexpr, SPLIT: tl.constexpr, A_KM: tl.constexpr, B_KN: tl.constexpr,
                    BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr,
-                   C_T: tl.constexpr = False, FLAT: tl.constexpr = False, ACC: tl.constexpr = False,
-                   FOLD_IN: tl.constexpr = False, p_ptr=None, out_ptr=None, sem_ptr=None):
+                   C_T: tl.constexpr = False, FLAT: tl.constexpr = False, ACC: tl.constexpr = False):
     """TMA tensor descriptors (Hopper). SPLIT (> 0): program axis 1 is a run of SPLIT groups and
-    c_desc is the [GROUPS / SPLIT, M, N] fp32 partial buffer (FOLD_IN: p_ptr is, and ``_fold_in`` folds it
-    into out_ptr). C_T (swap launch, SPLIT = 0): A is
+    c_desc is the [GROUPS / SPLIT, M, N] fp32 partial buffer. C_T (swap launch, SPLIT = 0): A is
     the weight, B the tokens; each tile is stored transposed into the [tokens, weight rows]
     output and the bias runs along M. FLAT (``Launch.flat``): one tile per program and no tile
     loop (``_mm_tma_tile``); otherwise a (possibly persistent) loop over tiles, which Triton
     flattens with a single inner K loop (plain K)."""
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-    if FLAT or FOLD_IN:  # FOLD_IN: a split launch runs a program a tile anyway (and the fold's branch inside the
-        #                 flattened tile loop fails Triton 3.6's TritonGPUFuseNestedLoops)
+    if FLAT:
         pid_m, pid_n = _tile_coords(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
         _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS, GROUPS, RUN, SPLIT, A_KM,
-                     B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT, ACC, FOLD_IN, p_ptr, out_ptr, sem_ptr)
+                     B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT, ACC)
     else:
         for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGS, flatten=True):
             pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
             _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS, GROUPS, RUN, SPLIT,
-                         A_KM, B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT, ACC, FOLD_IN, p_ptr, out_ptr, sem_ptr)
+                         A_KM, B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT, ACC)
 
 
 @triton.jit
@@ -373,9 +315,6 @@ class Launch(NamedTuple):
     tail: bool = False  # sm90, 128-row tiles: the rows past the last whole wave of tiles (``wave_rows``) run as a
     #                     second launch in ``SM90_TAIL``'s 64-row tiles where those fit one wave (M = 768 at 8B: 512
     #                     rows in one wave of 128 tiles, 256 in one of 128 half tiles, not 192 tiles in 1.45 waves)
-    fold_in: bool = False  # split: the partials folded in the same kernel by the last program to finish a tile
-    #                         (``_fold_in``: a count a tile, the canonical order whoever finishes last), not by a
-    #                         second kernel (``fold``)
 
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
@@ -599,25 +538,6 @@ def fitted_config(config: tuple[int, int, int, int], elem_size: int, out_elem_si
     return bm, bn, warps, fit_stages(bm + bn, elem_size, stages, bm * bn * epilogue)
 
 
-FOLD_IN_TILES = 1 << 16  # a fold_in launch of more tiles folds by the second kernel
-_TILE_COUNTS: dict[torch.device, torch.Tensor] = {}
-
-
-def tile_counts(device: torch.device) -> torch.Tensor | None:
-    """``Launch.fold_in``'s counts on ``device``: one int32 a tile, zero between launches (the last program of each
-    tile sets its count back). One buffer a device, so two fold_in launches must not run at once on two streams
-    (every product of a model runs on one). Made on first use outside CUDA-graph capture (an engine's eager warm-up
-    comes first); None during a capture before that (the launch then folds by the second kernel: the same bits)."""
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    if device not in _TILE_COUNTS:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return None
-        _TILE_COUNTS[device] = torch.zeros(FOLD_IN_TILES, dtype=torch.int32, device=device)
-    return _TILE_COUNTS[device]
-
-
 def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
        a_km: bool = False, b_kn: bool = False, groups: int = 1, launch: Launch | None = None,
        tma: bool | None = None, out: torch.Tensor | None = None, accumulate: bool = False) -> torch.Tensor:
@@ -690,9 +610,6 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     c = torch.empty(parts, m, n, dtype=torch.float32, device=a.device) if split else out
     bias_arg = bias if bias is not None else out  # without a bias: out (the accumulate epilogue reads it there)
     grid = (progs, parts) if split else (progs,)
-    counts = tile_counts(a.device) if split and launch.fold_in and tiles <= FOLD_IN_TILES else None
-    fold_in = counts is not None
-    fold_args = dict(FOLD_IN=True, out_ptr=out, sem_ptr=counts) if fold_in else {}
     use_tma = tma_ok(a, b, out) if tma is None else tma
     if use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
@@ -703,15 +620,15 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if split else [bn, bm] if swap else [bm, bn])
         _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, run_of(groups), split,
                              a_km, b_kn, bm, bn, BLOCK_K, 8, stride, num_warps=warps, num_stages=stages, C_T=swap,
-                             FLAT=launch.flat, ACC=accumulate, **fold_args, **(dict(p_ptr=c) if fold_in else {}))
+                             FLAT=launch.flat, ACC=accumulate)
     else:
         sam, sak = (a.stride(1), a.stride(0)) if a_km else (a.stride(0), a.stride(1))
         sbn, sbk = (b.stride(1), b.stride(0)) if b_kn else (b.stride(0), b.stride(1))
         scm, scn = (1, m) if swap else (n, 1)  # out is [M, N] of the caller: transposed when swapped
         _mm_kernel[grid](a, b, c, bias_arg, m, n, k, kg, sam, sak, sbn, sbk, scm, scn, bias is not None, groups,
                          run_of(groups), split, bm, bn, BLOCK_K, 8, stride, num_warps=warps, num_stages=stages,
-                         C_T=swap, ACC=accumulate, **fold_args)
-    if split and not fold_in:  # the runs' partials, folded as the fused kernel folds the groups
+                         C_T=swap, ACC=accumulate)
+    if split:  # the runs' partials, folded as the fused kernel folds the groups
         fold(c, out, bias, parts, run_of(groups) // split)
     return out
 

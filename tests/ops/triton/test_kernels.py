@@ -98,31 +98,6 @@ def test_matmul_launch_choices_and_rows_agree(dtype, k, row_parallel):
             f"rows {i}.. in a batch of 3"
 
 
-@pytest.mark.parametrize("tma", [False, True])
-def test_matmul_fold_in_is_the_fold_kernel(tma, monkeypatch):
-    """``Launch.fold_in`` (the last program of a tile folds the split partials in the first kernel) gives the
-    second kernel's bits: per group and by halves, with bias or not, bf16 and fp32 out, ragged tiles; it runs no
-    second kernel, and leaves every tile's count at zero. Random operands (not the dyadic ones): the sums' order
-    shows in their bits."""
-    mm = _mod("matmul")
-    g = torch.Generator().manual_seed(11)
-    k = 1024  # 8 groups of 2 K-tiles
-    refs = []
-    for m, n in ((37, 48), (5, 200), (130, 64)):
-        x, w, b = (torch.randn(m, k, generator=g).bfloat16(), (torch.randn(n, k, generator=g) / 32).bfloat16(),
-                   torch.randn(n, generator=g).bfloat16())
-        for bias, dt in ((None, torch.bfloat16), (b, torch.bfloat16), (b, torch.float32)):
-            for config in ((16, 128, 4, 4), (64, 64, 4, 4)):
-                for split in (1, mm.HALF):
-                    lc = mm.Launch(config, split=split, persistent=False)
-                    refs.append((mm.mm(x, w, bias, dt, groups=8, launch=lc, tma=tma),
-                                 (x, w, bias, dt, lc._replace(fold_in=True))))
-    monkeypatch.setattr(mm, "fold", lambda *a, **kw: pytest.fail("a fold_in launch ran the fold kernel"))
-    for ref, (x, w, bias, dt, lc) in refs:
-        assert torch.equal(mm.mm(x, w, bias, dt, groups=8, launch=lc, tma=tma), ref), lc
-    assert not mm.tile_counts(torch.device("cpu")).any(), "a tile's count was left raised"
-
-
 @pytest.mark.parametrize("row_parallel", [False, True])
 def test_matmul_tma_kernel_is_the_pointer_kernel(row_parallel):
     """The TMA kernel (the GPU's path; it runs in the interpreter too, given 16-byte-aligned
