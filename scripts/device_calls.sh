@@ -102,6 +102,8 @@
 #                                              # their 160-768 rows, then the whole matmul table (no carry)
 #   CALL=s34b bash scripts/device_calls.sh      # s34's final 1.7B defaults: rows, sm90 forms at the changed buckets,
 #                                              # then the RL-shaped rollout at 1.7B (carry .vllm-cuda)
+#   CALL=decode17 bash scripts/device_calls.sh  # the 1.7B decode step's kernels at batch 1 and 64, rlk against
+#                                              # stock (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -459,6 +461,12 @@ s34b)
     part varied_1.7b 390 PART=vllm SHAPE=1.7b ENGINES=rlk,stock \
         VLLM_ARGS="--varied --n 384 --max-tokens 384 --max-num-seqs 256 --prompt-len 256 --limit 150"
     tail -8 "$ROOT_OUT/varied_1.7b.log"
+    ;;
+decode17)
+    # where the 1.7B decode step's time goes (batch 1 at 1.10x stock in session 34): the GPU kernels of a decode step
+    # at batch 1 and 64, rlk against stock, per kernel name (``vllm_cuda.py --profile``; carry .vllm-cuda)
+    part decode_1.7b 480 PART=vllm SHAPE=1.7b ENGINES=rlk,stock VLLM_ARGS="--profile --limit 200"
+    tail -40 "$ROOT_OUT/decode_1.7b.log"
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is
