@@ -142,6 +142,13 @@ $c8::test_matmul_rows_and_launch_choices[down] $c8::test_matmul_rows_and_launch_
 $c8::test_matmul_rows_and_launch_choices[gate_up]"
     grep -E "^E  .*|FAILED|PASSED" "$ROOT_OUT/$1/gpu_tests.log" | cut -c1-200 | head -24
 }
+matmul_table() {  # matmul_table SECONDS: the whole matmul table against cuBLAS in $ROOT_OUT/table (nine shapes,
+                  # M = 1-8192, the defaults only)
+    bench table "$1" benchmarks/triton/matmul_sweep.py --search --quick --tiles 1x1 \
+        --m 1,2,4,8,16,32,64,128,192,256,384,512,768,1024,2048,4096,8192 \
+        --shapes qkv,o,gate_up,down,lm_head,qkv_1.7b,o_1.7b,gate_up_1.7b,down_1.7b
+    grep -E "graph:" "$ROOT_OUT/table.log" | cut -c1-120
+}
 case "${CALL:-head}" in
 head)
     part head_tests 150 PART=tests TESTS="tests/ops/triton/test_kernels.py tests/gpu/test_triton_contract_8b.py" K=head
@@ -372,10 +379,7 @@ s31b)
     # cuBLAS (nine shapes, M = 1-8192, defaults only) (carry .vllm-cuda)
     VARIED_SHAPE=1.7b VARIED_ENGINES=rlk,stock VARIED_LIMIT=140 CALL=varied NO_TAR=1 bash scripts/device_calls.sh \
         | grep -E "tok_per_s|mismatch|max_abs|vs_stock\"" | head -20
-    bench table 240 benchmarks/triton/matmul_sweep.py --search --quick --tiles 1x1 \
-        --m 1,2,4,8,16,32,64,128,192,256,384,512,768,1024,2048,4096,8192 \
-        --shapes qkv,o,gate_up,down,lm_head,qkv_1.7b,o_1.7b,gate_up_1.7b,down_1.7b
-    grep -E "graph:" "$ROOT_OUT/table.log" | cut -c1-120
+    matmul_table 240
     ;;
 s32)
     # Launch.tail (the last partial wave of 128-row Gluon tiles in 64-row ones), the 192-row tiles (three consumers)
@@ -422,10 +426,7 @@ s33b)
     bench mm90_edges 250 benchmarks/triton/matmul_sweep.py sm90 --m 256,320,384,448,512,640,1024 \
         --shapes o,down,gate_up,qkv
     grep -E "M=" "$ROOT_OUT/mm90_edges.log" | cut -c1-1400
-    bench table 250 benchmarks/triton/matmul_sweep.py --search --quick --tiles 1x1 \
-        --m 1,2,4,8,16,32,64,128,192,256,384,512,768,1024,2048,4096,8192 \
-        --shapes qkv,o,gate_up,down,lm_head,qkv_1.7b,o_1.7b,gate_up_1.7b,down_1.7b
-    grep -E "graph:" "$ROOT_OUT/table.log" | cut -c1-120
+    matmul_table 250
     ;;
 s33c)
     # session 33's final defaults (qkv 8B 257-320: Triton 64 x 128 grid, 321-384: 192 x 128 Gluon; gate_up 8B
@@ -443,10 +444,7 @@ s34)
     bench mm90_17b 150 benchmarks/triton/matmul_sweep.py sm90 --m 160,192,224,256,320,384,448,512,576,640,704,768 \
         --shapes qkv_1.7b,gate_up_1.7b
     grep -E "M=" "$ROOT_OUT/mm90_17b.log" | cut -c1-1400
-    bench table 230 benchmarks/triton/matmul_sweep.py --search --quick --tiles 1x1 \
-        --m 1,2,4,8,16,32,64,128,192,256,384,512,768,1024,2048,4096,8192 \
-        --shapes qkv,o,gate_up,down,lm_head,qkv_1.7b,o_1.7b,gate_up_1.7b,down_1.7b
-    grep -E "graph:" "$ROOT_OUT/table.log" | cut -c1-120
+    matmul_table 230
     ;;
 s34b)
     # session 34's final 1.7B defaults (gate_up 257-320: 64 x 256 Gluon, 385-512: 128 x 128 Gluon, 513-640: 128 x 256
