@@ -4,6 +4,7 @@ file under ``$OUT``. Benchmarks only measure; the bitwise contract is tests/gpu 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 
@@ -28,10 +29,31 @@ def bench(fn, warmup: int = 25, rep: int = 100) -> float:
 
 
 def bench_graph(fn, rep: int = 50) -> float:
-    """Median milliseconds of ``fn()`` replayed from a CUDA graph (no Python launch cost)."""
+    """Milliseconds of ``fn()`` replayed from a CUDA graph (no Python launch cost): ``do_bench_cudagraph``'s mean
+    over its 10 replays of a graph of ``fn`` called back to back. Operands small enough stay in L2 from call to
+    call (``bench_graph_cold`` keeps them out)."""
     from triton.testing import do_bench_cudagraph
 
     return do_bench_cudagraph(fn, rep=rep)
+
+
+def l2_cold_copies(t: torch.Tensor, l2_bytes: int | None = None) -> list[torch.Tensor]:
+    """``t`` and enough copies of it that together they pass twice the L2 cache (``l2_bytes``; default: the
+    GPU's), for ``bench_graph_cold``."""
+    if l2_bytes is None:
+        l2_bytes = torch.cuda.get_device_properties(t.device).L2_cache_size
+    n = max(2, -(-2 * l2_bytes // (t.numel() * t.element_size())))
+    return [t] + [t.clone() for _ in range(n - 1)]
+
+
+def bench_graph_cold(fn, operands: list[torch.Tensor], rep: int = 50) -> float:
+    """``bench_graph`` of ``fn(op)``, op cycling through ``operands`` (``l2_cold_copies`` of a weight) from call to
+    call, so each call reads its operand from memory, not from L2: a layer's weight in a model step, where every
+    other layer's weights pass through L2 between two calls of the same layer. (``bench_graph`` times the same
+    weight called back to back: a weight under L2's size, e.g. a Qwen3-1.7B layer's 8-48 MB against the H200's
+    50 MB, is then read from L2.)"""
+    it = itertools.cycle(operands)
+    return bench_graph(lambda: fn(next(it)), rep)
 
 
 def kernel_rows(prof) -> list[tuple[str, int, float]]:

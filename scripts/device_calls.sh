@@ -104,6 +104,7 @@
 #                                              # then the RL-shaped rollout at 1.7B (carry .vllm-cuda)
 #   CALL=decode17 bash scripts/device_calls.sh  # the 1.7B decode step's kernels at batch 1 and 64, rlk against
 #                                              # stock (carry .vllm-cuda)
+#   CALL=cold bash scripts/device_calls.sh      # the matmul table with each point also timed L2-cold (no carry)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -142,12 +143,14 @@ $c8::test_matmul_rows_and_launch_choices[down] $c8::test_matmul_rows_and_launch_
 $c8::test_matmul_rows_and_launch_choices[gate_up]"
     grep -E "^E  .*|FAILED|PASSED" "$ROOT_OUT/$1/gpu_tests.log" | cut -c1-200 | head -24
 }
-matmul_table() {  # matmul_table SECONDS: the whole matmul table against cuBLAS in $ROOT_OUT/table (nine shapes,
-                  # M = 1-8192, the defaults only)
-    bench table "$1" benchmarks/triton/matmul_sweep.py --search --quick --tiles 1x1 \
+matmul_table() {  # matmul_table SECONDS [ARGS]: the whole matmul table against cuBLAS in $ROOT_OUT/table (nine
+                  # shapes, M = 1-8192, the defaults only); ARGS go to matmul_sweep.py (--cold: L2-cold rows too)
+    local secs=$1
+    shift
+    bench table "$secs" benchmarks/triton/matmul_sweep.py --search --quick --tiles 1x1 \
         --m 1,2,4,8,16,32,64,128,192,256,384,512,768,1024,2048,4096,8192 \
-        --shapes qkv,o,gate_up,down,lm_head,qkv_1.7b,o_1.7b,gate_up_1.7b,down_1.7b
-    grep -E "graph:" "$ROOT_OUT/table.log" | cut -c1-120
+        --shapes qkv,o,gate_up,down,lm_head,qkv_1.7b,o_1.7b,gate_up_1.7b,down_1.7b "$@"
+    grep -E "graph:|cold:" "$ROOT_OUT/table.log" | cut -c1-120
 }
 case "${CALL:-head}" in
 head)
@@ -465,6 +468,11 @@ decode17)
     # at batch 1 and 64, rlk against stock, per kernel name (``vllm_cuda.py --profile``; carry .vllm-cuda)
     part decode_1.7b 480 PART=vllm SHAPE=1.7b ENGINES=rlk,stock VLLM_ARGS="--profile --limit 200"
     tail -40 "$ROOT_OUT/decode_1.7b.log"
+    ;;
+cold)
+    # the whole matmul table twice at each point: the weight called back to back (the table's rows; one under L2's
+    # 50 MB is then read from L2) and out of L2 as in a model step (``--cold``) (no carry)
+    matmul_table 560 --cold
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is

@@ -6,7 +6,9 @@ row-parallel (canonical K-groups), the others plain (one group).
   1. accuracy: relative Frobenius error vs float64 at M=128 (ours and cuBLAS);
   2. speed, both timed under CUDA graphs (``do_bench_cudagraph``: kernel time, no Python launch
      cost, how vLLM runs decode): cuBLAS ``F.linear`` and our default launch for every M in
-     ``M_ALL``; eager ``do_bench`` of both at M in {1, 16, 128} (host overhead included);
+     ``M_ALL``; eager ``do_bench`` of both at M in {1, 16, 128} (host overhead included); ``--cold``: each
+     graph row again with the weight out of L2 (``harness.bench_graph_cold``: as a layer reads it in a model
+     step; the graph rows call one weight back to back, and one under L2's 50 MB is then read from L2);
   3. ``--search``: every candidate launch (config x form) at ``M_SEARCH`` (or ``--m``), the best per (shape,
      M) -- what ``LAUNCHES`` in ops/triton/matmul.py is picked from (plain shapes above 64 rows: the Gluon
      forms in one K-group too, ``SM90_PLAIN_CANDIDATES``);
@@ -32,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import bench, bench_graph, info, log, rel_err, save  # noqa: E402
+from harness import bench, bench_graph, bench_graph_cold, info, l2_cold_copies, log, rel_err, save  # noqa: E402
 
 from rlk_models.ops.triton import linear  # noqa: E402
 from rlk_models.ops.triton.matmul import (  # noqa: E402
@@ -185,6 +187,9 @@ def main() -> None:
     ap.add_argument("--tiles", default="",
                     help="with --search: only candidates of these BLOCK_MxBLOCK_N tiles, e.g. 64x16,64x128")
     ap.add_argument("--stages", default="", help="with --search: each candidate at each of these pipeline depths")
+    ap.add_argument("--cold", action="store_true",
+                    help="also time every graph row with the weight out of L2 (``bench_graph_cold``), as in a model "
+                         "step: rows 'graph_cold'")
     args = ap.parse_args()
     search_ms = [int(v) for v in args.m.split(",")] if args.search else []
     pick = dict(tiles={tuple(map(int, t.split("x"))) for t in args.tiles.split(",")} if args.tiles else None,
@@ -202,7 +207,8 @@ def main() -> None:
         ref64 = x[:128].double() @ w.double().T
         r = {"row_parallel": rp, "rel_err_vs_fp64_M128": rel_err(matmul(x[:128], w, row_parallel=rp), ref64),
              "cublas_rel_err_vs_fp64_M128": rel_err(F.linear(x[:128], w), ref64), "graph": {}, "eager": {},
-             "search": {}}
+             "search": {}, "graph_cold": {}}
+        ws = l2_cold_copies(w) if args.cold else []
         for m in (search_ms if args.quick else M_ALL):
             xm = x[:m]
             t_cu = bench_graph(lambda: F.linear(xm, w))
@@ -211,6 +217,13 @@ def main() -> None:
                              "launch": str(launch_for(m, n, k_groups(k) if rp else 1, k))}
             log(f"{name:8} M={m:5} graph: cuBLAS {t_cu * 1e3:8.1f} us  ours {t_ours * 1e3:8.1f} us "
                 f"({t_ours / t_cu:5.2f}x)  {r['graph'][m]['launch']}")
+            if ws:
+                c_cu = bench_graph_cold(lambda wc: F.linear(xm, wc), ws)
+                c_ours = bench_graph_cold(lambda wc: matmul(xm, wc, row_parallel=rp), ws)
+                r["graph_cold"][m] = {"cublas_ms": c_cu, "ours_ms": c_ours, "ratio": c_ours / c_cu}
+                log(f"{name:8} M={m:5} cold:  cuBLAS {c_cu * 1e3:8.1f} us  ours {c_ours * 1e3:8.1f} us "
+                    f"({c_ours / c_cu:5.2f}x)  ({len(ws)} copies of the weight)")
+        del ws
         for m in () if args.quick else (1, 16, 128):
             xm = x[:m]
             t_cu, t_ours = bench(lambda: F.linear(xm, w)), bench(lambda: matmul(xm, w, row_parallel=rp))
