@@ -137,13 +137,18 @@ bench() {  # bench NAME SECONDS SCRIPT ARGS...: one benchmark script, its JSON i
     OUT="$ROOT_OUT/$name" PYTHONPATH="$PWD" timeout "$secs" python3 "$@" > "$ROOT_OUT/$name.log" 2>&1
     echo "$name exit $?"
 }
-matmul_bits() {  # matmul_bits NAME SECONDS: the launch-choice bits of the four 8B layers (every candidate and
-                 # default against the Triton form; rows across M), each test under the part's limit
-    local c8=tests/gpu/test_triton_contract_8b.py
-    part "$1" "$2" PART=tests TEST_TIMEOUT=$(($2 - 10)) TESTS="$c8::test_matmul_rows_and_launch_choices[o] \
-$c8::test_matmul_rows_and_launch_choices[down] $c8::test_matmul_rows_and_launch_choices[qkv] \
-$c8::test_matmul_rows_and_launch_choices[gate_up]"
-    grep -E "^E  .*|FAILED|PASSED" "$ROOT_OUT/$1/gpu_tests.log" | cut -c1-200 | head -24
+test_summary() {  # test_summary NAME [LINES]: the failures, PASSED lines and totals of part NAME's GPU tests
+    grep -E "^E  .*|FAILED|PASSED|passed|failed" "$ROOT_OUT/$1/gpu_tests.log" | cut -c1-200 | head -"${2:-24}"
+}
+matmul_bits() {  # matmul_bits NAME SECONDS [LAYER...]: the launch-choice bits of 8B layers (default o, down, qkv,
+                 # gate_up: every candidate and default against the Triton form; rows across M), each test under the
+                 # part's limit
+    local name=$1 secs=$2 c8=tests/gpu/test_triton_contract_8b.py tests=() layer
+    shift 2
+    [ $# -gt 0 ] || set -- o down qkv gate_up
+    for layer in "$@"; do tests+=("$c8::test_matmul_rows_and_launch_choices[$layer]"); done
+    part "$name" "$secs" PART=tests TEST_TIMEOUT=$((secs - 10)) TESTS="${tests[*]}"
+    test_summary "$name"
 }
 matmul_table() {  # matmul_table SECONDS [ARGS]: the whole matmul table against cuBLAS in $ROOT_OUT/table (nine
                   # shapes, M = 1-8192, the defaults only); ARGS go to matmul_sweep.py (--cold: L2-cold rows too)
@@ -350,7 +355,7 @@ s30b)
     part s30b_tests 200 PART=tests TEST_TIMEOUT=180 TESTS="$c8::test_matmul_rows_and_launch_choices[o] \
 $c8::test_a_step_size_compiles_no_new_matmul $c8::test_head_stats_sm90_is_the_triton_kernel \
 tests/ops/triton/test_kernels.py::test_matmul_table_sm90_launch_falls_back_where_it_cannot_serve"
-    grep -E "^E  .*|FAILED|PASSED" "$ROOT_OUT/s30b_tests/gpu_tests.log" | cut -c1-200 | head -20
+    test_summary s30b_tests 20
     train_8b 180 "--steps 4 --profile --limit 60" 8
     bench mm90_sweep 110 benchmarks/triton/matmul_sweep.py sm90
     grep -E "M=" "$ROOT_OUT/mm90_sweep.log" | cut -c1-400
@@ -372,7 +377,7 @@ s31)
     c8=tests/gpu/test_triton_contract_8b.py
     part s31_tests 210 PART=tests TEST_TIMEOUT=200 TESTS="$c8::test_matmul_rows_and_launch_choices[o] \
 $c8::test_matmul_rows_and_launch_choices[down]"
-    grep -E "^E  .*|FAILED|PASSED" "$ROOT_OUT/s31_tests/gpu_tests.log" | cut -c1-200 | head -20
+    test_summary s31_tests 20
     bench mm90_sweep 200 benchmarks/triton/matmul_sweep.py sm90
     grep -E "M=" "$ROOT_OUT/mm90_sweep.log" | cut -c1-600
     part train 110 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,liger --profile --limit 45"
@@ -397,7 +402,7 @@ s32)
     c8=tests/gpu/test_triton_contract_8b.py
     part s32_tests 320 PART=tests TEST_TIMEOUT=310 \
         TESTS="$c8::test_matmul_rows_and_launch_choices[o] $c8::test_matmul_rows_and_launch_choices[qkv]"
-    grep -E "^E  .*|FAILED|PASSED" "$ROOT_OUT/s32_tests/gpu_tests.log" | cut -c1-200 | head -20
+    test_summary s32_tests 20
     bench mm90_sweep 220 benchmarks/triton/matmul_sweep.py sm90 --m 192,384,768 --shapes o,down,qkv,gate_up
     grep -E "M=" "$ROOT_OUT/mm90_sweep.log" | cut -c1-1400
     ;;
@@ -445,7 +450,7 @@ s34)
     # form at 160-768 rows each checked bitwise the default, then the whole matmul table against cuBLAS (no carry)
     part s34_tests 200 PART=tests TEST_TIMEOUT=190 \
         TESTS=tests/gpu/test_triton_contract_8b.py K="test_matmul_rows_at_the_1_7b_shapes"
-    grep -E "^E  .*|FAILED|PASSED|passed|failed" "$ROOT_OUT/s34_tests/gpu_tests.log" | cut -c1-200 | head -12
+    test_summary s34_tests 12
     bench mm90_17b 150 benchmarks/triton/matmul_sweep.py sm90 --m 160,192,224,256,320,384,448,512,576,640,704,768 \
         --shapes qkv_1.7b,gate_up_1.7b
     grep -E "M=" "$ROOT_OUT/mm90_17b.log" | cut -c1-1400
@@ -457,7 +462,7 @@ s34b)
     # bitwise the default, then the RL-shaped rollout at 1.7B, rlk against stock (carry .vllm-cuda)
     part s34b_tests 90 PART=tests TEST_TIMEOUT=80 \
         TESTS=tests/gpu/test_triton_contract_8b.py K="test_matmul_rows_at_the_1_7b_shapes"
-    grep -E "^E  .*|FAILED|PASSED|passed|failed" "$ROOT_OUT/s34b_tests/gpu_tests.log" | cut -c1-200 | head -12
+    test_summary s34b_tests 12
     bench mm90_17b_final 100 benchmarks/triton/matmul_sweep.py sm90 --m 288,320,448,512,544,576,640 \
         --shapes qkv_1.7b,gate_up_1.7b
     grep -E "M=" "$ROOT_OUT/mm90_17b_final.log" | cut -c1-1400
@@ -480,10 +485,7 @@ s35)
     # the Gluon 64 x 64 tiles (a candidate since session 34, built on the CPU): their bits with every grouped
     # candidate (o, down at 8B), then every sm90 form where N is narrow and the tiles few (o/down 1.7B at 128-768
     # rows, o/down 8B at 640-768), each checked bitwise the default (no carry)
-    local_c8=tests/gpu/test_triton_contract_8b.py
-    part s35_tests 250 PART=tests TEST_TIMEOUT=240 TESTS="$local_c8::test_matmul_rows_and_launch_choices[o] \
-$local_c8::test_matmul_rows_and_launch_choices[down]"
-    grep -E "^E  .*|FAILED|PASSED" "$ROOT_OUT/s35_tests/gpu_tests.log" | cut -c1-200 | head -12
+    matmul_bits s35_tests 250 o down
     bench mm90_narrow 200 benchmarks/triton/matmul_sweep.py sm90 --m 128,192,256,384,512,640,768 \
         --shapes o_1.7b,down_1.7b,o,down
     grep -E "M=" "$ROOT_OUT/mm90_narrow.log" | cut -c1-1400
