@@ -107,6 +107,10 @@
 #   CALL=cold bash scripts/device_calls.sh      # the matmul table with each point also timed L2-cold (no carry)
 #   CALL=s35 bash scripts/device_calls.sh       # the Gluon 64 x 64 tiles: bits (o, down), then every sm90 form at
 #                                              # o/down 1.7B and 8B, 128-768 rows, and qkv 1.7B (no carry)
+#   CALL=s35h bash scripts/device_calls.sh      # the head epilogue's skips: the statistics kernel's digests and times
+#                                              # under the revision before them (.probe_old, carried: `git archive REV
+#                                              # rlk_models | tar -x -C .probe_old`) and this one, the head's GPU
+#                                              # tests natively, then the Gluon 64 x 64 tiles' bits (o, down)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -485,13 +489,34 @@ s35)
     # the Gluon 64 x 64 tiles (a candidate since session 34, built on the CPU): their bits with every grouped
     # candidate (o, down at 8B), then every sm90 form where N is narrow and the tiles few (o/down 1.7B at 128-768
     # rows, o/down 8B at 640-768), each checked bitwise the default (no carry)
-    matmul_bits s35_tests 250 o down
+    [ "${SKIP_BITS:-0}" = 1 ] || matmul_bits s35_tests 250 o down
     bench mm90_narrow 200 benchmarks/triton/matmul_sweep.py sm90 --m 128,192,256,384,512,640,768 \
         --shapes o_1.7b,down_1.7b,o,down
     grep -E "M=" "$ROOT_OUT/mm90_narrow.log" | cut -c1-1400
     # and in one K-group at qkv 1.7B's rows where no form was under 1.19x (session 34)
     bench mm90_qkv17 100 benchmarks/triton/matmul_sweep.py sm90 --m 160,256,288,320,384 --shapes qkv_1.7b
     grep -E "M=" "$ROOT_OUT/mm90_qkv17.log" | cut -c1-1400
+    if [ "${COLD:-0}" = 1 ]; then  # then #17's five shapes timed L2-hot (the table's rows) and L2-cold
+        matmul_table 250 --cold --shapes qkv,o,gate_up,down,lm_head
+    fi
+    ;;
+s35h)
+    # the head statistics kernel's epilogue skipping its two dead steps (the mask past V outside the last vocab tile,
+    # the target's select-sum in tiles without a target): every output's digest and time under the revision before
+    # (.probe_old) and this one in the same call (head_epilogue_probe.py --against), then the head's GPU tests
+    # natively (the Gluon forms against the Triton kernel, rows, full log-probs, gradients, graphs; carry .probe_old)
+    mkdir -p "$ROOT_OUT/head_old"
+    OUT="$ROOT_OUT/head_old" PYTHONPATH="$PWD/.probe_old" timeout 170 python3 benchmarks/triton/head_epilogue_probe.py \
+        > "$ROOT_OUT/head_old.log" 2>&1
+    echo "head_old exit $?"
+    bench head_new 170 benchmarks/triton/head_epilogue_probe.py --name head_epilogue_probe_new \
+        --against "$ROOT_OUT/head_old/head_epilogue_probe.json"
+    grep -E "module|same bits|BITS|BITS SAME" "$ROOT_OUT/head_new.log" | cut -c1-170 | head -60
+    part head_tests 200 PART=tests TEST_TIMEOUT=190 \
+        TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py" \
+        K="head and not launch_choices and not accumulate"
+    test_summary head_tests 40
+    matmul_bits s35_tests 230 o down
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is

@@ -1,0 +1,116 @@
+"""The head's statistics kernel before and after a change to its epilogue, in one device call: run this once
+under each revision's package (PYTHONPATH) and the second time ``--against`` the first's JSON. Each run records,
+at the Qwen3-8B and -1.7B heads (V = 151,936, its last vocab tile partial; K = 4096, 2048), for every kernel
+form (the Triton kernel, the Gluon grid and ping-pong forms), probabilities kept or not:
+
+- a digest of each output (per-tile max and sum, the target's logit, the kept probabilities): an integer sum of
+  the output's bits weighted by position, which any changed bit changes (targets span the vocabulary, its last
+  tile and -1, out of the shard);
+- its time (median ms) and the cuBLAS lm_head matmul's; and the whole forward (``logprob_head_forward``) at
+  #17's row counts, under a CUDA graph against the matmul's, and eagerly.
+
+``--against`` prints, per point, whether every digest matches the other revision's and the time ratio. The
+contract's proof stays tests/gpu (the Gluon forms against the Triton kernel, the head's rows and gradients);
+this adds that an epilogue change left the bits where they were.
+
+    PYTHONPATH=OLD python benchmarks/triton/head_epilogue_probe.py           # $OUT/head_epilogue_probe.json
+    PYTHONPATH=.   python benchmarks/triton/head_epilogue_probe.py --against OLD.json --name new
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import bench, bench_graph, info, log, save  # noqa: E402
+
+V = 151936
+ROWS = (256, 2048, 16384)
+FORWARD_ROWS = (1, 16, 128, 1024, 8192)
+
+
+def digest(x: torch.Tensor | None) -> int | None:
+    """Sum of x's bits (as integers) times a position-dependent odd weight, wrapping in int64."""
+    if x is None:
+        return None
+    bits = x.contiguous().view(-1).view({4: torch.int32, 2: torch.int16}[x.element_size()]).long()
+    weights = torch.arange(bits.numel(), device=x.device, dtype=torch.int64) * 2654435761 + 1
+    return int((bits * weights).sum())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--against", help="the other revision's JSON")
+    ap.add_argument("--name", default="head_epilogue_probe")
+    args = ap.parse_args()
+    head = importlib.import_module("rlk_models.ops.triton.logprob_head")
+    head_sm90 = importlib.import_module("rlk_models.ops.triton.head_sm90")
+    log(info(), head.__file__)
+    dev = torch.device("cuda")
+    n_stats = triton.cdiv(V, head.VOCAB_TILE)
+    res = {"info": info(), "module": head.__file__, "stats": {}, "forward": {}}
+    forms = [("triton", None)] + [("sm90", c) for c in head_sm90.STATS_SM90_CANDIDATES]
+    default_kernel, default_config = head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG
+    for k in (4096, 2048):
+        g = torch.Generator(device=dev).manual_seed(k)
+        w = (torch.randn(V, k, device=dev, generator=g) * 0.02).bfloat16()
+        for t in ROWS:
+            h = torch.randn(t, k, device=dev, generator=g).bfloat16()
+            tgt = torch.randint(-1, V, (t,), device=dev, generator=g)
+            tgt[: t // 8] = torch.randint(V - 128, V, (t // 8,), device=dev, generator=g)  # the last, partial tile
+            cublas = bench(lambda: F.linear(h, w), warmup=10, rep=50)
+            for keep in (False, True):
+                for kernel, config in forms:
+                    head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG = kernel, config or default_config
+                    name = f"K={k} T={t} keep={keep} {kernel}{'' if config is None else ' ' + str(list(config))}"
+                    try:
+                        out = head._launch_stats(h, w, tgt, False, False, n_stats, keep)
+                        ms = bench(lambda: head._launch_stats(h, w, tgt, False, False, n_stats, keep), warmup=10,
+                                   rep=50)
+                        res["stats"][name] = {"digests": [digest(x) for x in (out[0], out[1], out[3], out[5])],
+                                              "ms": ms, "cublas_ms": cublas, "x_cublas": ms / cublas}
+                        del out
+                    finally:
+                        head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG = default_kernel, default_config
+                    log(name, f"{res['stats'][name]['ms']:.3f} ms, {res['stats'][name]['x_cublas']:.3f}x cuBLAS")
+            del h
+        if k == 4096:  # the whole forward (the default kernels, the combine) at #17's rows, against the matmul
+            for t in FORWARD_ROWS:
+                h = torch.randn(t, k, device=dev, generator=g).bfloat16()
+                tgt = torch.randint(0, V, (t,), device=dev, generator=g)
+                lp = head.logprob_head_forward(h, w, tgt, V)
+                # under a CUDA graph (as vLLM's decode steps run it: no host time) and eagerly (a training step)
+                ms = bench_graph(lambda: head.logprob_head_forward(h, w, tgt, V))
+                cublas = bench_graph(lambda: F.linear(h, w))
+                eager = bench(lambda: head.logprob_head_forward(h, w, tgt, V), warmup=10, rep=50)
+                res["forward"][f"T={t}"] = {"digest": digest(lp), "ms": ms, "cublas_ms": cublas,
+                                            "x_cublas": ms / cublas, "eager_ms": eager}
+                log(f"forward T={t}: {ms:.3f} ms graphed, {ms / cublas:.3f}x cuBLAS; eager {eager:.3f} ms")
+        del w
+    if args.against:
+        other = json.loads(Path(args.against).read_text())
+        same = all(other["stats"][n]["digests"] == r["digests"] for n, r in res["stats"].items()) and all(
+            other["forward"][n]["digest"] == r["digest"] for n, r in res["forward"].items())
+        res["against"] = {"module": other["module"], "all_bits_same": same}
+        for kind in ("stats", "forward"):
+            for n, r in res[kind].items():
+                o = other[kind][n]
+                bits = (o["digests"] == r["digests"]) if kind == "stats" else (o["digest"] == r["digest"])
+                res["against"][f"{kind} {n}"] = {"bits_same": bits, "time_ratio": r["ms"] / o["ms"]}
+                eager = f"; eager {r['eager_ms']:.3f} against {o['eager_ms']:.3f} ms" if kind == "forward" else ""
+                log(f"{kind} {n}: {'same bits' if bits else 'BITS DIFFER'}, {r['ms']:.3f} against {o['ms']:.3f} ms"
+                    f" ({r['ms'] / o['ms']:.3f}x; {r['x_cublas']:.3f}x cuBLAS, before {o['x_cublas']:.3f}x){eager}")
+        log("ALL BITS SAME" if same else "SOME BITS DIFFER")
+    save(args.name, res)
+
+
+if __name__ == "__main__":
+    main()
