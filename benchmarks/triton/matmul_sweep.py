@@ -18,6 +18,7 @@ row-parallel (canonical K-groups), the others plain (one group).
     python benchmarks/triton/matmul_sweep.py [--search] [--shapes qkv,o]     # Qwen3-8B shapes (default: all five)
     python benchmarks/triton/matmul_sweep.py --search --shapes o,o_1.7b,down_1.7b  # and Qwen3-1.7B's
     python benchmarks/triton/matmul_sweep.py plot BEFORE.json AFTER.json OUT.png  # ratio vs M, two runs
+    python benchmarks/triton/matmul_sweep.py plot-cold RUN.json OUT.png  # a --cold run's L2-hot and -cold rows
     python benchmarks/triton/matmul_sweep.py sm90 [--m 192,384] [--shapes o,qkv]  # the Gluon fused form
         # (Launch.sm90) against the Triton launches it competes with: row-parallel shapes in K-groups (default o, down
         # at 8B and 1.7B), plain ones in one
@@ -85,9 +86,11 @@ def candidates(m: int, grouped: bool, tiles: set[tuple[int, int]] | None = None,
     return list(dict.fromkeys(out))
 
 
-def plot(before: str, after: str, png: str) -> None:
+def plot(before: str, after: str, png: str, rows: tuple[str, str] = ("graph", "graph"),
+         labels: tuple[str, str] = ("before", "after")) -> None:
     """Ours / cuBLAS against M per shape, from two runs' JSON (before dashed, after solid), with
-    #17's 1.15x goal."""
+    #17's 1.15x goal. ``rows``: which rows of each run ("graph", or "graph_cold" of a ``--cold`` run:
+    ``plot-cold`` draws one run's L2-hot rows against its L2-cold ones)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -97,9 +100,9 @@ def plot(before: str, after: str, png: str) -> None:
     names = [n for n in runs[1] if n in runs[0]]
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, name in enumerate(names):
-        for run, style, label in zip(runs, ("--", "-"), ("before", "after")):
-            ms = sorted(int(m) for m in run[name]["graph"])
-            ax.plot(ms, [run[name]["graph"][str(m)]["ratio"] for m in ms], style, color=f"C{i}", marker=".",
+        for run, row, style, label in zip(runs, rows, ("--", "-"), labels):
+            ms = sorted(int(m) for m in run[name][row])
+            ax.plot(ms, [run[name][row][str(m)]["ratio"] for m in ms], style, color=f"C{i}", marker=".",
                     label=f"{name} {label}")
     ax.axhline(1.15, color="grey", lw=0.8, ls=":", label="goal 1.15x")
     ax.set_xscale("log", base=2)
@@ -173,6 +176,8 @@ def main() -> None:
         if bad := sorted(set(shapes) - set(SHAPES)):
             ap.error(f"--shapes: no shapes {bad} ({', '.join(SHAPES)})")
         return sm90_forms(tuple(int(m) for m in a.m.split(",")), shapes)
+    if sys.argv[1:2] == ["plot-cold"]:  # RUN.json OUT.png: one --cold run, weight in L2 (dashed) and out (solid)
+        return plot(sys.argv[2], sys.argv[2], sys.argv[3], ("graph", "graph_cold"), ("L2-hot", "L2-cold"))
     if sys.argv[1:2] == ["plot"]:
         if len(sys.argv) != 5:
             sys.exit("usage: matmul_sweep.py plot BEFORE.json AFTER.json OUT.png")
