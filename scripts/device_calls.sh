@@ -111,6 +111,8 @@
 #                                              # under the revision before them (.probe_old, carried: `git archive REV
 #                                              # rlk_models | tar -x -C .probe_old`) and this one, the head's GPU
 #                                              # tests natively, then the Gluon 64 x 64 tiles' bits (o, down)
+#   CALL=s35g bash scripts/device_calls.sh      # the graphed head forward's kernels and idle time at 1, 16, 128 rows
+#                                              # against the cuBLAS matmul's (head_sweep.py --graph-split; no carry)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -517,6 +519,13 @@ s35h)
         K="head and not launch_choices and not accumulate"
     test_summary head_tests 40
     matmul_bits s35_tests 230 o down
+    ;;
+s35g)
+    # where the graphed head forward's 1.12-1.20x cuBLAS at 1-128 rows goes (session 35): per replay, each kernel's
+    # time and the GPU's idle time between kernels, against the matmul's (no carry)
+    bench head_split 150 benchmarks/triton/head_sweep.py --graph-split 1,16,128
+    grep -E "^T=" "$ROOT_OUT/head_split.log" | cut -c1-1500
+    tail -5 "$ROOT_OUT/head_split.log"
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is

@@ -9,6 +9,8 @@ configs would keep the contract), as ``stats_configs_same_bits``.
     python benchmarks/triton/head_sweep.py
     python benchmarks/triton/head_sweep.py --stats-kernels [T,...]  # only the Triton against the Gluon stats
                                                                    # kernel (T rows; default 16384)
+    python benchmarks/triton/head_sweep.py --graph-split [T,...]    # the graphed forward's kernels and idle time
+                                                                   # at decode sizes against the matmul's (1,16,128)
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench as do_bench_ms  # noqa: E402
-from harness import info, log, save  # noqa: E402
+from harness import idle_gaps, info, kernel_rows, log, profiled_kernels, save  # noqa: E402
 
 head = importlib.import_module("rlk_models.ops.triton.logprob_head")  # the package re-exports a function of that name
 head_sm90 = importlib.import_module("rlk_models.ops.triton.head_sm90")
@@ -211,6 +213,45 @@ def stats_kernels(ts: tuple[int, ...] = (16384,)) -> dict:
     return res
 
 
+def graph_split(ts: tuple[int, ...] = (1, 16, 128), replays: int = 20) -> dict:
+    """Where the graphed forward's time goes at decode sizes (#17: 1.12-1.20x the cuBLAS lm_head matmul at 1-128
+    rows, session 35): ``logprob_head_forward`` and ``F.linear`` each captured in a CUDA graph and replayed under
+    ``torch.profiler``: per replay, every kernel's microseconds and the GPU's idle time between them (the graph's
+    launch gaps), against the matmul's kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    w = (torch.randn(V, K, device=dev, generator=g) * 0.02).bfloat16()
+    res = {"info": info()}
+    for t in ts:
+        h = torch.randn(t, K, device=dev, generator=g).bfloat16()
+        tgt = torch.randint(0, V, (t,), device=dev, generator=g)
+        for name, fn in (("forward", lambda: head.logprob_head_forward(h, w, tgt, V)),
+                         ("cublas", lambda: F.linear(h, w))):
+            fn()
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                fn()
+            for _ in range(3):
+                graph.replay()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(replays):
+                    graph.replay()
+                torch.cuda.synchronize()
+            rows = [(n[:90], c // replays, round(us / replays, 2)) for n, c, us in kernel_rows(prof)]
+            gaps = idle_gaps(profiled_kernels(prof))
+            res[f"T{t} {name}"] = {"kernels_us_per_replay": rows, "busy_us": round(sum(r[2] for r in rows), 2),
+                                   "span_us_per_replay": round(gaps["span_ms"] * 1e3 / replays, 2),
+                                   "idle_us_per_replay": round(gaps["idle_ms"] * 1e3 / replays, 2)}
+            log(f"T={t} {name}: busy {res[f'T{t} {name}']['busy_us']} us, idle "
+                f"{res[f'T{t} {name}']['idle_us_per_replay']} us a replay; {rows}")
+    save("head_graph_split", res)
+    return res
+
+
 def host_time(h: torch.Tensor, w: torch.Tensor, calls: int = 50) -> dict:
     """Host microseconds per ``full_logprobs`` call at decode sizes, eager (five Python-launched
     kernels and their buffers) against a replay of ``HeadGraphs`` (what the vLLM class runs):
@@ -240,7 +281,10 @@ def host_time(h: torch.Tensor, w: torch.Tensor, calls: int = 50) -> dict:
 
 
 if __name__ == "__main__":
-    if "--stats-kernels" in sys.argv[1:]:  # --stats-kernels [T,T,...]
+    if "--graph-split" in sys.argv[1:]:  # --graph-split [T,T,...]
+        rest = sys.argv[sys.argv.index("--graph-split") + 1:]
+        graph_split(tuple(int(t) for t in rest[0].split(",")) if rest else (1, 16, 128))
+    elif "--stats-kernels" in sys.argv[1:]:  # --stats-kernels [T,T,...]
         rest = sys.argv[sys.argv.index("--stats-kernels") + 1:]
         stats_kernels(tuple(int(t) for t in rest[0].split(",")) if rest else (16384,))
     else:
