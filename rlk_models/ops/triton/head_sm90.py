@@ -21,7 +21,8 @@ The kernel (``_stats_ws``; one program a 128-row x 256-entry tile, 12 warps)
       past V, the row max, the target's logit, ``p = exp(l - max)``, its sum (and ``sum p l`` for the
       entropy), and the probabilities rounded to h's dtype and stored by TMA (training). The mask runs in a
       row's last vocab tile only and the target's select-sum only in tiles that hold a target: elsewhere
-      their values were discarded (session 35: every output's bits the same as before, 0.93-1.00x the time).
+      their values were discarded (session 35: every output's bits the same as before; the grid form 2-7% faster
+      at most points, ping-pong, whose epilogue ran under the other warpgroup's dots, unchanged).
 Programs are ordered as the Triton kernel's tiles: neighbouring programs share a weight tile.
 
 Measured (H200, session 29, ``head_sweep.py --stats-kernels``, T = 16384, V = 151,936): with the
