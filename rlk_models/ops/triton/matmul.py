@@ -475,8 +475,8 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
 # Session 32: 192 x 64 tiles, three consumers (at 8B, M = 768: 256 tiles in 1.94 waves, none padding, against 192
 # 128 x 128 tiles in 1.45); session 33: launchable at 128 registers a thread (16 warps)
 # Session 34: 64 x 64 tiles (m64n32k16 dots, 6 slots: 168 registers, no spill), twice the 64 x 128 tiles' count
-# where N is narrow; session 35: bitwise (o, down), but 1.49-2.27x cuBLAS at o/down 1.7B and 8B, 128-768 rows, never
-# under the default by more than noise (o 1.7B at 256: 1.51 against 1.56x): dropped (commit 612b6d9 has it)
+# where N is narrow; session 35: bitwise (o, down), but 0.97-2.10x the default at o/down 1.7B and 8B, 128-768 rows,
+# under it only at o 1.7B, 256 rows (1.51 against 1.56x cuBLAS: noise): dropped (commit 612b6d9 has it)
 SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5), persistent=False, sm90=True),
                    SM90_TAIL, Launch((128, 128, 12, 5), sm90=True, tail=True), Launch((192, 64, 12, 6), sm90=True)]
 # Session 32 (CPU, not yet timed): the plain layers (qkv, gate_up, the head's matmul) in the same kernel, one K-group,
