@@ -31,6 +31,7 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench, bench_graph, info, log, save  # noqa: E402
+from head_sweep import stats_kernel_forms  # noqa: E402
 
 V = 151936
 ROWS = (256, 2048, 16384)
@@ -57,8 +58,6 @@ def main() -> None:
     dev = torch.device("cuda")
     n_stats = triton.cdiv(V, head.VOCAB_TILE)
     res = {"info": info(), "module": head.__file__, "stats": {}, "forward": {}}
-    forms = [("triton", None)] + [("sm90", c) for c in head_sm90.STATS_SM90_CANDIDATES]
-    default_kernel, default_config = head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG
     for k in (4096, 2048):
         g = torch.Generator(device=dev).manual_seed(k)
         w = (torch.randn(V, k, device=dev, generator=g) * 0.02).bfloat16()
@@ -68,18 +67,13 @@ def main() -> None:
             tgt[: t // 8] = torch.randint(V - 128, V, (t // 8,), device=dev, generator=g)  # the last, partial tile
             cublas = bench(lambda: F.linear(h, w), warmup=10, rep=50)
             for keep in (False, True):
-                for kernel, config in forms:
-                    head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG = kernel, config or default_config
+                for kernel, config in stats_kernel_forms(head, head_sm90):
                     name = f"K={k} T={t} keep={keep} {kernel}{'' if config is None else ' ' + str(list(config))}"
-                    try:
-                        out = head._launch_stats(h, w, tgt, False, False, n_stats, keep)
-                        ms = bench(lambda: head._launch_stats(h, w, tgt, False, False, n_stats, keep), warmup=10,
-                                   rep=50)
-                        res["stats"][name] = {"digests": [digest(x) for x in (out[0], out[1], out[3], out[5])],
-                                              "ms": ms, "cublas_ms": cublas, "x_cublas": ms / cublas}
-                        del out
-                    finally:
-                        head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG = default_kernel, default_config
+                    out = head._launch_stats(h, w, tgt, False, False, n_stats, keep)
+                    ms = bench(lambda: head._launch_stats(h, w, tgt, False, False, n_stats, keep), warmup=10, rep=50)
+                    res["stats"][name] = {"digests": [digest(x) for x in (out[0], out[1], out[3], out[5])],
+                                          "ms": ms, "cublas_ms": cublas, "x_cublas": ms / cublas}
+                    del out
                     log(name, f"{res['stats'][name]['ms']:.3f} ms, {res['stats'][name]['x_cublas']:.3f}x cuBLAS")
             del h
         if k == 4096:  # the whole forward (the default kernels, the combine) at #17's rows, against the matmul

@@ -171,6 +171,20 @@ def main() -> None:
     save("head_sweep", res)
 
 
+def stats_kernel_forms(head, head_sm90):
+    """(kernel, config) of the Triton statistics kernel (config None) and of every Gluon form
+    (``head_sm90.STATS_SM90_CANDIDATES``), with ``STATS_KERNEL`` and ``STATS_SM90_CONFIG`` set so that
+    ``_launch_stats`` runs that form in the loop's body, and restored after it. The modules are passed in: a
+    probe run under another revision's package (``head_epilogue_probe.py``) times that package's."""
+    default, default_config = head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG
+    for kernel, config in [("triton", None)] + [("sm90", c) for c in head_sm90.STATS_SM90_CANDIDATES]:
+        head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG = kernel, config or default_config
+        try:
+            yield kernel, config
+        finally:
+            head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG = default, default_config
+
+
 def stats_kernels(ts: tuple[int, ...] = (16384,)) -> dict:
     """The statistics kernel, Triton against every Gluon form (``head_sm90.STATS_SM90_CANDIDATES``), at T rows
     (default: the training step's) and the 8B and 1.7B heads (K = 4096, 2048), probabilities kept (training) or
@@ -180,7 +194,6 @@ def stats_kernels(ts: tuple[int, ...] = (16384,)) -> dict:
     g = torch.Generator(device=dev).manual_seed(0)
     res = {"info": info()}
     n_stats = triton.cdiv(V, head.VOCAB_TILE)
-    default, default_config = head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG
     for t, k in ((t, k) for t in ts for k in (4096, 2048)):
         h = torch.randn(t, k, device=dev, generator=g).bfloat16()
         w = (torch.randn(V, k, device=dev, generator=g) * 0.02).bfloat16()
@@ -188,9 +201,7 @@ def stats_kernels(ts: tuple[int, ...] = (16384,)) -> dict:
         row = {"cublas_ms": do_bench_ms(lambda: F.linear(h, w), warmup=25, rep=100)}
         for keep in (True, False):
             out, ms = {}, {}
-            runs = [("triton", None)] + [("sm90", c) for c in head_sm90.STATS_SM90_CANDIDATES]
-            for kernel, config in runs:
-                head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG = kernel, config or default_config
+            for kernel, config in stats_kernel_forms(head, head_sm90):
                 name = kernel if config is None else f"sm90 {config}"
                 try:
                     out[name] = head._launch_stats(h, w, tgt, False, False, n_stats, keep)
@@ -198,8 +209,6 @@ def stats_kernels(ts: tuple[int, ...] = (16384,)) -> dict:
                                            warmup=10, rep=50)
                 except Exception as exc:  # noqa: BLE001 -- a candidate that fails to build or run is reported
                     ms[name] = f"{type(exc).__name__}: {exc}"[:300]
-                finally:
-                    head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG = default, default_config
             row[f"keep_probs={keep}"] = {
                 name: x if isinstance(x, str) else {
                     "ms": x, "vs_triton": x / ms["triton"], "vs_cublas": x / row["cublas_ms"],
