@@ -156,6 +156,15 @@ matmul_bits() {  # matmul_bits NAME SECONDS [LAYER...]: the launch-choice bits o
     part "$name" "$secs" PART=tests TEST_TIMEOUT=$((secs - 10)) TESTS="${tests[*]}"
     test_summary "$name"
 }
+head_probe() {  # head_probe SECONDS: head_epilogue_probe.py under .probe_old's package (carried) and this tree's, in
+               # $ROOT_OUT/head_old and head_new, the second --against the first (each output's digest and time)
+    mkdir -p "$ROOT_OUT/head_old"
+    OUT="$ROOT_OUT/head_old" PYTHONPATH="$PWD/.probe_old" timeout "$1" python3 benchmarks/triton/head_epilogue_probe.py \
+        > "$ROOT_OUT/head_old.log" 2>&1
+    echo "head_old exit $?"
+    bench head_new "$1" benchmarks/triton/head_epilogue_probe.py --name head_epilogue_probe_new \
+        --against "$ROOT_OUT/head_old/head_epilogue_probe.json"
+}
 matmul_table() {  # matmul_table SECONDS [ARGS]: the whole matmul table against cuBLAS in $ROOT_OUT/table (nine
                   # shapes, M = 1-8192, the defaults only); ARGS go to matmul_sweep.py (--cold: L2-cold rows too)
     local secs=$1
@@ -507,12 +516,7 @@ s35h)
     # the target's select-sum in tiles without a target): every output's digest and time under the revision before
     # (.probe_old) and this one in the same call (head_epilogue_probe.py --against), then the head's GPU tests
     # natively (the Gluon forms against the Triton kernel, rows, full log-probs, gradients, graphs; carry .probe_old)
-    mkdir -p "$ROOT_OUT/head_old"
-    OUT="$ROOT_OUT/head_old" PYTHONPATH="$PWD/.probe_old" timeout 170 python3 benchmarks/triton/head_epilogue_probe.py \
-        > "$ROOT_OUT/head_old.log" 2>&1
-    echo "head_old exit $?"
-    bench head_new 170 benchmarks/triton/head_epilogue_probe.py --name head_epilogue_probe_new \
-        --against "$ROOT_OUT/head_old/head_epilogue_probe.json"
+    head_probe 170
     grep -E "module|same bits|BITS|BITS SAME" "$ROOT_OUT/head_new.log" | cut -c1-170 | head -60
     part head_tests 200 PART=tests TEST_TIMEOUT=190 \
         TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py" \
