@@ -113,6 +113,10 @@
 #                                              # tests natively, then the Gluon 64 x 64 tiles' bits (o, down)
 #   CALL=s35g bash scripts/device_calls.sh      # the graphed head forward's kernels and idle time at 1, 16, 128 rows
 #                                              # against the cuBLAS matmul's (head_sweep.py --graph-split; no carry)
+#   CALL=s36 bash scripts/device_calls.sh       # the head's small kernels cut (targets localized in the stats kernel,
+#                                              # one tree launch a shard): digests and times against main
+#                                              # (.probe_old: `git archive main rlk_models | tar -x -C .probe_old`),
+#                                              # the head's tests natively, the graphed forward's kernels
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -530,6 +534,25 @@ s35g)
     bench head_split 150 benchmarks/triton/head_sweep.py --graph-split 1,16,128
     grep -E "^T=" "$ROOT_OUT/head_split.log" | cut -c1-1500
     tail -5 "$ROOT_OUT/head_split.log"
+    ;;
+s36)
+    # branch s36-head-launches: the shard-local targets computed in the stats kernel (6 small kernels fewer) and the
+    # shard's two tree launches in one; every output's digest and time against main's package (.probe_old, carried),
+    # the head's tests natively (the new ones: the fused tree against the two, the vocab shards against TP=1), then
+    # the graphed forward's kernels at 1-128 rows (session 35: 15 small kernels beside the stats kernel)
+    mkdir -p "$ROOT_OUT/head_old"
+    OUT="$ROOT_OUT/head_old" PYTHONPATH="$PWD/.probe_old" timeout 170 python3 benchmarks/triton/head_epilogue_probe.py \
+        > "$ROOT_OUT/head_old.log" 2>&1
+    echo "head_old exit $?"
+    bench head_new 170 benchmarks/triton/head_epilogue_probe.py --name head_epilogue_probe_new \
+        --against "$ROOT_OUT/head_old/head_epilogue_probe.json"
+    grep -E "forward|BITS" "$ROOT_OUT/head_new.log" | cut -c1-170 | head -20
+    part head_tests 200 PART=tests TEST_TIMEOUT=190 \
+        TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py" \
+        K="(head and not launch_choices and not accumulate) or shard_tree or vocab_shards"
+    test_summary head_tests 12
+    bench head_split 100 benchmarks/triton/head_sweep.py --graph-split 1,16,128
+    grep -E "^T=" "$ROOT_OUT/head_split.log" | cut -c1-300
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is

@@ -67,8 +67,8 @@ BLOCK_M = 128  # the Triton kernel's bf16 launch whose bits this kernel gives (`
 
 
 @gluon.jit
-def _epilogue(acc, q_desc, stage, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V, n_stats, r0, pid_v,
-              WITH_E: gl.constexpr, KEEP_P: gl.constexpr):
+def _epilogue(acc, q_desc, stage, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V, n_stats, start, r0, pid_v,
+              HAS_TGT: gl.constexpr, WITH_E: gl.constexpr, KEEP_P: gl.constexpr):
     """``_head_stats_kernel``'s epilogue, in its order, on one warpgroup's logits ``acc`` (rows r0 ..
     r0 + 63 of vocab tile pid_v): mask the entries past V, the row max, the target's logit (written by
     the tile that holds it: one nonzero term at most), p = exp(l - max), its sum (and sum p l), and p in
@@ -87,14 +87,16 @@ def _epilogue(acc, q_desc, stage, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V, n_s
     # the target's logit, where one of the warpgroup's targets is in the tile (~10% of tiles at V = 151,936: the
     # select-sum's values are discarded elsewhere). Every warp reads all 64 targets (the layout repeats them in
     # each warp), so the test is uniform and needs no exchange between warps
-    EVERY_WARP: gl.constexpr = gl.BlockedLayout([HALF // 32], [32], [gl.num_warps()], [0])
-    tgt_all = gl.load(tgt_ptr + r0 + gl.arange(0, HALF, layout=EVERY_WARP), mask=r0 + gl.arange(
-        0, HALF, layout=EVERY_WARP) < T, other=-1)
-    if gl.max(((tgt_all >= v0) & (tgt_all < v0 + BLOCK_V)).to(gl.int32), axis=0) > 0:
-        tgt = gl.load(tgt_ptr + rm, mask=row_ok, other=-1)
-        inside = (tgt >= v0) & (tgt < v0 + BLOCK_V)
-        hit = gl.sum(gl.where(rv[None, :] == tgt[:, None], acc, 0.0), axis=1)
-        gl.store(t_ptr + rm, hit, mask=row_ok & inside)
+    # (targets are vocab ids, the shard's from ``start``: others and -1 are in no tile)
+    if HAS_TGT:
+        EVERY_WARP: gl.constexpr = gl.BlockedLayout([HALF // 32], [32], [gl.num_warps()], [0])
+        rows = r0 + gl.arange(0, HALF, layout=EVERY_WARP)
+        tgt_all = gl.load(tgt_ptr + rows, mask=rows < T, other=-1).to(gl.int32) - start  # vocab ids fit int32
+        if gl.max(((tgt_all >= v0) & (tgt_all < v0 + BLOCK_V) & (tgt_all < V)).to(gl.int32), axis=0) > 0:
+            tgt = gl.load(tgt_ptr + rm, mask=row_ok, other=-1).to(gl.int32) - start
+            inside = (tgt >= v0) & (tgt < v0 + BLOCK_V) & (tgt < V)
+            hit = gl.sum(gl.where(rv[None, :] == tgt[:, None], acc, 0.0), axis=1)
+            gl.store(t_ptr + rm, hit, mask=row_ok & inside)
     p = gl.exp(acc - mx[:, None])
     out = rm * n_stats + pid_v
     gl.store(m_ptr + out, mx, mask=row_ok)
@@ -117,8 +119,8 @@ def _staging(q_desc):
 
 @gluon.jit
 def _stats_producer(h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, tgt_ptr, m_ptr, s_ptr, e_ptr,
-                    t_ptr, T, V, K, n_stats, row0, pid_v, WITH_E: gl.constexpr, KEEP_P: gl.constexpr,
-                    NUM_BUF: gl.constexpr, CID: gl.constexpr):
+                    t_ptr, T, V, K, n_stats, start, row0, pid_v, HAS_TGT: gl.constexpr, WITH_E: gl.constexpr,
+                    KEEP_P: gl.constexpr, NUM_BUF: gl.constexpr, CID: gl.constexpr):
     """One warp: each K step's two halves of h and its weight tile into slot i % NUM_BUF, once both
     consumers freed the slot's last use (TMA zero-fills rows past T and V and the K tail)."""
     HALF: gl.constexpr = h_desc.block_type.shape[0]
@@ -136,8 +138,8 @@ def _stats_producer(h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty
 
 @gluon.jit
 def _stats_consumer(h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, tgt_ptr, m_ptr, s_ptr, e_ptr,
-                    t_ptr, T, V, K, n_stats, row0, pid_v, WITH_E: gl.constexpr, KEEP_P: gl.constexpr,
-                    NUM_BUF: gl.constexpr, CID: gl.constexpr):
+                    t_ptr, T, V, K, n_stats, start, row0, pid_v, HAS_TGT: gl.constexpr, WITH_E: gl.constexpr,
+                    KEEP_P: gl.constexpr, NUM_BUF: gl.constexpr, CID: gl.constexpr):
     """One warpgroup: rows row0 + 64 CID .. + 63 of the tile -- their logits over K in order (the first
     dot without an accumulator, as Triton builds a dot chain from zero), then the stats epilogue."""
     HALF: gl.constexpr = h_desc.block_type.shape[0]
@@ -157,14 +159,14 @@ def _stats_consumer(h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty
         mbarrier.arrive(empty.index((i - 1) % NUM_BUF), count=1)
     acc = warpgroup_mma_wait(0, deps=(acc,))
 
-    _epilogue(acc, q_desc, q_smem.index(CID), tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V, n_stats,
-              row0 + CID * HALF, pid_v, WITH_E, KEEP_P)
+    _epilogue(acc, q_desc, q_smem.index(CID), tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V, n_stats, start,
+              row0 + CID * HALF, pid_v, HAS_TGT, WITH_E, KEEP_P)
 
 
 @gluon.jit
-def _stats_ws(h_desc, w_desc, q_desc, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V, K, n_stats, num_pid_m,
-              WITH_E: gl.constexpr, KEEP_P: gl.constexpr, NUM_BUF: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-              num_warps: gl.constexpr):
+def _stats_ws(h_desc, w_desc, q_desc, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V, K, n_stats, start, num_pid_m,
+              HAS_TGT: gl.constexpr, WITH_E: gl.constexpr, KEEP_P: gl.constexpr, NUM_BUF: gl.constexpr,
+              CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
     """Warp-specialized: this program's 4 warps and a second warpgroup each take 64 of the tile's 128
     rows (``_stats_consumer``), one warp loads by TMA (``_stats_producer``). Program p is row block
     p % num_pid_m of vocab tile p // num_pid_m (the Triton kernel's tile order)."""
@@ -182,11 +184,11 @@ def _stats_ws(h_desc, w_desc, q_desc, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V,
     fence_async_shared()
     gl.warp_specialize([
         (_stats_consumer, (h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, tgt_ptr, m_ptr, s_ptr, e_ptr,
-                           t_ptr, T, V, K, n_stats, row0, pid_v, WITH_E, KEEP_P, NUM_BUF, 0)),
+                           t_ptr, T, V, K, n_stats, start, row0, pid_v, HAS_TGT, WITH_E, KEEP_P, NUM_BUF, 0)),
         (_stats_consumer, (h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, tgt_ptr, m_ptr, s_ptr, e_ptr,
-                           t_ptr, T, V, K, n_stats, row0, pid_v, WITH_E, KEEP_P, NUM_BUF, 1)),
+                           t_ptr, T, V, K, n_stats, start, row0, pid_v, HAS_TGT, WITH_E, KEEP_P, NUM_BUF, 1)),
         (_stats_producer, (h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, tgt_ptr, m_ptr, s_ptr, e_ptr,
-                           t_ptr, T, V, K, n_stats, row0, pid_v, WITH_E, KEEP_P, NUM_BUF, 1)),
+                           t_ptr, T, V, K, n_stats, start, row0, pid_v, HAS_TGT, WITH_E, KEEP_P, NUM_BUF, 1)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -201,8 +203,8 @@ def _stats_ws(h_desc, w_desc, q_desc, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V,
 
 @gluon.jit
 def _pp_producer(h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, turn, tgt_ptr, m_ptr, s_ptr, e_ptr,
-                 t_ptr, T, V, K, n_stats, num_pid_m, n_tiles, WITH_E: gl.constexpr, KEEP_P: gl.constexpr,
-                 NUM_BUF: gl.constexpr, CID: gl.constexpr):
+                 t_ptr, T, V, K, n_stats, start, num_pid_m, n_tiles, HAS_TGT: gl.constexpr, WITH_E: gl.constexpr,
+                 KEEP_P: gl.constexpr, NUM_BUF: gl.constexpr, CID: gl.constexpr):
     """One warp: for each of the program's tiles and each consumer, that consumer's 64 rows of h and the
     weight tile, K step by K step, into slot i % NUM_BUF once its last user freed it."""
     HALF: gl.constexpr = h_desc.block_type.shape[0]
@@ -226,8 +228,8 @@ def _pp_producer(h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, t
 
 @gluon.jit
 def _pp_consumer(h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, turn, tgt_ptr, m_ptr, s_ptr, e_ptr,
-                 t_ptr, T, V, K, n_stats, num_pid_m, n_tiles, WITH_E: gl.constexpr, KEEP_P: gl.constexpr,
-                 NUM_BUF: gl.constexpr, CID: gl.constexpr):
+                 t_ptr, T, V, K, n_stats, start, num_pid_m, n_tiles, HAS_TGT: gl.constexpr, WITH_E: gl.constexpr,
+                 KEEP_P: gl.constexpr, NUM_BUF: gl.constexpr, CID: gl.constexpr):
     """One warpgroup: its 64 rows of each of the program's tiles -- wait for its turn, the K loop
     (``_stats_consumer``'s dots), hand the turn over once its last dot is issued, then the epilogue."""
     HALF: gl.constexpr = h_desc.block_type.shape[0]
@@ -254,15 +256,15 @@ def _pp_consumer(h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, t
         mbarrier.arrive(turn.index(1 - CID), count=1)  # every dot issued: the other consumer's turn
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty.index((base + n_k - 1) % NUM_BUF), count=1)
-        _epilogue(acc, q_desc, q_smem.index(CID), tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V, n_stats,
-                  (t % num_pid_m) * (2 * HALF) + CID * HALF, t // num_pid_m, WITH_E, KEEP_P)
+        _epilogue(acc, q_desc, q_smem.index(CID), tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V, n_stats, start,
+                  (t % num_pid_m) * (2 * HALF) + CID * HALF, t // num_pid_m, HAS_TGT, WITH_E, KEEP_P)
         j += 1
 
 
 @gluon.jit
-def _stats_pingpong(h_desc, w_desc, q_desc, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V, K, n_stats, num_pid_m,
-                    n_tiles, WITH_E: gl.constexpr, KEEP_P: gl.constexpr, NUM_BUF: gl.constexpr,
-                    CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+def _stats_pingpong(h_desc, w_desc, q_desc, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, T, V, K, n_stats, start,
+                    num_pid_m, n_tiles, HAS_TGT: gl.constexpr, WITH_E: gl.constexpr, KEEP_P: gl.constexpr,
+                    NUM_BUF: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
     """``_stats_ws``'s tiles, persistent, the consumers taking turns (``_pp_consumer``)."""
     dtype: gl.constexpr = h_desc.dtype
     HALF: gl.constexpr = h_desc.block_type.shape[0]
@@ -276,11 +278,14 @@ def _stats_pingpong(h_desc, w_desc, q_desc, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr,
     fence_async_shared()
     gl.warp_specialize([
         (_pp_consumer, (h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, turn, tgt_ptr, m_ptr, s_ptr,
-                        e_ptr, t_ptr, T, V, K, n_stats, num_pid_m, n_tiles, WITH_E, KEEP_P, NUM_BUF, 0)),
+                        e_ptr, t_ptr, T, V, K, n_stats, start, num_pid_m, n_tiles, HAS_TGT, WITH_E, KEEP_P,
+                        NUM_BUF, 0)),
         (_pp_consumer, (h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, turn, tgt_ptr, m_ptr, s_ptr,
-                        e_ptr, t_ptr, T, V, K, n_stats, num_pid_m, n_tiles, WITH_E, KEEP_P, NUM_BUF, 1)),
+                        e_ptr, t_ptr, T, V, K, n_stats, start, num_pid_m, n_tiles, HAS_TGT, WITH_E, KEEP_P,
+                        NUM_BUF, 1)),
         (_pp_producer, (h_desc, w_desc, q_desc, h_bufs, w_bufs, q_smem, ready, empty, turn, tgt_ptr, m_ptr, s_ptr,
-                        e_ptr, t_ptr, T, V, K, n_stats, num_pid_m, n_tiles, WITH_E, KEEP_P, NUM_BUF, 1)),
+                        e_ptr, t_ptr, T, V, K, n_stats, start, num_pid_m, n_tiles, HAS_TGT, WITH_E, KEEP_P,
+                        NUM_BUF, 1)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -302,18 +307,18 @@ def usable(h: torch.Tensor) -> bool:
 
 
 def launch(h, w, q, tgt, m, s, e, t_logit, n_tiles: int, n_stats: int, with_entropy: bool, block_v: int,
-           block_k: int, config=None) -> None:
+           block_k: int, config=None, start: int = 0, has_targets: bool = True) -> None:
     """``logprob_head._launch_stats``'s stats (and ``q``, the kept probabilities, when given) for
     contiguous h [T, K] and w [V, K] by ``_stats_ws`` (``_stats_pingpong`` when the config says so)."""
     num_buf, consumer_regs, maxnreg, pingpong = config or STATS_SM90_CONFIG
     t, k = h.shape
     hd, wd, qd = descriptors(h, w, q, block_v, block_k)
     num_pid_m = triton.cdiv(t, BLOCK_M)
-    common = dict(WITH_E=with_entropy, KEEP_P=q is not None, NUM_BUF=num_buf, CONSUMER_REGS=consumer_regs,
-                  num_warps=4, maxnreg=maxnreg)
+    common = dict(HAS_TGT=has_targets, WITH_E=with_entropy, KEEP_P=q is not None, NUM_BUF=num_buf,
+                  CONSUMER_REGS=consumer_regs, num_warps=4, maxnreg=maxnreg)
     if pingpong:
         _stats_pingpong[(min(num_pid_m * n_tiles, num_sms(h.device)),)](
-            hd, wd, qd, tgt, m, s, e, t_logit, t, w.shape[0], k, n_stats, num_pid_m, n_tiles, **common)
+            hd, wd, qd, tgt, m, s, e, t_logit, t, w.shape[0], k, n_stats, start, num_pid_m, n_tiles, **common)
     else:
-        _stats_ws[(num_pid_m * n_tiles,)](hd, wd, qd, tgt, m, s, e, t_logit, t, w.shape[0], k, n_stats, num_pid_m,
-                                          **common)
+        _stats_ws[(num_pid_m * n_tiles,)](hd, wd, qd, tgt, m, s, e, t_logit, t, w.shape[0], k, n_stats, start,
+                                          num_pid_m, **common)

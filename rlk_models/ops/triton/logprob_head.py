@@ -107,13 +107,15 @@ DLOGITS_CANDIDATES = [(64, 128, 4, 3), (128, 128, 8, 3), (128, 256, 8, 3), (128,
 
 
 @triton.jit
-def _head_stats_kernel(h, w, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, l_ptr, q, T, V, K, n_tiles, n_stats,
-                       WITH_E: tl.constexpr, KEEP: tl.constexpr, KEEP_P: tl.constexpr, HW_TMA: tl.constexpr,
+def _head_stats_kernel(h, w, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, l_ptr, q, T, V, K, n_tiles, n_stats, start,
+                       HAS_TGT: tl.constexpr, WITH_E: tl.constexpr, KEEP: tl.constexpr, KEEP_P: tl.constexpr,
+                       HW_TMA: tl.constexpr,
                        Q_TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
                        NUM_PROGS: tl.constexpr):
     """Tiles of the V rows of w (a shard's real vocab); stats [T, n_stats] row-major. HW_TMA: h and
     w are TMA descriptors (the same K tiles in the same order, zero-filled past T and V, as the
-    masked pointer loads give them: the same wgmma products, the same bits); KEEP_P:
+    masked pointer loads give them: the same wgmma products, the same bits); HAS_TGT: targets
+    (vocab ids, the shard's from ``start``) whose logits to write; KEEP_P:
     exp(l - tile max) into q [T, n_tiles x BLOCK_V] (h's dtype), by a TMA store of the tile when
     Q_TMA (``q`` is then its descriptor: an asynchronous copy out of shared memory instead of a
     register tile of addresses, which spilled), else through pointers."""
@@ -137,8 +139,8 @@ def _head_stats_kernel(h, w, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, l_ptr, q, T, V
         if (pid_v + 1) * BLOCK_V > V:  # the row's last vocab tile only: elsewhere every entry is < V (skipped)
             acc = tl.where(valid, acc, float("-inf"))
         mx = tl.max(acc, axis=1)
-        if KEEP_P:  # the target's logit first: the logits are dead once p is made, which leaves registers for the store
-            _store_target_logit(t_ptr, tgt_ptr, acc, rm, rv, T, pid_v, BLOCK_V)
+        if KEEP_P and HAS_TGT:  # the target's logit first: the logits are dead once p is made (registers for the store)
+            _store_target_logit(t_ptr, tgt_ptr, acc, rm, rv, T, V, start, pid_v, BLOCK_V)
         p = tl.exp(acc - mx[:, None])
         out = rm * n_stats + pid_v
         tl.store(m_ptr + out, mx, mask=rm < T)
@@ -152,17 +154,17 @@ def _head_stats_kernel(h, w, tgt_ptr, m_ptr, s_ptr, e_ptr, t_ptr, l_ptr, q, T, V
                 q_tile = q + (pid_m * BLOCK_M).to(tl.int64) * (n_tiles * BLOCK_V) + pid_v * BLOCK_V
                 tl.store(q_tile + tl.arange(0, BLOCK_M)[:, None] * (n_tiles * BLOCK_V) + tl.arange(0, BLOCK_V)[None, :],
                          p.to(q.dtype.element_ty), mask=rm[:, None] < T)
-        else:
-            _store_target_logit(t_ptr, tgt_ptr, acc, rm, rv, T, pid_v, BLOCK_V)
+        elif HAS_TGT:
+            _store_target_logit(t_ptr, tgt_ptr, acc, rm, rv, T, V, start, pid_v, BLOCK_V)
 
 
 @triton.jit
-def _store_target_logit(t_ptr, tgt_ptr, acc, rm, rv, T, pid_v, BLOCK_V: tl.constexpr):
-    """The target's logit, written by the tile that holds it; the select-sum runs only where one of the
-    tile's rows has its target in it (~20% of 128-row tiles at V = 151,936: its values are discarded in the
-    rest)."""
-    tgt = tl.load(tgt_ptr + rm, mask=rm < T, other=-1)
-    inside = (tgt >= pid_v * BLOCK_V) & (tgt < pid_v * BLOCK_V + BLOCK_V)
+def _store_target_logit(t_ptr, tgt_ptr, acc, rm, rv, T, V, start, pid_v, BLOCK_V: tl.constexpr):
+    """The target's logit, written by the tile that holds it (a target outside the shard's V entries from
+    ``start``, or -1, in none); the select-sum runs only where one of the tile's rows has its target in it
+    (~20% of 128-row tiles at V = 151,936: its values are discarded in the rest)."""
+    tgt = tl.load(tgt_ptr + rm, mask=rm < T, other=-1).to(tl.int32) - start  # the shard's entry (ids fit int32)
+    inside = (tgt >= pid_v * BLOCK_V) & (tgt < pid_v * BLOCK_V + BLOCK_V) & (tgt < V)
     if tl.max(inside.to(tl.int32), axis=0) > 0:
         hit = tl.sum(tl.where(rv[None, :] == tgt[:, None], acc, 0.0), axis=1)  # one nonzero term at most
         tl.store(t_ptr + rm, hit, mask=(rm < T) & inside)
@@ -254,6 +256,59 @@ def _tree(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, final: bool = False
     return mo.view(shape), so.view(shape), eo.view(shape)
 
 
+@triton.jit
+def _shard_tree_kernel(m_ptr, s_ptr, e_ptr, mo_ptr, so_ptr, eo_ptr, G, TPG, GP2: tl.constexpr, LEVELS_G: tl.constexpr,
+                       NP2: tl.constexpr, LEVELS: tl.constexpr):
+    """One row's G x TPG tile stats (contiguous, a group's tiles adjacent) -> the shard's (m, s, e): each group's
+    adjacent pairwise tree, then the groups' -- ``_tree_kernel``'s two launches (``_tree`` of the [G, TPG] view,
+    then of its [G] result) in one, with their operations in their order: the same padding (-inf, 0, 0) past
+    TPG and G, the same pairs, a tree's last value taken by ``tl.sum`` over one element as there."""
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.arange(0, GP2)[:, None]
+    j = tl.arange(0, NP2)[None, :]
+    ok = (g < G) & (j < TPG)
+    at = row * G * TPG + g * TPG + j
+    m = tl.load(m_ptr + at, mask=ok, other=float("-inf"))
+    s = tl.load(s_ptr + at, mask=ok, other=0.0)
+    e = tl.load(e_ptr + at, mask=ok, other=0.0)
+    for lvl in tl.static_range(LEVELS):  # each group's tiles
+        ma, mb = tl.split(tl.reshape(m, (GP2, 1 << (LEVELS - 1 - lvl), 2)))
+        sa, sb = tl.split(tl.reshape(s, (GP2, 1 << (LEVELS - 1 - lvl), 2)))
+        ea, eb = tl.split(tl.reshape(e, (GP2, 1 << (LEVELS - 1 - lvl), 2)))
+        mx = tl.maximum(ma, mb)
+        fa = tl.where(ma == float("-inf"), 0.0, tl.exp(ma - mx))
+        fb = tl.where(mb == float("-inf"), 0.0, tl.exp(mb - mx))
+        m, s, e = mx, sa * fa + sb * fb, ea * fa + eb * fb
+    m, s, e = tl.sum(tl.reshape(m, (GP2, 1)), 1), tl.sum(tl.reshape(s, (GP2, 1)), 1), tl.sum(tl.reshape(e, (GP2, 1)), 1)
+    real = tl.arange(0, GP2) < G  # the groups past G: the padding _tree_kernel loads there
+    m = tl.reshape(tl.where(real, m, float("-inf")), (1, GP2))
+    s = tl.reshape(tl.where(real, s, 0.0), (1, GP2))
+    e = tl.reshape(tl.where(real, e, 0.0), (1, GP2))
+    for lvl in tl.static_range(LEVELS_G):  # the shard's groups
+        ma, mb = tl.split(tl.reshape(m, (1 << (LEVELS_G - 1 - lvl), 2)))
+        sa, sb = tl.split(tl.reshape(s, (1 << (LEVELS_G - 1 - lvl), 2)))
+        ea, eb = tl.split(tl.reshape(e, (1 << (LEVELS_G - 1 - lvl), 2)))
+        mx = tl.maximum(ma, mb)
+        fa = tl.where(ma == float("-inf"), 0.0, tl.exp(ma - mx))
+        fb = tl.where(mb == float("-inf"), 0.0, tl.exp(mb - mx))
+        m, s, e = mx, sa * fa + sb * fb, ea * fa + eb * fb
+    tl.store(mo_ptr + row, tl.sum(tl.reshape(m, (1,)), 0))
+    tl.store(so_ptr + row, tl.sum(tl.reshape(s, (1,)), 0))
+    tl.store(eo_ptr + row, tl.sum(tl.reshape(e, (1,)), 0))
+
+
+def _shard_tree(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, n_groups: int, tpg: int):
+    """[T, n_groups x tpg] tile stats (contiguous) -> the shard's [T] (m, s, e): ``_tree`` over each group's
+    tiles, then over the groups, in one launch (``_shard_tree_kernel``)."""
+    t = m.shape[0]
+    mo, so, eo = (torch.empty(t, dtype=torch.float32, device=m.device) for _ in range(3))
+    if t:
+        levels, levels_g = max(tpg - 1, 0).bit_length(), max(n_groups - 1, 0).bit_length()
+        _shard_tree_kernel[(t,)](m, s, e, mo, so, eo, n_groups, tpg, GP2=1 << levels_g, LEVELS_G=levels_g,
+                                 NP2=1 << levels, LEVELS=levels)
+    return mo, so, eo
+
+
 def _sm90_config(t: int, k: int, keep_probs: bool) -> tuple | None:
     """The ``head_sm90`` config that makes the stats of T rows by ``STATS_KERNEL`` (None: this module's
     kernel)."""
@@ -267,7 +322,10 @@ def _sm90_config(t: int, k: int, keep_probs: bool) -> tuple | None:
     return head_sm90.STATS_SM90_CONFIG if keep_probs or t < high else None
 
 
-def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_probs=False):
+def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_probs=False, start=0):
+    """The per-tile stats of h against w_real (a shard's real vocab rows), [T, n_stats] each, the target
+    logits of ``targets`` (vocab ids; the shard's are start .. start + V - 1, others and -1 write none),
+    the kept logits or probabilities."""
     t, k = h.shape
     v = w_real.shape[0]
     dev = h.device
@@ -284,14 +342,14 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_p
                           else STATS_CONFIG_OTHER)
         stride = 4 * num_sms(dev)  # the loop's constexpr stride: fixed, not the grid (a kernel per row count)
         progs = min(triton.cdiv(t, block_m) * n_tiles, stride)
-        tg = targets.contiguous() if targets is not None else torch.full((t,), -1, dtype=torch.int64, device=dev)
+        tg = targets.contiguous() if targets is not None else tgt  # without targets: never read
         h, w_real = h.contiguous(), w_real.contiguous()
         sm90 = _sm90_config(t, k, keep_probs)
         if (sm90 and t >= STATS_TMA_ROWS and not (keep_logits or with_entropy) and head_sm90.usable(h)
                 and tma_ok(h, w_real, *([q] if keep_probs else []))):
             bind_cuda_context(dev)
             head_sm90.launch(h, w_real, q, tg, m, s, e, tgt, n_tiles, n_stats, with_entropy, VOCAB_TILE, BLOCK_K,
-                             sm90)
+                             sm90, start=start, has_targets=targets is not None)
             return m, s, e, tgt, logits, q
         hw_tma = t >= STATS_TMA_ROWS and not (keep_probs or keep_logits) and tma_ok(h, w_real)
         q_tma = keep_probs and tma_ok(q)
@@ -305,7 +363,8 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_p
         q_arg = TensorDescriptor.from_tensor(q, [block_m, VOCAB_TILE]) if q_tma else q if keep_probs else m
         staging = block_m * VOCAB_TILE * q.element_size() if q_tma else 0  # the TMA store's tile in shared memory
         _head_stats_kernel[(progs,)](h, w_real, tg, m, s, e, tgt, logits, q_arg, t, v, k,
-                                     n_tiles, n_stats, WITH_E=with_entropy, KEEP=keep_logits, KEEP_P=keep_probs,
+                                     n_tiles, n_stats, start, HAS_TGT=targets is not None, WITH_E=with_entropy,
+                                     KEEP=keep_logits, KEEP_P=keep_probs,
                                      HW_TMA=hw_tma, Q_TMA=q_tma, BLOCK_M=block_m, BLOCK_V=VOCAB_TILE, BLOCK_K=BLOCK_K,
                                      NUM_PROGS=stride, num_warps=warps,
                                      num_stages=fit_stages(block_m + VOCAB_TILE, elem, 3, staging))
@@ -323,13 +382,9 @@ def shard_stats(h: torch.Tensor, w_shard: torch.Tensor, shard: tuple[int, int], 
     n_groups = (end - start) * VOCAB_GROUPS // pv
     tpg = pv // VOCAB_GROUPS // VOCAB_TILE
     real = max(0, min(end, vocab_size) - start)
-    local = None if targets is None else torch.where((targets >= start) & (targets < start + real),
-                                                     targets - start, torch.full_like(targets, -1))
-    m_tiles, s, e, tgt, logits, q = _launch_stats(h, w_shard[:real], local, with_entropy, keep_logits,
-                                                  n_groups * tpg, keep_probs)
-    t = h.shape[0]
-    m, s, e = _tree(*(x.view(t, n_groups, tpg) for x in (m_tiles, s, e)))  # tiles of each group
-    m, s, e = _tree(m, s, e)                                                # this shard's groups
+    m_tiles, s, e, tgt, logits, q = _launch_stats(h, w_shard[:real], targets, with_entropy, keep_logits,
+                                                  n_groups * tpg, keep_probs, start)
+    m, s, e = _shard_tree(m_tiles, s, e, n_groups, tpg)  # the tiles of each group, then this shard's groups
     return ShardStats(m, s, e, tgt, logits if keep_logits else None,
                       TileProbs(q, m_tiles) if keep_probs else None)
 

@@ -984,6 +984,55 @@ def test_write_kv_refuses_a_cache_past_int32_slots():
 
 # --- log-prob head -------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("groups,tpg", [(8, 75), (4, 75), (8, 1), (2, 3), (1, 5)])
+def test_shard_tree_is_the_two_trees(groups, tpg):
+    """``_shard_tree`` (the tiles of each group, then the shard's groups, in one launch) gives ``_tree`` of the
+    [T, groups, tpg] view then ``_tree`` of its result, bitwise: with the padding tiles and empty rows the stats
+    kernel leaves (-inf, 0, 0), -0.0 maxima and sums, and ties."""
+    head = _mod("logprob_head")
+    g = torch.Generator().manual_seed(groups * 100 + tpg)
+    t, n = 6, groups * tpg
+    m = torch.randn(t, n, generator=g) * 4
+    s = torch.rand(t, n, generator=g) * 3 + 0.5
+    e = torch.randn(t, n, generator=g)
+    m[:, -min(n - 1, 6):], s[:, -min(n - 1, 6):], e[:, -min(n - 1, 6):] = float("-inf"), 0.0, 0.0  # padding tiles
+    m[3], s[3], e[3] = float("-inf"), 0.0, 0.0  # an empty row (a shard past the vocab)
+    m[4, 0], e[4, 0] = -0.0, -0.0
+    m[5] = 1.5  # every tile's max tied
+    m, s, e = (x.to(DEV).contiguous() for x in (m, s, e))
+    want = head._tree(*head._tree(*(x.view(t, groups, tpg) for x in (m, s, e))))
+    got = head._shard_tree(m, s, e, groups, tpg)
+    for name, a, b in zip("mse", got, want):
+        assert torch.equal(a, b) and torch.equal(a.signbit(), b.signbit()), name
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_head_vocab_shards_equal_tp1(dtype):
+    """The vocab-parallel head: each rank's ``shard_stats`` (the global targets, localized to its shard inside the
+    stats kernel), ``combine_shards`` over the ranks in order: TP=1's log-probs, entropy and full log-probs,
+    bitwise, at TP = 2, 4, 8 (a target in each rank's shard, in the last partial tile, and -1)."""
+    from rlk_models.ops.canonical import padded_vocab, vocab_shard
+
+    tri, dt = get_backend("triton"), getattr(torch, dtype)
+    g = torch.Generator().manual_seed(5)
+    vocab, t = 2100, 40
+    h = bitwise_data(g, t, 64, dtype=dt)
+    w_pad = torch.zeros(padded_vocab(vocab), 64, dtype=dt, device=DEV)
+    w_pad[:vocab] = bitwise_data(g, vocab, 64, dtype=dt, scale=0.3)
+    targets = torch.randint(0, vocab, (t,), generator=g).to(DEV)
+    targets[:4] = torch.tensor([vocab - 1, vocab - 50, 0, 1024], device=DEV)
+    lp, ent = tri.logprob_head(h, w_pad[:vocab], targets, vocab, True)
+    full = tri.full_logprobs(h, w_pad, vocab)
+    for k in (2, 4, 8):
+        stats = [tri.shard_stats(h, w_pad[a:b], (a, b), vocab, targets, with_entropy=True, keep_logits=True)
+                 for a, b in (vocab_shard(vocab, r, k) for r in range(k))]
+        m, s, e, tgt = (torch.stack([st[i] for st in stats]) for i in range(4))
+        lse, mean_l, target = tri.combine_shards(m, s, e, tgt)
+        full_k = torch.cat([st.logits for st in stats], -1) - lse[:, None]
+        assert torch.equal(target - lse, lp) and torch.equal(lse - mean_l, ent), f"TP={k}"
+        assert torch.equal(full_k[:, :vocab], full), f"TP={k}: full log-probs"
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("vocab", [7, 700, 2100])  # one tile; tiles in one group; tiles in several groups
 def test_head_rows_invariant_and_close_to_float64(dtype, vocab):
