@@ -40,7 +40,8 @@ def stats_sm90(config: tuple = head_sm90.STATS_SM90_CONFIG, keep_probs: bool = T
     descs = head_sm90.descriptors(h, w, q, VOCAB_TILE, BLOCK_K)
     types = dict(tgt_ptr="*i64", m_ptr="*fp32", s_ptr="*fp32", e_ptr="*fp32", t_ptr="*fp32", T="i32", V="i32",
                  K="i32", n_stats="i32", start="i32", num_pid_m="i32", n_tiles="i32")
-    consts = dict(HAS_TGT=True, WITH_E=with_entropy, KEEP_P=keep_probs, NUM_BUF=num_buf, CONSUMER_REGS=consumer_regs, num_warps=4)
+    consts = dict(HAS_TGT=True, WITH_E=with_entropy, KEEP_P=keep_probs, NUM_BUF=num_buf, CONSUMER_REGS=consumer_regs,
+                  num_warps=4)
     return build_gluon(head_sm90._stats_pingpong if pingpong else head_sm90._stats_ws,
                        dict(zip(("h_desc", "w_desc", "q_desc"), descs)), types, consts, (), maxnreg)
 

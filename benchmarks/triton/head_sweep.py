@@ -236,8 +236,12 @@ def graph_split(ts: tuple[int, ...] = (1, 16, 128), replays: int = 20) -> dict:
     for t in ts:
         h = torch.randn(t, K, device=dev, generator=g).bfloat16()
         tgt = torch.randint(0, V, (t,), device=dev, generator=g)
-        for name, fn in (("forward", lambda: head.logprob_head_forward(h, w, tgt, V)),
-                         ("cublas", lambda: F.linear(h, w))):
+        want = head.logprob_head_forward(h, w, tgt, V)
+        runs = [("forward", lambda: head.logprob_head_forward(h, w, tgt, V)), ("cublas", lambda: F.linear(h, w))]
+        if t <= 64:  # the Triton kernel's 64-row tiles at 2 K slots: two programs an SM (``STATS_STAGES``)
+            runs.append(("forward_2slots", lambda: head.logprob_head_forward(h, w, tgt, V)))
+        for name, fn in runs:
+            head.STATS_STAGES = 2 if name == "forward_2slots" else 3
             fn()
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
@@ -255,6 +259,9 @@ def graph_split(ts: tuple[int, ...] = (1, 16, 128), replays: int = 20) -> dict:
             res[f"T{t} {name}"] = {"kernels_us_per_replay": rows, "busy_us": round(sum(r[2] for r in rows), 2),
                                    "span_us_per_replay": round(gaps["span_ms"] * 1e3 / replays, 2),
                                    "idle_us_per_replay": round(gaps["idle_ms"] * 1e3 / replays, 2)}
+            if name.startswith("forward"):  # slots never change the bits: checked
+                res[f"T{t} {name}"]["bits_same"] = torch.equal(fn(), want)
+            head.STATS_STAGES = 3
             log(f"T={t} {name}: busy {res[f'T{t} {name}']['busy_us']} us, idle "
                 f"{res[f'T{t} {name}']['idle_us_per_replay']} us a replay; {rows}")
     save("head_graph_split", res)

@@ -75,6 +75,11 @@ def bwd_chunk(t: int, vocab_size: int) -> int:
 # Only the proven ones are used (bf16); the sweep re-checks row 0 at every T. Other dtypes use
 # one fixed config (fp32 dots are TF32 there; the self-test found the bf16 table does not carry over).
 STATS_CONFIG = {64: (64, 4), 1 << 62: (128, 8)}
+# K slots of the Triton stats kernel (at most; ``fit_stages``). Slots never change the K order, hence the bits. At
+# 64-row tiles 3 slots take 120 KB of shared memory, so one program an SM runs, and V = 151,936's 594 tiles are 4.5
+# waves on 132 SMs (session 35); 2 slots (80 KB; 250 registers x 128 threads) would fit two: a candidate, timed by
+# head_sweep.py --graph-split
+STATS_STAGES = 3
 STATS_CONFIG_OTHER = (64, 8)
 # rows from which the stats kernel loads h and W by TMA (the same bits as its pointer loads; below, the two
 # descriptors' host time would weigh on the eager decode-sized head). Not while it keeps the probabilities:
@@ -367,7 +372,7 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_p
                                      KEEP=keep_logits, KEEP_P=keep_probs,
                                      HW_TMA=hw_tma, Q_TMA=q_tma, BLOCK_M=block_m, BLOCK_V=VOCAB_TILE, BLOCK_K=BLOCK_K,
                                      NUM_PROGS=stride, num_warps=warps,
-                                     num_stages=fit_stages(block_m + VOCAB_TILE, elem, 3, staging))
+                                     num_stages=fit_stages(block_m + VOCAB_TILE, elem, STATS_STAGES, staging))
     return m, s, e, tgt, logits, q
 
 
