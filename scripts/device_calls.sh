@@ -540,12 +540,7 @@ s36)
     # shard's two tree launches in one; every output's digest and time against main's package (.probe_old, carried),
     # the head's tests natively (the new ones: the fused tree against the two, the vocab shards against TP=1), then
     # the graphed forward's kernels at 1-128 rows (session 35: 15 small kernels beside the stats kernel)
-    mkdir -p "$ROOT_OUT/head_old"
-    OUT="$ROOT_OUT/head_old" PYTHONPATH="$PWD/.probe_old" timeout 170 python3 benchmarks/triton/head_epilogue_probe.py \
-        > "$ROOT_OUT/head_old.log" 2>&1
-    echo "head_old exit $?"
-    bench head_new 170 benchmarks/triton/head_epilogue_probe.py --name head_epilogue_probe_new \
-        --against "$ROOT_OUT/head_old/head_epilogue_probe.json"
+    head_probe 170
     grep -E "forward|BITS" "$ROOT_OUT/head_new.log" | cut -c1-170 | head -20
     part head_tests 200 PART=tests TEST_TIMEOUT=190 \
         TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py" \
