@@ -1,5 +1,6 @@
 """The row-wise kernels (RMSNorm forward and backward with their fused forms, dw's fold, RoPE, SiLU-mul,
-the KV-cache write) compiled for the H200 (sm_90) on any machine, no GPU needed: per launch form
+the KV-cache write, the log-prob head's trees) compiled for the H200 (sm_90) on any machine, no GPU needed:
+per launch form
 ``matmul_sass.describe`` -- SASS hash, registers, spills, and the int64 divisions in its PTX.
 
 What it is for: these kernels move bytes, so instructions a byte are their speed. An int64 division
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import triton
@@ -28,6 +31,8 @@ RMS = importlib.import_module("rlk_models.ops.triton.rms_norm")  # the package e
 ROPE = importlib.import_module("rlk_models.ops.triton.rope")
 SILU = importlib.import_module("rlk_models.ops.triton.silu_mul")
 KV = importlib.import_module("rlk_models.ops.triton.kv_cache")
+HEAD = importlib.import_module("rlk_models.ops.triton.logprob_head")
+TREE_TYPES = dict(m_ptr="*fp32", s_ptr="*fp32", e_ptr="*fp32", mo_ptr="*fp32", so_ptr="*fp32", eo_ptr="*fp32")
 
 
 def rms_forward(d: int, *, res=False, rope=False, two=False, heads=1):
@@ -89,8 +94,51 @@ def forms() -> dict:
     }
 
 
+def tree_forms() -> dict:
+    """The head's tree kernels (``_tree_kernel`` a level count and FINAL; ``_shard_tree_kernel`` groups x tiles a
+    group as the 8B head's shards give them: 594 tiles in 8 groups of 75 at TP=1, 4 of 75 at TP=2, ...)."""
+    out = {f"head tree, {1 << lv} stats, final={final}": build(
+        HEAD._tree_kernel, {**TREE_TYPES, "N": "i32"}, dict(NP2=1 << lv, LEVELS=lv, FINAL=final), (), 4)
+        for lv in (1, 3, 7, 8) for final in (False, True)}
+    for g, lv in ((3, 7), (2, 7), (1, 7), (3, 6), (1, 2), (0, 3), (3, 0)):
+        out[f"head shard tree, {1 << g} groups of {1 << lv}"] = build(
+            HEAD._shard_tree_kernel, {**TREE_TYPES, "G": "i32", "TPG": "i32"},
+            dict(GP2=1 << g, LEVELS_G=g, NP2=1 << lv, LEVELS=lv), (), 4)
+    return out
+
+
+def merge_fma_sides(ptx: str) -> dict:
+    """Which product each merge FMA of a tree kernel fuses: "first" when it is ``a * fa`` (a the pair's first
+    operand of ``tl.maximum(ma, mb)``, ``fa = exp(ma - max)`` behind a select), "second" for ``b * fb``, "other"
+    for an FMA not of that shape. ``_pair`` writes ``fma(sa, fa, sb * fb)``, so every one is "first"; an
+    ``sa * fa + sb * fb`` left to the compiler fuses either product, by the code around it (session 36: the fused
+    shard tree against two ``_tree`` launches), and the same sums round differently."""
+    defs = {}
+    for line in ptx.splitlines():
+        m = re.match(r"\s*(?:@%p\d+\s+)?([\w.]+)\s+(%r\d+),\s*(.*);", line)
+        if m:
+            defs[m.group(2)] = (m.group(1), [a.strip() for a in m.group(3).split(",")])
+
+    def side(r: str) -> str | None:  # r = selp(0, ex2(mul(sub(x, max(a, b)), log2 e))): x is a or b
+        chain = [("selp.f32", 1), ("ex2", 0), ("mul.f32", 0), ("sub.f32", None)]
+        for op, arg in chain:
+            d = defs.get(r)
+            if d is None or not d[0].startswith(op):
+                return None
+            if arg is not None:
+                r = d[1][arg]
+        x, mx = defs[r][1]
+        mx_op, (a, b) = defs.get(mx, ("", [None, None]))
+        return None if mx_op != "max.f32" else "first" if x == a else "second" if x == b else None
+
+    return dict(Counter(side(f[1][0]) or side(f[1][1]) or "other" for f in defs.values() if f[0] == "fma.rn.f32"))
+
+
 def main() -> None:
-    print(json.dumps({name: describe(kernel) for name, kernel in forms().items()}, indent=1))
+    built = forms() | tree_forms()
+    print(json.dumps({name: {**describe(kernel), **({"merge_fma_sides": merge_fma_sides(kernel.asm["ptx"])}
+                                                      if name.startswith("head") else {})}
+                      for name, kernel in built.items()}, indent=1))
 
 
 if __name__ == "__main__":

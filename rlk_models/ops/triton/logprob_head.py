@@ -222,6 +222,19 @@ def _probs_dlogits_kernel(q_ptr, m_ptr, lse_ptr, g_ptr, tgt_ptr, tl_ptr, T, n_ti
 
 
 @triton.jit
+def _pair(ma, mb, sa, sb, ea, eb):
+    """Two (max, sum, entropy sum) stats -> their merge: the one operation of every tree (``_tree_kernel``,
+    ``_shard_tree_kernel``). The sums are written as ``fma(a, fa, b * fb)``: left as ``a * fa + b * fb`` the
+    compiler contracts one product into an FMA, and which one depends on the code around it (the H200 gave the
+    fused shard tree other bits than the two ``_tree`` launches, session 36). This is the form Triton 3.6 built
+    for ``_tree_kernel`` (the same SASS), so its bits did not change."""
+    mx = tl.maximum(ma, mb)
+    fa = tl.where(ma == float("-inf"), 0.0, tl.exp(ma - mx))
+    fb = tl.where(mb == float("-inf"), 0.0, tl.exp(mb - mx))
+    return mx, tl.fma(sa, fa, sb * fb), tl.fma(ea, fa, eb * fb)
+
+
+@triton.jit
 def _tree_kernel(m_ptr, s_ptr, e_ptr, mo_ptr, so_ptr, eo_ptr, N, NP2: tl.constexpr, LEVELS: tl.constexpr,
                  FINAL: tl.constexpr):
     """One row of N stats (contiguous) -> its adjacent pairwise tree; FINAL: (M + log S, E / S)."""
@@ -235,10 +248,7 @@ def _tree_kernel(m_ptr, s_ptr, e_ptr, mo_ptr, so_ptr, eo_ptr, N, NP2: tl.constex
         ma, mb = tl.split(tl.reshape(m, (1 << (LEVELS - 1 - lvl), 2)))
         sa, sb = tl.split(tl.reshape(s, (1 << (LEVELS - 1 - lvl), 2)))
         ea, eb = tl.split(tl.reshape(e, (1 << (LEVELS - 1 - lvl), 2)))
-        mx = tl.maximum(ma, mb)
-        fa = tl.where(ma == float("-inf"), 0.0, tl.exp(ma - mx))
-        fb = tl.where(mb == float("-inf"), 0.0, tl.exp(mb - mx))
-        m, s, e = mx, sa * fa + sb * fb, ea * fa + eb * fb
+        m, s, e = _pair(ma, mb, sa, sb, ea, eb)
     m, s, e = tl.sum(tl.reshape(m, (1,)), 0), tl.sum(tl.reshape(s, (1,)), 0), tl.sum(tl.reshape(e, (1,)), 0)
     if FINAL:
         tl.store(mo_ptr + row, m + tl.log(s))
@@ -280,10 +290,7 @@ def _shard_tree_kernel(m_ptr, s_ptr, e_ptr, mo_ptr, so_ptr, eo_ptr, G, TPG, GP2:
         ma, mb = tl.split(tl.reshape(m, (GP2, 1 << (LEVELS - 1 - lvl), 2)))
         sa, sb = tl.split(tl.reshape(s, (GP2, 1 << (LEVELS - 1 - lvl), 2)))
         ea, eb = tl.split(tl.reshape(e, (GP2, 1 << (LEVELS - 1 - lvl), 2)))
-        mx = tl.maximum(ma, mb)
-        fa = tl.where(ma == float("-inf"), 0.0, tl.exp(ma - mx))
-        fb = tl.where(mb == float("-inf"), 0.0, tl.exp(mb - mx))
-        m, s, e = mx, sa * fa + sb * fb, ea * fa + eb * fb
+        m, s, e = _pair(ma, mb, sa, sb, ea, eb)
     m, s, e = tl.sum(tl.reshape(m, (GP2, 1)), 1), tl.sum(tl.reshape(s, (GP2, 1)), 1), tl.sum(tl.reshape(e, (GP2, 1)), 1)
     real = tl.arange(0, GP2) < G  # the groups past G: the padding _tree_kernel loads there
     m = tl.reshape(tl.where(real, m, float("-inf")), (1, GP2))
@@ -293,10 +300,7 @@ def _shard_tree_kernel(m_ptr, s_ptr, e_ptr, mo_ptr, so_ptr, eo_ptr, G, TPG, GP2:
         ma, mb = tl.split(tl.reshape(m, (1 << (LEVELS_G - 1 - lvl), 2)))
         sa, sb = tl.split(tl.reshape(s, (1 << (LEVELS_G - 1 - lvl), 2)))
         ea, eb = tl.split(tl.reshape(e, (1 << (LEVELS_G - 1 - lvl), 2)))
-        mx = tl.maximum(ma, mb)
-        fa = tl.where(ma == float("-inf"), 0.0, tl.exp(ma - mx))
-        fb = tl.where(mb == float("-inf"), 0.0, tl.exp(mb - mx))
-        m, s, e = mx, sa * fa + sb * fb, ea * fa + eb * fb
+        m, s, e = _pair(ma, mb, sa, sb, ea, eb)
     tl.store(mo_ptr + row, tl.sum(tl.reshape(m, (1,)), 0))
     tl.store(so_ptr + row, tl.sum(tl.reshape(s, (1,)), 0))
     tl.store(eo_ptr + row, tl.sum(tl.reshape(e, (1,)), 0))

@@ -91,20 +91,36 @@ def test_no_matmul_form_serializes_its_wgmmas(matmul_forms):
     assert not serialized, serialized
 
 
-def test_no_kernel_divides_in_int64(built, matmul_forms):
+@pytest.fixture(scope="module")
+def rowwise() -> dict:
+    return _sass("rowwise_sass.py")
+
+
+def test_no_kernel_divides_in_int64(built, matmul_forms, rowwise):
     """No launch form of the row-wise kernels (norms, their fused forms and backward, dw's fold, RoPE,
-    SiLU-mul, the KV-cache write), the matmul or attention leaves a 64-bit division or remainder in
+    SiLU-mul, the KV-cache write, the head's trees), the matmul or attention leaves a 64-bit division or remainder in
     its PTX: a run-time divisor that LLVM cannot turn into multiplies, which sm_90 runs as a
     subroutine call a thread. One (``row // H`` on an int64 row) held the fused q/k norm + RoPE at
     0.79 TB/s until session 26 (11 of them in that form's PTX); the same kernel with int32 rows runs at
     2.9 TB/s."""
-    rowwise = _sass("rowwise_sass.py")
     assert len(rowwise) >= 12
     kernels = {**{f"rowwise {n}": r for n, r in rowwise.items()}, **{f"matmul {n}": r for n, r in matmul_forms.items()},
                **_forward_kernels(built),
                **{f"backward {c} {k}": r for c, ks in built["backward"].items() for k, r in ks.items()}}
     divides = {name: r["int64_divisions"] for name, r in kernels.items() if r["int64_divisions"]}
     assert not divides, f"64-bit divisions or remainders in the PTX: {divides}"
+
+
+def test_head_trees_fuse_the_first_product(rowwise):
+    """Every merge of the head's trees (``_tree_kernel`` at 2-256 stats, ``_shard_tree_kernel`` in the groups of
+    the 8B head's shards) fuses ``sa * fa`` into its FMA and rounds ``sb * fb`` first, as ``_pair`` writes it.
+    TP=1's fused shard tree, TP=N's per-rank trees and their combine are different kernels; their sums agree
+    bitwise only if each merge rounds the same way. Left as ``sa * fa + sb * fb`` the compiler fused the second
+    product in 2-5 merges of the 128- and 256-wide forms (session 36: the fused shard tree's sums differed from
+    two ``_tree`` launches on the H200, and so did TP=2's entropy from TP=1's)."""
+    trees = {name: r["merge_fma_sides"] for name, r in rowwise.items() if name.startswith("head")}
+    assert len(trees) >= 12 and all(sides.get("first") for sides in trees.values()), trees
+    assert not {name: sides for name, sides in trees.items() if "second" in sides}
 
 
 @pytest.fixture(scope="module")
