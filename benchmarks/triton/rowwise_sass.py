@@ -112,7 +112,10 @@ def merge_fma_sides(ptx: str) -> dict:
     operand of ``tl.maximum(ma, mb)``, ``fa = exp(ma - max)`` behind a select), "second" for ``b * fb``, "other"
     for an FMA not of that shape. ``_pair`` writes ``fma(sa, fa, sb * fb)``, so every one is "first"; an
     ``sa * fa + sb * fb`` left to the compiler fuses either product, by the code around it (session 36: the fused
-    shard tree against two ``_tree`` launches), and the same sums round differently."""
+    shard tree against two ``_tree`` launches), and the same sums round differently. The pair's order is read from
+    ``max.f32``'s operands, which the compiler may commute, so this can miss a compiler-chosen form: main's trees
+    before ``_pair`` counted none "second" at 128 stats, yet rounded ~9% of the 8B head's shard sums otherwise.
+    It did catch the fused shard tree before ``_pair`` (5 of 40). The GPU tests remain the proof."""
     defs = {}
     for line in ptx.splitlines():
         m = re.match(r"\s*(?:@%p\d+\s+)?([\w.]+)\s+(%r\d+),\s*(.*);", line)

@@ -117,7 +117,9 @@ def test_head_trees_fuse_the_first_product(rowwise):
     TP=1's fused shard tree, TP=N's per-rank trees and their combine are different kernels; their sums agree
     bitwise only if each merge rounds the same way. Left as ``sa * fa + sb * fb`` the compiler fused the second
     product in 2-5 merges of the 128- and 256-wide forms (session 36: the fused shard tree's sums differed from
-    two ``_tree`` launches on the H200, and so did TP=2's entropy from TP=1's)."""
+    two ``_tree`` launches on the H200, and so did TP=2's entropy from TP=1's). A guard against rewriting the
+    merge, not the proof (``rowwise_sass.merge_fma_sides`` can miss a form); the proof is the GPU run of
+    ``test_shard_tree_is_the_two_trees`` and ``test_head_vocab_shards_equal_tp1``."""
     trees = {name: r["merge_fma_sides"] for name, r in rowwise.items() if name.startswith("head")}
     assert len(trees) >= 12 and all(sides.get("first") for sides in trees.values()), trees
     assert not {name: sides for name, sides in trees.items() if "second" in sides}
