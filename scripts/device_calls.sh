@@ -117,6 +117,9 @@
 #                                              # one tree launch a shard): digests and times against main
 #                                              # (.probe_old: `git archive main rlk_models | tar -x -C .probe_old`),
 #                                              # the head's tests natively, the graphed forward's kernels
+#                                              # (PROBE_ONLY=1: the probe and its stages alone)
+#   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
+#                                              # (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
 #                                              # completion; TRAIN=1: then the 8B step (carry .wheels)
 #   CALL=varied bash scripts/device_calls.sh   # an RL-shaped rollout (mixed prefill/decode steps): stock, and rlk
@@ -164,10 +167,11 @@ head_probe() {  # head_probe SECONDS: head_epilogue_probe.py under .probe_old's 
                # $ROOT_OUT/head_old and head_new, the second --against the first (each output's digest and time)
     mkdir -p "$ROOT_OUT/head_old"
     OUT="$ROOT_OUT/head_old" PYTHONPATH="$PWD/.probe_old" timeout "$1" python3 benchmarks/triton/head_epilogue_probe.py \
+        --stages /tmp/head_stages.pt \
         > "$ROOT_OUT/head_old.log" 2>&1
     echo "head_old exit $?"
     bench head_new "$1" benchmarks/triton/head_epilogue_probe.py --name head_epilogue_probe_new \
-        --against "$ROOT_OUT/head_old/head_epilogue_probe.json"
+        --against "$ROOT_OUT/head_old/head_epilogue_probe.json" --stages /tmp/head_stages.pt
 }
 matmul_table() {  # matmul_table SECONDS [ARGS]: the whole matmul table against cuBLAS in $ROOT_OUT/table (nine
                   # shapes, M = 1-8192, the defaults only); ARGS go to matmul_sweep.py (--cold: L2-cold rows too)
@@ -536,18 +540,31 @@ s35g)
     tail -5 "$ROOT_OUT/head_split.log"
     ;;
 s36)
-    # branch s36-head-launches: the shard-local targets computed in the stats kernel (6 small kernels fewer) and the
-    # shard's two tree launches in one; every output's digest and time against main's package (.probe_old, carried),
+    # session 36 (landed): the shard-local targets computed in the stats kernel (6 small kernels fewer) and the
+    # shard's two tree launches in one; every output's digest and time against the package before (.probe_old, carried),
     # the head's tests natively (the new ones: the fused tree against the two, the vocab shards against TP=1), then
     # the graphed forward's kernels at 1-128 rows (session 35: 15 small kernels beside the stats kernel)
     head_probe 170
-    grep -E "forward|BITS" "$ROOT_OUT/head_new.log" | cut -c1-170 | head -20
+    grep -E "forward|BITS|stages|  row" "$ROOT_OUT/head_new.log" | cut -c1-170 | head -60
+    [ "${PROBE_ONLY:-0}" = 1 ] && exit 0  # PROBE_ONLY=1: the probe alone
     part head_tests 200 PART=tests TEST_TIMEOUT=190 \
         TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py" \
         K="(head and not launch_choices and not accumulate) or shard_tree or vocab_shards"
     test_summary head_tests 12
     bench head_split 100 benchmarks/triton/head_sweep.py --graph-split 1,16,128
     grep -E "^T=" "$ROOT_OUT/head_split.log" | cut -c1-300
+    ;;
+s36t)
+    # session 36's second proof, after the trees' merges were written as one FMA form (_pair): the head's tests
+    # natively (the fused tree against the two over 4,096 rows, the vocab shards against TP=1 at Qwen3's vocabulary),
+    # then rlk-verify inside CUDA vLLM for Qwen3 at 64-sequence batches and chunked prefill (carry .vllm-cuda)
+    part head_tests 200 PART=tests TEST_TIMEOUT=190 \
+        TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py" \
+        K="(head and not launch_choices and not accumulate) or shard_tree or vocab_shards"
+    test_summary head_tests 12
+    part vllm_head 260 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
+        K="qwen3 and not tp2 and (batches_64 or chunked)" TEST_TIMEOUT=150
+    test_summary vllm_head 12
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is

@@ -9,7 +9,10 @@ form (the Triton kernel, the Gluon grid and ping-pong forms), probabilities kept
 - its time (median ms) and the cuBLAS lm_head matmul's; and the whole forward (``logprob_head_forward``) at
   #17's row counts, under a CUDA graph against the matmul's, and eagerly.
 
-``--against`` prints, per point, whether every digest matches the other revision's and the time ratio. The
+``--against`` prints, per point, whether every digest matches the other revision's and the time ratio.
+``--stages PATH`` keeps the forward's stages (the tile stats, the shard's tree, lse, the target's logit, the
+log-prob) at each row count in PATH on the first run and, on the second, names the first stage that differs
+and its first differing rows (session 36 found a tree's rounding that way). The
 contract's proof stays tests/gpu (the Gluon forms against the Triton kernel, the head's rows and gradients);
 this adds that an epilogue change left the bits where they were.
 
@@ -51,9 +54,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--against", help="the other revision's JSON")
     ap.add_argument("--name", default="head_epilogue_probe")
+    ap.add_argument("--stages", help="the forward's stages: written if absent, else compared")
     args = ap.parse_args()
     head = importlib.import_module("rlk_models.ops.triton.logprob_head")
     head_sm90 = importlib.import_module("rlk_models.ops.triton.head_sm90")
+    padded_vocab = importlib.import_module("rlk_models.ops.canonical").padded_vocab
+    stages = {}
     log(info(), head.__file__)
     dev = torch.device("cuda")
     n_stats = triton.cdiv(V, head.VOCAB_TILE)
@@ -88,6 +94,14 @@ def main() -> None:
                 res["forward"][f"T={t}"] = {"digest": digest(lp), "ms": ms, "cublas_ms": cublas,
                                             "x_cublas": ms / cublas, "eager_ms": eager}
                 log(f"forward T={t}: {ms:.3f} ms graphed, {ms / cublas:.3f}x cuBLAS; eager {eager:.3f} ms")
+                if args.stages:
+                    tiles = head._launch_stats(h, w, tgt, False, False, n_stats, False)
+                    shard = head.shard_stats(h, w, (0, padded_vocab(V)), V, tgt, with_entropy=False)
+                    st = head.head_stats(h, w, V, tgt)
+                    stages[t] = {"tile max": tiles[0], "tile sum": tiles[1], "tile target logit": tiles[3],
+                                 "shard max": shard.m, "shard sum": shard.s, "lse": st.lse, "target logit": st.target,
+                                 "log-prob": lp}
+                    stages[t] = {n: x.cpu() for n, x in stages[t].items()}
         del w
     if args.against:
         other = json.loads(Path(args.against).read_text())
@@ -103,7 +117,27 @@ def main() -> None:
                 log(f"{kind} {n}: {'same bits' if bits else 'BITS DIFFER'}, {r['ms']:.3f} against {o['ms']:.3f} ms"
                     f" ({r['ms'] / o['ms']:.3f}x; {r['x_cublas']:.3f}x cuBLAS, before {o['x_cublas']:.3f}x){eager}")
         log("ALL BITS SAME" if same else "SOME BITS DIFFER")
+    if args.stages and Path(args.stages).exists():
+        compare_stages(torch.load(args.stages), stages)
+    elif args.stages:
+        torch.save(stages, args.stages)
     save(args.name, res)
+
+
+def compare_stages(before: dict, after: dict) -> None:
+    """Per row count, each stage's differing rows (bitwise) and the first stage's first three, in hex."""
+    for t, now in after.items():
+        first = None
+        for name, x in now.items():
+            y = before[t][name]
+            rows = (x.view(torch.int32) != y.view(torch.int32)).reshape(t, -1).any(1).nonzero().flatten()
+            log(f"stages T={t} {name}: {len(rows)} rows differ")
+            if len(rows) and first is None:
+                first = name
+                for r in rows[:3].tolist():
+                    hexes = [f"{float(a):.9g}/{float(b):.9g}" for a, b in zip(y.reshape(t, -1)[r][:4],
+                                                                         x.reshape(t, -1)[r][:4])]
+                    log(f"  row {r} before/after: {hexes}")
 
 
 if __name__ == "__main__":
