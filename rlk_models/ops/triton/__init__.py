@@ -39,8 +39,10 @@ from .utils import BLOCK_K
 NAME = "triton"
 DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"  # where its tensors live
 # contract version 3: row-parallel K-groups fold in two halves (matmul.py), so TP=2 all-reduces; version 4: the
-# RMSNorm forward normalises several rows a program below D = 1024 (rms_norm.py: another sum tree for head norms)
-FINGERPRINT = {"backend": NAME, "contract_version": 4, "block_k": BLOCK_K, "linear_k_groups": LINEAR_K_GROUPS,
+# RMSNorm forward normalises several rows a program below D = 1024 (rms_norm.py: another sum tree for head norms);
+# version 5: the head's trees merge with one written FMA form (logprob_head._pair; ~1% of the 8B head's log-probs
+# moved by it), so a package at version 4 and one at 5 would disagree on a checkpoint both accept
+FINGERPRINT = {"backend": NAME, "contract_version": 5, "block_k": BLOCK_K, "linear_k_groups": LINEAR_K_GROUPS,
                "vocab_tile": VOCAB_TILE, "vocab_groups": VOCAB_GROUPS, "attention_block_n": ATTN_BLOCK_N,
                "transcendentals": "triton-libdevice", "rope_table": "float64-block64"}
 
