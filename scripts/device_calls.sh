@@ -113,7 +113,7 @@
 #                                              # tests natively, then the Gluon 64 x 64 tiles' bits (o, down)
 #   CALL=s35g bash scripts/device_calls.sh      # the graphed head forward's kernels and idle time at 1, 16, 128 rows
 #                                              # against the cuBLAS matmul's (head_sweep.py --graph-split; no carry)
-#   CALL=s36 bash scripts/device_calls.sh       # the head's small kernels cut (targets localized in the stats kernel,
+#   CALL=s36 bash scripts/device_calls.sh       # a head change (session 36: targets localized in the stats kernel,
 #                                              # one tree launch a shard): digests and times against main
 #                                              # (.probe_old: `git archive main rlk_models | tar -x -C .probe_old`),
 #                                              # the head's tests natively, the graphed forward's kernels
@@ -540,14 +540,14 @@ s35g)
     tail -5 "$ROOT_OUT/head_split.log"
     ;;
 s36)
-    # session 36 (landed): the shard-local targets computed in the stats kernel (6 small kernels fewer) and the
-    # shard's two tree launches in one; every output's digest and time against the package before (.probe_old, carried),
-    # the head's tests natively (the new ones: the fused tree against the two, the vocab shards against TP=1), then
-    # the graphed forward's kernels at 1-128 rows (session 35: 15 small kernels beside the stats kernel)
+    # a change to the head against the package before it (.probe_old, carried; session 36: the shard-local targets
+    # in the stats kernel, one tree launch a shard): every output's digest and time, the forward's stages, the head's
+    # tests natively (the fused tree against the two, the vocab shards against TP=1), then the graphed forward's
+    # kernels at 1-128 rows (session 35: 15 small kernels beside the stats kernel; session 36: 8)
     head_probe 170
     grep -E "forward|BITS|stages|  row" "$ROOT_OUT/head_new.log" | cut -c1-170 | head -60
     [ "${PROBE_ONLY:-0}" = 1 ] && exit 0  # PROBE_ONLY=1: the probe alone
-    part head_tests 200 PART=tests TEST_TIMEOUT=190 \
+    part head_tests 280 PART=tests TEST_TIMEOUT=270 \
         TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py" \
         K="(head and not launch_choices and not accumulate) or shard_tree or vocab_shards"
     test_summary head_tests 12
