@@ -125,7 +125,8 @@ def main() -> None:
 
 
 def compare_stages(before: dict, after: dict) -> None:
-    """Per row count, each stage's differing rows (bitwise) and the first stage's first three, in hex."""
+    """Per row count, each stage's differing rows (bitwise), and for the first stage that differs its first
+    three rows' values, before / after (up to four columns)."""
     for t, now in after.items():
         first = None
         for name, x in now.items():

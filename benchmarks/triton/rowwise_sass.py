@@ -1,7 +1,7 @@
 """The row-wise kernels (RMSNorm forward and backward with their fused forms, dw's fold, RoPE, SiLU-mul,
-the KV-cache write, the log-prob head's trees) compiled for the H200 (sm_90) on any machine, no GPU needed:
-per launch form
-``matmul_sass.describe`` -- SASS hash, registers, spills, and the int64 divisions in its PTX.
+the KV-cache write, the log-prob head's trees) compiled for the H200 (sm_90) on any machine, no GPU
+needed: per launch form ``matmul_sass.describe`` -- SASS hash, registers, spills, and the int64
+divisions in its PTX; for the head's trees also ``merge_fma_sides``.
 
 What it is for: these kernels move bytes, so instructions a byte are their speed. An int64 division
 by a value known only at run time (``row // H`` on an int64 row) is a subroutine call a thread on

@@ -228,7 +228,7 @@ def _pair(ma, mb, sa, sb, ea, eb):
     are written as ``fma(a, fa, b * fb)``: left as ``a * fa + b * fb``, the compiler contracted one product into
     an FMA, which one by the code around it (session 36 on the H200: the fused shard tree's sums differed from
     two ``_tree`` launches; with this form the sums of Qwen3's 594 tiles differ from the earlier trees' in ~9%
-    of rows, by an ulp, and every tree form agrees with every other)."""
+    of rows, by an ulp where printed, and every tree form agrees with every other)."""
     mx = tl.maximum(ma, mb)
     fa = tl.where(ma == float("-inf"), 0.0, tl.exp(ma - mx))
     fb = tl.where(mb == float("-inf"), 0.0, tl.exp(mb - mx))
