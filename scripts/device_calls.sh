@@ -551,7 +551,7 @@ s36)
         TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py" \
         K="(head and not launch_choices and not accumulate) or shard_tree or vocab_shards"
     test_summary head_tests 12
-    bench head_split 100 benchmarks/triton/head_sweep.py --graph-split 1,16,128
+    bench head_split 200 benchmarks/triton/head_sweep.py --graph-split 1,16,128  # with its candidates up to 64 rows
     grep -E "^T=" "$ROOT_OUT/head_split.log" | cut -c1-300
     ;;
 s36t)
