@@ -18,6 +18,7 @@ this adds that an epilogue change left the bits where they were.
 
     PYTHONPATH=OLD python benchmarks/triton/head_epilogue_probe.py           # $OUT/head_epilogue_probe.json
     PYTHONPATH=.   python benchmarks/triton/head_epilogue_probe.py --against OLD.json --name new
+    python benchmarks/triton/head_epilogue_probe.py --plot OUT.png BEFORE.json,AFTER.json ...   # no GPU
 """
 
 from __future__ import annotations
@@ -55,7 +56,12 @@ def main() -> None:
     ap.add_argument("--against", help="the other revision's JSON")
     ap.add_argument("--name", default="head_epilogue_probe")
     ap.add_argument("--stages", help="the forward's stages: written if absent, else compared")
+    ap.add_argument("--plot", nargs="+", metavar=("PNG", "BEFORE,AFTER"),
+                    help="the graphed forward against cuBLAS, before and after, per row count, from the runs' JSON")
     args = ap.parse_args()
+    if args.plot:
+        plot(args.plot[0], [tuple(pair.split(",")) for pair in args.plot[1:]])
+        return
     head = importlib.import_module("rlk_models.ops.triton.logprob_head")
     head_sm90 = importlib.import_module("rlk_models.ops.triton.head_sm90")
     padded_vocab = importlib.import_module("rlk_models.ops.canonical").padded_vocab
@@ -122,6 +128,35 @@ def main() -> None:
     elif args.stages:
         torch.save(stages, args.stages)
     save(args.name, res)
+
+
+def plot(png: str, pairs: list[tuple[str, str]], goal: float = 1.10) -> None:
+    """Grouped bars: the graphed forward's time over cuBLAS's at each row count, before and after, one pair of
+    bars per call (its two runs in one device call), with #17's goal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [(json.loads(Path(b).read_text())["forward"], json.loads(Path(a).read_text())["forward"]) for b, a in pairs]
+    rows = list(runs[0][1])
+    width = 0.8 / (2 * len(runs))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for i, (before, after) in enumerate(runs):
+        for j, (label, data, color) in enumerate((("before", before, "#bbbbbb"), ("after", after, "#3b75af"))):
+            x = [r + (2 * i + j) * width - 0.4 + width / 2 for r in range(len(rows))]
+            ax.bar(x, [data[t]["x_cublas"] for t in rows], width, color=color, label=label if i == 0 else None)
+    ax.axhline(goal, color="#c0392b", linestyle="--", linewidth=1, label=f"goal {goal:.2f}x")
+    ax.axhline(1.0, color="black", linewidth=0.6)
+    ax.set_xticks(range(len(rows)), [t.replace("T=", "") for t in rows])
+    ax.set_xlabel("rows (tokens)")
+    ax.set_ylabel("time / cuBLAS lm_head matmul")
+    ax.set_ylim(0.9, max(1.25, ax.get_ylim()[1]))
+    ax.set_title(f"Log-prob head forward, graphed, H200 ({len(runs)} calls; each bar pair one call)")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    log(f"wrote {png}")
 
 
 def compare_stages(before: dict, after: dict) -> None:
