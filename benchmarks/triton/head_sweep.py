@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -171,18 +172,29 @@ def main() -> None:
     save("head_sweep", res)
 
 
+@contextmanager
+def settings(module, values: dict):
+    """``module``'s attributes set to ``values`` inside the block, and restored after it (also on an exception)."""
+    before = {name: getattr(module, name) for name in values}
+    for name, value in values.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            setattr(module, name, value)
+
+
 def stats_kernel_forms(head, head_sm90):
     """(kernel, config) of the Triton statistics kernel (config None) and of every Gluon form
     (``head_sm90.STATS_SM90_CANDIDATES``), with ``STATS_KERNEL`` and ``STATS_SM90_CONFIG`` set so that
     ``_launch_stats`` runs that form in the loop's body, and restored after it. The modules are passed in: a
     probe run under another revision's package (``head_epilogue_probe.py``) times that package's."""
-    default, default_config = head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG
+    default_config = head_sm90.STATS_SM90_CONFIG
     for kernel, config in [("triton", None)] + [("sm90", c) for c in head_sm90.STATS_SM90_CANDIDATES]:
-        head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG = kernel, config or default_config
-        try:
+        with settings(head, {"STATS_KERNEL": kernel}), settings(head_sm90,
+                                                                {"STATS_SM90_CONFIG": config or default_config}):
             yield kernel, config
-        finally:
-            head.STATS_KERNEL, head_sm90.STATS_SM90_CONFIG = default, default_config
 
 
 def stats_kernels(ts: tuple[int, ...] = (16384,)) -> dict:
@@ -256,37 +268,31 @@ def graph_split(ts: tuple[int, ...] = (1, 16, 128), replays: int = 20) -> dict:
         if t <= 64:  # the stats kernel's candidates at decode sizes (module settings; none changes the bits)
             runs += [(name, forward, attrs) for name, attrs in GRAPH_SPLIT_CANDIDATES.items()]
         for name, fn, attrs in runs:
-            before = {a: getattr(head, a) for a in attrs}
-            for a, value in attrs.items():
-                setattr(head, a, value)
-            try:
-                fn()
-            except Exception as err:  # a candidate that does not build (shared memory): said, and the next one
-                log(f"T={t} {name}: {type(err).__name__}: {str(err)[:200]}")
-                res[f"T{t} {name}"] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
-                for a, value in before.items():
-                    setattr(head, a, value)
-                continue
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                fn()
-            for _ in range(3):
-                graph.replay()
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(replays):
+            with settings(head, attrs):
+                try:
+                    fn()
+                except Exception as err:  # a candidate that does not build (shared memory): said, and the next one
+                    log(f"T={t} {name}: {type(err).__name__}: {str(err)[:200]}")
+                    res[f"T{t} {name}"] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+                    continue
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    fn()
+                for _ in range(3):
                     graph.replay()
                 torch.cuda.synchronize()
-            rows = [(n[:90], c // replays, round(us / replays, 2)) for n, c, us in kernel_rows(prof)]
-            gaps = idle_gaps(profiled_kernels(prof))
-            res[f"T{t} {name}"] = {"kernels_us_per_replay": rows, "busy_us": round(sum(r[2] for r in rows), 2),
-                                   "span_us_per_replay": round(gaps["span_ms"] * 1e3 / replays, 2),
-                                   "idle_us_per_replay": round(gaps["idle_ms"] * 1e3 / replays, 2)}
-            if name.startswith("forward"):  # slots and loads never change the bits: checked
-                res[f"T{t} {name}"]["bits_same"] = torch.equal(fn(), want)
-            for a, value in before.items():
-                setattr(head, a, value)
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(replays):
+                        graph.replay()
+                    torch.cuda.synchronize()
+                rows = [(n[:90], c // replays, round(us / replays, 2)) for n, c, us in kernel_rows(prof)]
+                gaps = idle_gaps(profiled_kernels(prof))
+                res[f"T{t} {name}"] = {"kernels_us_per_replay": rows, "busy_us": round(sum(r[2] for r in rows), 2),
+                                       "span_us_per_replay": round(gaps["span_ms"] * 1e3 / replays, 2),
+                                       "idle_us_per_replay": round(gaps["idle_ms"] * 1e3 / replays, 2)}
+                if name.startswith("forward"):  # slots and loads never change the bits: checked
+                    res[f"T{t} {name}"]["bits_same"] = torch.equal(fn(), want)
             log(f"T={t} {name}: busy {res[f'T{t} {name}']['busy_us']} us, idle "
                 f"{res[f'T{t} {name}']['idle_us_per_replay']} us a replay; {rows}")
     save("head_graph_split", res)
