@@ -96,14 +96,18 @@ def forms() -> dict:
 
 def tree_forms() -> dict:
     """The head's tree kernels (``_tree_kernel`` a level count and FINAL; ``_shard_tree_kernel`` groups x tiles a
-    group as the 8B head's shards give them: 594 tiles in 8 groups of 75 at TP=1, 4 of 75 at TP=2, ...)."""
+    group as the 8B head's shards give them: 594 tiles in 8 groups of 75 at TP=1, 4 of 75 at TP=2, ..., as TP=1's
+    forward runs it and as a rank's shard with entropy)."""
     out = {f"head tree, {1 << lv} stats, final={final}": build(
         HEAD._tree_kernel, {**TREE_TYPES, "N": "i32"}, dict(NP2=1 << lv, LEVELS=lv, FINAL=final), (), 4)
         for lv in (1, 3, 7, 8) for final in (False, True)}
+    shard = {**TREE_TYPES, "tl_ptr": "*fp32", "tgt_ptr": "*i64", "to_ptr": "*fp32", "G": "i32", "TPG": "i32",
+             "n_real": "i32", "start": "i32", "V": "i32"}
     for g, lv in ((3, 7), (2, 7), (1, 7), (3, 6), (1, 2), (0, 3), (3, 0)):
-        out[f"head shard tree, {1 << g} groups of {1 << lv}"] = build(
-            HEAD._shard_tree_kernel, {**TREE_TYPES, "G": "i32", "TPG": "i32"},
-            dict(GP2=1 << g, LEVELS_G=g, NP2=1 << lv, LEVELS=lv), (), 4)
+        for with_e, final in ((False, True), (True, False)):  # TP=1's forward; a TP rank's shard with entropy
+            out[f"head shard tree, {1 << g} groups of {1 << lv}, entropy={with_e}, final={final}"] = build(
+                HEAD._shard_tree_kernel, shard, dict(GP2=1 << g, LEVELS_G=g, NP2=1 << lv, LEVELS=lv, WITH_E=with_e,
+                                                     HAS_TGT=True, FINAL=final), (), 4)
     return out
 
 

@@ -154,11 +154,11 @@ def embedding_op(backward: Callable) -> Callable:
 
 
 def head_ops(shard_stats: Callable, combine_shards: Callable, backward: Callable,
-             probs_backward: Callable | None = None):
+             probs_backward: Callable | None = None, one_shard: Callable | None = None):
     """``(logprob_head, full_logprobs, head_stats)`` of a backend from its ``shard_stats``,
     ``combine_shards`` and ``backward(h, w, targets, lse, mean_logit, vocab_size, g_logp, g_ent,
     need_dw) -> (dh, dw)``, which recomputes the logits. The forward is ``one_shard_stats`` (TP=1
-    = one shard).
+    = one shard), or the backend's ``one_shard`` (its signature, fewer launches, TP=k's bits).
 
     ``probs_backward(h, w, targets, lse, target_logit, probs, vocab_size, g_logp, need_dw) -> (dh,
     dw)``, where a backend has one, is the backward from the probabilities the forward kept
@@ -168,6 +168,9 @@ def head_ops(shard_stats: Callable, combine_shards: Callable, backward: Callable
     carries an entropy gradient recomputes (it needs the logits themselves, not only p)."""
 
     def head_stats(h, w, vocab_size, targets, with_entropy=False, keep_logits=False, keep_probs=False) -> HeadStats:
+        if one_shard is not None:
+            return one_shard(h, w, vocab_size, targets, with_entropy=with_entropy, keep_logits=keep_logits,
+                             keep_probs=keep_probs)
         return one_shard_stats(shard_stats, combine_shards, h, w, vocab_size, targets, with_entropy=with_entropy,
                                keep_logits=keep_logits, keep_probs=keep_probs)
 

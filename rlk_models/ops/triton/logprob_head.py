@@ -53,7 +53,7 @@ import triton
 import triton.language as tl
 
 from ..autograd import head_ops
-from ..canonical import VOCAB_GROUPS, VOCAB_TILE, ShardStats, TileProbs, padded_vocab
+from ..canonical import VOCAB_GROUPS, VOCAB_TILE, HeadStats, ShardStats, TileProbs, padded_vocab
 from . import head_sm90
 from .matmul import mm
 from .utils import BLOCK_K, bind_cuda_context, dot_k_range, fit_stages, num_sms, tma_ok
@@ -236,6 +236,12 @@ def _pair(ma, mb, sa, sb, ea, eb):
 
 
 @triton.jit
+def _finish(m, s, e):
+    """The finished tree's (lse, mean logit): ``_tree_kernel``'s FINAL over the ranks and the one-shard tree's."""
+    return m + tl.log(s), e / s
+
+
+@triton.jit
 def _tree_kernel(m_ptr, s_ptr, e_ptr, mo_ptr, so_ptr, eo_ptr, N, NP2: tl.constexpr, LEVELS: tl.constexpr,
                  FINAL: tl.constexpr):
     """One row of N stats (contiguous) -> its adjacent pairwise tree; FINAL: (M + log S, E / S)."""
@@ -252,8 +258,9 @@ def _tree_kernel(m_ptr, s_ptr, e_ptr, mo_ptr, so_ptr, eo_ptr, N, NP2: tl.constex
         m, s, e = _pair(ma, mb, sa, sb, ea, eb)
     m, s, e = tl.sum(tl.reshape(m, (1,)), 0), tl.sum(tl.reshape(s, (1,)), 0), tl.sum(tl.reshape(e, (1,)), 0)
     if FINAL:
-        tl.store(mo_ptr + row, m + tl.log(s))
-        tl.store(eo_ptr + row, e / s)
+        lse, mean = _finish(m, s, e)
+        tl.store(mo_ptr + row, lse)
+        tl.store(eo_ptr + row, mean)
     else:
         tl.store(mo_ptr + row, m)
         tl.store(so_ptr + row, s)
@@ -273,20 +280,30 @@ def _tree(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, final: bool = False
 
 
 @triton.jit
-def _shard_tree_kernel(m_ptr, s_ptr, e_ptr, mo_ptr, so_ptr, eo_ptr, G, TPG, GP2: tl.constexpr, LEVELS_G: tl.constexpr,
-                       NP2: tl.constexpr, LEVELS: tl.constexpr):
+def _shard_tree_kernel(m_ptr, s_ptr, e_ptr, tl_ptr, tgt_ptr, mo_ptr, so_ptr, eo_ptr, to_ptr, G, TPG, n_real, start, V,
+                       GP2: tl.constexpr, LEVELS_G: tl.constexpr, NP2: tl.constexpr, LEVELS: tl.constexpr,
+                       WITH_E: tl.constexpr, HAS_TGT: tl.constexpr, FINAL: tl.constexpr):
     """One row's G x TPG tile stats (contiguous, a group's tiles adjacent) -> the shard's (m, s, e): each group's
     adjacent pairwise tree, then the groups' -- ``_tree_kernel``'s two launches (``_tree`` of the [G, TPG] view,
     then of its [G] result) in one, with their operations in their order: the same padding (-inf, 0, 0) past
-    TPG and G, the same pairs, a tree's last value taken by ``tl.sum`` over one element as there."""
+    TPG and G, the same pairs (``_pair``), a tree's last value taken by ``tl.sum`` over one element as there.
+
+    The slots past the ``n_real`` tiles the stats kernel wrote, and e without WITH_E, are read as that padding,
+    so the stats buffers need no fill. The target's logit: the stats kernel's where the row's target (a vocab id,
+    the shard's from ``start``, V entries) lies in the shard, else exactly 0 (HAS_TGT false: 0). FINAL (TP=1, the
+    one shard): (lse, mean logit) by ``_finish`` as ``combine_shards``'s tree gives them over one rank, and the
+    target's logit +0.0 for -0.0, as its sum over the ranks gives it."""
     row = tl.program_id(0).to(tl.int64)
     g = tl.arange(0, GP2)[:, None]
     j = tl.arange(0, NP2)[None, :]
-    ok = (g < G) & (j < TPG)
+    ok = (g < G) & (j < TPG) & (g * TPG + j < n_real)
     at = row * G * TPG + g * TPG + j
     m = tl.load(m_ptr + at, mask=ok, other=float("-inf"))
     s = tl.load(s_ptr + at, mask=ok, other=0.0)
-    e = tl.load(e_ptr + at, mask=ok, other=0.0)
+    if WITH_E:
+        e = tl.load(e_ptr + at, mask=ok, other=0.0)
+    else:
+        e = tl.zeros((GP2, NP2), dtype=tl.float32)
     for lvl in tl.static_range(LEVELS):  # each group's tiles
         ma, mb = tl.split(tl.reshape(m, (GP2, 1 << (LEVELS - 1 - lvl), 2)))
         sa, sb = tl.split(tl.reshape(s, (GP2, 1 << (LEVELS - 1 - lvl), 2)))
@@ -302,21 +319,42 @@ def _shard_tree_kernel(m_ptr, s_ptr, e_ptr, mo_ptr, so_ptr, eo_ptr, G, TPG, GP2:
         sa, sb = tl.split(tl.reshape(s, (1 << (LEVELS_G - 1 - lvl), 2)))
         ea, eb = tl.split(tl.reshape(e, (1 << (LEVELS_G - 1 - lvl), 2)))
         m, s, e = _pair(ma, mb, sa, sb, ea, eb)
-    tl.store(mo_ptr + row, tl.sum(tl.reshape(m, (1,)), 0))
-    tl.store(so_ptr + row, tl.sum(tl.reshape(s, (1,)), 0))
-    tl.store(eo_ptr + row, tl.sum(tl.reshape(e, (1,)), 0))
+    m, s, e = tl.sum(tl.reshape(m, (1,)), 0), tl.sum(tl.reshape(s, (1,)), 0), tl.sum(tl.reshape(e, (1,)), 0)
+    if FINAL:  # _tree_kernel's FINAL over one rank: _finish of the shard's stats
+        lse, mean = _finish(m, s, e)
+        tl.store(mo_ptr + row, lse)
+        tl.store(eo_ptr + row, mean)
+    else:
+        tl.store(mo_ptr + row, m)
+        tl.store(so_ptr + row, s)
+        tl.store(eo_ptr + row, e)
+    target = 0.0
+    if HAS_TGT:
+        local = tl.load(tgt_ptr + row).to(tl.int32) - start  # vocab ids fit int32
+        inside = (local >= 0) & (local < V)
+        target = tl.where(inside, tl.load(tl_ptr + row, mask=inside, other=0.0), 0.0)
+        if FINAL:
+            target = tl.where(target == 0.0, 0.0, target)
+    tl.store(to_ptr + row, target)
 
 
-def _shard_tree(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, n_groups: int, tpg: int):
-    """[T, n_groups x tpg] tile stats (contiguous) -> the shard's [T] (m, s, e): ``_tree`` over each group's
-    tiles, then over the groups, in one launch (``_shard_tree_kernel``)."""
+def _shard_tree(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor | None, n_groups: int, tpg: int,
+                n_real: int | None = None, targets: torch.Tensor | None = None, t_logit: torch.Tensor | None = None,
+                start: int = 0, v: int = 0, final: bool = False):
+    """[T, n_groups x tpg] tile stats (contiguous; the first ``n_real`` slots written, default all; e None: none)
+    -> the shard's [T] (m, s, e, target logit): ``_tree`` over each group's tiles, then over the groups, in one
+    launch (``_shard_tree_kernel``); ``targets``: the vocab ids whose logits ``t_logit`` holds where they lie in
+    [start, start + v). ``final``: (lse, None, mean logit, target logit), the one shard's finished tree."""
     t = m.shape[0]
-    mo, so, eo = (torch.empty(t, dtype=torch.float32, device=m.device) for _ in range(3))
+    mo, so, eo, to = (torch.empty(t, dtype=torch.float32, device=m.device) for _ in range(4))
     if t:
         levels, levels_g = max(tpg - 1, 0).bit_length(), max(n_groups - 1, 0).bit_length()
-        _shard_tree_kernel[(t,)](m, s, e, mo, so, eo, n_groups, tpg, GP2=1 << levels_g, LEVELS_G=levels_g,
-                                 NP2=1 << levels, LEVELS=levels)
-    return mo, so, eo
+        _shard_tree_kernel[(t,)](m, s, m if e is None else e, m if t_logit is None else t_logit,
+                                 m if targets is None else targets, mo, so, eo, to, n_groups, tpg,
+                                 n_groups * tpg if n_real is None else n_real, start, v, GP2=1 << levels_g,
+                                 LEVELS_G=levels_g, NP2=1 << levels, LEVELS=levels, WITH_E=e is not None,
+                                 HAS_TGT=targets is not None, FINAL=final)
+    return mo, None if final else so, eo, to
 
 
 def _sm90_config(t: int, k: int, keep_probs: bool) -> tuple | None:
@@ -332,17 +370,24 @@ def _sm90_config(t: int, k: int, keep_probs: bool) -> tuple | None:
     return head_sm90.STATS_SM90_CONFIG if keep_probs or t < high else None
 
 
-def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_probs=False, start=0):
+def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_probs=False, start=0, filled=True):
     """The per-tile stats of h against w_real (a shard's real vocab rows), [T, n_stats] each, the target
     logits of ``targets`` (vocab ids; the shard's are start .. start + V - 1, others and -1 write none),
-    the kept logits or probabilities."""
+    the kept logits or probabilities. ``filled``: what no kernel writes holds the empty tile (-inf, 0, 0) and
+    a target logit of 0 (the slots past the real tiles, e without entropy, rows whose target lies elsewhere);
+    False leaves it unwritten, for ``_shard_tree``, which reads none of it (four fills fewer)."""
     t, k = h.shape
     v = w_real.shape[0]
     dev = h.device
-    m = torch.full((t, n_stats), float("-inf"), dtype=torch.float32, device=dev)
-    s = torch.zeros(t, n_stats, dtype=torch.float32, device=dev)
-    e = torch.zeros_like(s)
-    tgt = torch.zeros(t, dtype=torch.float32, device=dev)
+    if filled:
+        m = torch.full((t, n_stats), float("-inf"), dtype=torch.float32, device=dev)
+        s = torch.zeros(t, n_stats, dtype=torch.float32, device=dev)
+        e = torch.zeros_like(s)
+        tgt = torch.zeros(t, dtype=torch.float32, device=dev)
+    else:
+        m, s = (torch.empty(t, n_stats, dtype=torch.float32, device=dev) for _ in range(2))
+        e = torch.empty_like(s) if with_entropy else s  # without entropy never written nor read
+        tgt = torch.empty(t, dtype=torch.float32, device=dev)
     logits = torch.empty(t, v, dtype=torch.float32, device=dev) if keep_logits else m
     n_tiles = triton.cdiv(v, VOCAB_TILE)
     q = torch.empty(t, n_tiles * VOCAB_TILE, dtype=h.dtype, device=dev) if keep_probs else None
@@ -381,22 +426,40 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_p
     return m, s, e, tgt, logits, q
 
 
+def _shard(h, w_shard, shard, vocab_size, targets, with_entropy, keep_logits, keep_probs, final):
+    """A vocab shard's stats kernel and tree (``shard_stats``; ``final``: the one shard's finished tree)."""
+    start, end = shard
+    pv = padded_vocab(vocab_size)
+    n_groups = (end - start) * VOCAB_GROUPS // pv
+    tpg = pv // VOCAB_GROUPS // VOCAB_TILE
+    real = max(0, min(end, vocab_size) - start)
+    m_tiles, s, e, t_logit, logits, q = _launch_stats(h, w_shard[:real], targets, with_entropy, keep_logits,
+                                                      n_groups * tpg, keep_probs, start, filled=False)
+    # the tiles of each group, then this shard's groups
+    out = _shard_tree(m_tiles, s, e if with_entropy else None, n_groups, tpg, triton.cdiv(real, VOCAB_TILE),
+                      targets, t_logit, start, real, final)
+    return out, (logits if keep_logits else None), (TileProbs(q, m_tiles) if keep_probs else None)
+
+
 def shard_stats(h: torch.Tensor, w_shard: torch.Tensor, shard: tuple[int, int], vocab_size: int,
                 targets: torch.Tensor | None, *, with_entropy: bool, keep_logits: bool = False,
                 keep_probs: bool = False) -> ShardStats:
     """Stats of one vocab shard ``[start, end)`` (rows of ``w_shard``), its tiles and groups
     combined (``canonical.ShardStats``); ``keep_probs``: also the tiles' exp(l - tile max)
     (``canonical.TileProbs``, for ``_probs_backward``)."""
-    start, end = shard
-    pv = padded_vocab(vocab_size)
-    n_groups = (end - start) * VOCAB_GROUPS // pv
-    tpg = pv // VOCAB_GROUPS // VOCAB_TILE
-    real = max(0, min(end, vocab_size) - start)
-    m_tiles, s, e, tgt, logits, q = _launch_stats(h, w_shard[:real], targets, with_entropy, keep_logits,
-                                                  n_groups * tpg, keep_probs, start)
-    m, s, e = _shard_tree(m_tiles, s, e, n_groups, tpg)  # the tiles of each group, then this shard's groups
-    return ShardStats(m, s, e, tgt, logits if keep_logits else None,
-                      TileProbs(q, m_tiles) if keep_probs else None)
+    (m, s, e, target), logits, probs = _shard(h, w_shard, shard, vocab_size, targets, with_entropy, keep_logits,
+                                              keep_probs, False)
+    return ShardStats(m, s, e, target, logits, probs)
+
+
+def one_shard_stats(h: torch.Tensor, w: torch.Tensor, vocab_size: int, targets: torch.Tensor | None, *,
+                    with_entropy: bool, keep_logits: bool = False, keep_probs: bool = False) -> HeadStats:
+    """TP=1's ``canonical.HeadStats``: the whole padded vocab as one shard with ``combine_shards``'s finish in
+    the tree's launch (``_finish``, the target's +0.0 for -0.0 as its sum over ranks gives), so two launches
+    where ``canonical.one_shard_stats`` takes four and a sum; TP=k's bits (tests: the vocab shards against TP=1)."""
+    (lse, _, mean_l, target), logits, probs = _shard(h, w, (0, padded_vocab(vocab_size)), vocab_size, targets,
+                                                     with_entropy, keep_logits, keep_probs, True)
+    return HeadStats(lse, mean_l, target, logits, probs)
 
 
 def combine_shards(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, tgt: torch.Tensor):
@@ -458,7 +521,8 @@ def _probs_backward(h, w, targets, lse, target_logit, probs: TileProbs, vocab_si
     return dh.to(h.dtype), dw
 
 
-logprob_head, full_logprobs, head_stats = head_ops(shard_stats, combine_shards, _backward, _probs_backward)
+logprob_head, full_logprobs, head_stats = head_ops(shard_stats, combine_shards, _backward, _probs_backward,
+                                                   one_shard_stats)
 
 
 @torch.no_grad()

@@ -989,7 +989,9 @@ def test_shard_tree_is_the_two_trees(groups, tpg):
     """``_shard_tree`` (the tiles of each group, then the shard's groups, in one launch) gives ``_tree`` of the
     [T, groups, tpg] view then ``_tree`` of its result, bitwise: with the padding tiles and empty rows the stats
     kernel leaves (-inf, 0, 0), -0.0 maxima and sums, and ties; natively over 4,096 rows (session 36: a form
-    whose merges rounded otherwise differed in ~9% of the 8B head's rows, so a handful of rows can miss it)."""
+    whose merges rounded otherwise differed in ~9% of the 8B head's rows, so a handful of rows can miss it).
+    Unwritten padding slots and a missing e read as the padding; the target's logit and the final (one-shard)
+    form give ``combine_shards``'s bits over one rank."""
     head = _mod("logprob_head")
     g = torch.Generator().manual_seed(groups * 100 + tpg)
     t, n = 4096 if NATIVE else 64, groups * tpg
@@ -1005,6 +1007,32 @@ def test_shard_tree_is_the_two_trees(groups, tpg):
     got = head._shard_tree(m, s, e, groups, tpg)
     for name, a, b in zip("mse", got, want):
         assert torch.equal(a, b) and torch.equal(a.signbit(), b.signbit()), name
+    # the padding tiles left unwritten (garbage past n_real) and e absent: read as (-inf, 0, 0) and 0
+    real = n - min(n - 1, 6)
+    junk = [x.clone() for x in (m, s, e)]
+    for x in junk:
+        x[:, real:] = float("nan")
+    got = head._shard_tree(junk[0], junk[1], junk[2], groups, tpg, real)
+    for name, a, b in zip("mse", got, want):
+        assert torch.equal(a, b) and torch.equal(a.signbit(), b.signbit()), f"{name}, unwritten padding"
+    got = head._shard_tree(junk[0], junk[1], None, groups, tpg, real)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and not got[2].any(), "no e"
+    # the target's logit: the stats kernel's where the target lies in the shard [start, start + v), else +0.0;
+    # final: combine_shards over this one rank (lse, e/s, the target's sum), bitwise
+    start, v = 1000, 700
+    ids = torch.randint(-1, 3000, (t,), generator=g).to(DEV)
+    ids[:3] = torch.tensor([start, start + v - 1, start + v], device=DEV)
+    logit = torch.randn(t, generator=g).to(DEV)
+    logit[1] = -0.0
+    written = torch.where((ids >= start) & (ids < start + v), logit, torch.full_like(logit, float("nan")))
+    got = head._shard_tree(m, s, e, groups, tpg, None, ids, written, start, v)
+    tgt_want = torch.where((ids >= start) & (ids < start + v), logit, torch.zeros_like(logit))
+    assert torch.equal(got[3], tgt_want) and torch.equal(got[3].signbit(), tgt_want.signbit()), "target"
+    lse, _, mean_l = head._tree(want[0][:, None], want[1][:, None], want[2][:, None], final=True)
+    fin = head._shard_tree(m, s, e, groups, tpg, None, ids, written, start, v, final=True)
+    tsum = tgt_want[None].sum(0)
+    for name, a, b in (("lse", fin[0], lse), ("mean", fin[2], mean_l), ("target", fin[3], tsum)):
+        assert torch.equal(a.view(torch.int32), b.view(torch.int32)), f"final {name}"  # the empty row: NaN mean
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
