@@ -118,6 +118,8 @@
 #                                              # (.probe_old: `git archive main rlk_models | tar -x -C .probe_old`),
 #                                              # the head's tests natively, the graphed forward's kernels
 #                                              # (PROBE_ONLY=1: the probe and its stages alone)
+#   CALL=s37 bash scripts/device_calls.sh      # a head change that keeps the bits: s36's probe and graph split, then
+#                                              # two rlk-verify configurations in CUDA vLLM (carry .probe_old, .vllm-cuda)
 #   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
 #                                              # (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
@@ -553,6 +555,19 @@ s36)
     test_summary head_tests 12
     bench head_split 200 benchmarks/triton/head_sweep.py --graph-split 1,16,128  # with its candidates up to 64 rows
     grep -E "^T=" "$ROOT_OUT/head_split.log" | cut -c1-300
+    ;;
+s37)
+    # a head change that cannot move the bits (session 37: the stats kernel's K slots at 64-row tiles) against the
+    # package before it (.probe_old, carried; and .vllm-cuda): every output's digest and time, the graphed forward's
+    # kernels with the slot candidates, then rlk-verify inside CUDA vLLM (its sampling head keeps the logits: the
+    # stats kernel's other build) for Qwen3 at 64-sequence batches and chunked prefill
+    head_probe 170
+    grep -E "forward|BITS" "$ROOT_OUT/head_new.log" | cut -c1-170 | head -20
+    bench head_split 200 benchmarks/triton/head_sweep.py --graph-split 1,16,128
+    grep -E "^T=" "$ROOT_OUT/head_split.log" | cut -c1-300
+    part vllm_head 260 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
+        K="qwen3 and not tp2 and (batches_64 or chunked)" TEST_TIMEOUT=150
+    test_summary vllm_head 12
     ;;
 s36t)
     # session 36's second proof, after the trees' merges were written as one FMA form (_pair): the head's tests

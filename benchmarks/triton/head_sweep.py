@@ -235,13 +235,13 @@ def stats_kernels(ts: tuple[int, ...] = (16384,)) -> dict:
 
 
 # --graph-split's candidates up to 64 rows, where the Triton kernel's 64-row tiles hold 40 KB a K slot: 2 slots
-# (two programs an SM; session 36: slower, 366 against 332 us), 4 and 5 (one program with more of W in flight), TMA
-# loads of h and W, and the Gluon grid form (TMA, 128-row tiles) -- the stats kernel is 1.07-1.09x the cuBLAS
-# kernel's time at 1-16 rows (session 36)
+# (two programs an SM; sessions 36-37: slower, 355-366 against 321-332 us), 3 (the default to session 37), 5 (one
+# program with more of W in flight; the default's 4 since session 37), TMA loads of h and W, and the Gluon grid form
+# (TMA, 128-row tiles)
 GRAPH_SPLIT_CANDIDATES = {
-    "forward_2slots": {"STATS_STAGES": 2},
-    "forward_4slots": {"STATS_STAGES": 4},
-    "forward_5slots": {"STATS_STAGES": 5},
+    "forward_2slots": {"STATS_STAGES": {64: 2}},
+    "forward_3slots": {"STATS_STAGES": {64: 3}},
+    "forward_5slots": {"STATS_STAGES": {64: 5}},
     "forward_tma": {"STATS_TMA_ROWS": 1, "STATS_KERNEL": "triton"},
     "forward_sm90": {"STATS_TMA_ROWS": 1, "STATS_KERNEL": "sm90"},
 }

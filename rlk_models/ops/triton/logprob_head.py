@@ -75,11 +75,14 @@ def bwd_chunk(t: int, vocab_size: int) -> int:
 # Only the proven ones are used (bf16); the sweep re-checks row 0 at every T. Other dtypes use
 # one fixed config (fp32 dots are TF32 there; the self-test found the bf16 table does not carry over).
 STATS_CONFIG = {64: (64, 4), 1 << 62: (128, 8)}
-# K slots of the Triton stats kernel (at most; ``fit_stages``). Slots never change the K order, hence the bits. At
-# 64-row tiles 3 slots take 120 KB of shared memory, so one program an SM runs, and V = 151,936's 594 tiles are 4.5
-# waves on 132 SMs (session 35); 2 slots (80 KB; 250 registers x 128 threads) would fit two: a candidate, timed by
-# head_sweep.py --graph-split
-STATS_STAGES = 3
+# K slots of the Triton stats kernel by its BLOCK_M (at most; ``fit_stages``; 3 for a BLOCK_M not listed). Slots never
+# change the K order, hence the bits. 64-row tiles take 40 KB a slot, so one program an SM runs at 3-5 slots, and
+# V = 151,936's 594 tiles are 4.5 waves on 132 SMs. H200, session 37 (head_sweep.py --graph-split, K = 4096, the
+# graphed stats kernel, us at 1 / 16 rows): 3 slots 321 / 321, 4 slots 303 / 302, 5 slots 302 / 304, 2 (two
+# programs an SM) 355 / 361; the cuBLAS matmul 295 / 301. At 4 slots the sm_90 builds spill what 3 did in every
+# form (none; 8 bytes keeping the logits or probabilities, 104 with the entropy; rowwise_sass-style builds). The
+# 128-row tiles stay at 3: 4 there raises the logits-keeping (vLLM sampling) build's spill from 128 to 200 bytes
+STATS_STAGES = {64: 4, 128: 3}
 STATS_CONFIG_OTHER = (64, 8)
 # rows from which the stats kernel loads h and W by TMA (the same bits as its pointer loads; below, the two
 # descriptors' host time would weigh on the eager decode-sized head). Not while it keeps the probabilities:
@@ -422,7 +425,8 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_p
                                      KEEP=keep_logits, KEEP_P=keep_probs,
                                      HW_TMA=hw_tma, Q_TMA=q_tma, BLOCK_M=block_m, BLOCK_V=VOCAB_TILE, BLOCK_K=BLOCK_K,
                                      NUM_PROGS=stride, num_warps=warps,
-                                     num_stages=fit_stages(block_m + VOCAB_TILE, elem, STATS_STAGES, staging))
+                                     num_stages=fit_stages(block_m + VOCAB_TILE, elem,
+                                                           STATS_STAGES.get(block_m, 3), staging))
     return m, s, e, tgt, logits, q
 
 
