@@ -245,6 +245,19 @@ def _finish(m, s, e):
 
 
 @triton.jit
+def _rows_tree(m, s, e, ROWS: tl.constexpr, LEVELS: tl.constexpr):
+    """[ROWS, 2**LEVELS] stats -> [ROWS]: each row's adjacent pairwise tree (``_pair``), its last value taken by
+    ``tl.sum`` over one element. The level loop of every tree kernel."""
+    for lvl in tl.static_range(LEVELS):
+        ma, mb = tl.split(tl.reshape(m, (ROWS, 1 << (LEVELS - 1 - lvl), 2)))
+        sa, sb = tl.split(tl.reshape(s, (ROWS, 1 << (LEVELS - 1 - lvl), 2)))
+        ea, eb = tl.split(tl.reshape(e, (ROWS, 1 << (LEVELS - 1 - lvl), 2)))
+        m, s, e = _pair(ma, mb, sa, sb, ea, eb)
+    return (tl.sum(tl.reshape(m, (ROWS, 1)), 1), tl.sum(tl.reshape(s, (ROWS, 1)), 1),
+            tl.sum(tl.reshape(e, (ROWS, 1)), 1))
+
+
+@triton.jit
 def _tree_kernel(m_ptr, s_ptr, e_ptr, mo_ptr, so_ptr, eo_ptr, N, NP2: tl.constexpr, LEVELS: tl.constexpr,
                  FINAL: tl.constexpr):
     """One row of N stats (contiguous) -> its adjacent pairwise tree; FINAL: (M + log S, E / S)."""
@@ -254,12 +267,8 @@ def _tree_kernel(m_ptr, s_ptr, e_ptr, mo_ptr, so_ptr, eo_ptr, N, NP2: tl.constex
     m = tl.reshape(tl.load(m_ptr + row * N + j, mask=ok, other=float("-inf")), (1, NP2))
     s = tl.reshape(tl.load(s_ptr + row * N + j, mask=ok, other=0.0), (1, NP2))
     e = tl.reshape(tl.load(e_ptr + row * N + j, mask=ok, other=0.0), (1, NP2))
-    for lvl in tl.static_range(LEVELS):
-        ma, mb = tl.split(tl.reshape(m, (1 << (LEVELS - 1 - lvl), 2)))
-        sa, sb = tl.split(tl.reshape(s, (1 << (LEVELS - 1 - lvl), 2)))
-        ea, eb = tl.split(tl.reshape(e, (1 << (LEVELS - 1 - lvl), 2)))
-        m, s, e = _pair(ma, mb, sa, sb, ea, eb)
-    m, s, e = tl.sum(tl.reshape(m, (1,)), 0), tl.sum(tl.reshape(s, (1,)), 0), tl.sum(tl.reshape(e, (1,)), 0)
+    m, s, e = _rows_tree(m, s, e, 1, LEVELS)
+    m, s, e = tl.sum(m, 0), tl.sum(s, 0), tl.sum(e, 0)
     if FINAL:
         lse, mean = _finish(m, s, e)
         tl.store(mo_ptr + row, lse)
@@ -307,22 +316,13 @@ def _shard_tree_kernel(m_ptr, s_ptr, e_ptr, tl_ptr, tgt_ptr, mo_ptr, so_ptr, eo_
         e = tl.load(e_ptr + at, mask=ok, other=0.0)
     else:
         e = tl.zeros((GP2, NP2), dtype=tl.float32)
-    for lvl in tl.static_range(LEVELS):  # each group's tiles
-        ma, mb = tl.split(tl.reshape(m, (GP2, 1 << (LEVELS - 1 - lvl), 2)))
-        sa, sb = tl.split(tl.reshape(s, (GP2, 1 << (LEVELS - 1 - lvl), 2)))
-        ea, eb = tl.split(tl.reshape(e, (GP2, 1 << (LEVELS - 1 - lvl), 2)))
-        m, s, e = _pair(ma, mb, sa, sb, ea, eb)
-    m, s, e = tl.sum(tl.reshape(m, (GP2, 1)), 1), tl.sum(tl.reshape(s, (GP2, 1)), 1), tl.sum(tl.reshape(e, (GP2, 1)), 1)
+    m, s, e = _rows_tree(m, s, e, GP2, LEVELS)  # each group's tiles
     real = tl.arange(0, GP2) < G  # the groups past G: the padding _tree_kernel loads there
     m = tl.reshape(tl.where(real, m, float("-inf")), (1, GP2))
     s = tl.reshape(tl.where(real, s, 0.0), (1, GP2))
     e = tl.reshape(tl.where(real, e, 0.0), (1, GP2))
-    for lvl in tl.static_range(LEVELS_G):  # the shard's groups
-        ma, mb = tl.split(tl.reshape(m, (1 << (LEVELS_G - 1 - lvl), 2)))
-        sa, sb = tl.split(tl.reshape(s, (1 << (LEVELS_G - 1 - lvl), 2)))
-        ea, eb = tl.split(tl.reshape(e, (1 << (LEVELS_G - 1 - lvl), 2)))
-        m, s, e = _pair(ma, mb, sa, sb, ea, eb)
-    m, s, e = tl.sum(tl.reshape(m, (1,)), 0), tl.sum(tl.reshape(s, (1,)), 0), tl.sum(tl.reshape(e, (1,)), 0)
+    m, s, e = _rows_tree(m, s, e, 1, LEVELS_G)  # the shard's groups
+    m, s, e = tl.sum(m, 0), tl.sum(s, 0), tl.sum(e, 0)
     if FINAL:  # _tree_kernel's FINAL over one rank: _finish of the shard's stats
         lse, mean = _finish(m, s, e)
         tl.store(mo_ptr + row, lse)
