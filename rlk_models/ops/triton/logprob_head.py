@@ -258,6 +258,21 @@ def _rows_tree(m, s, e, ROWS: tl.constexpr, LEVELS: tl.constexpr):
 
 
 @triton.jit
+def _store_root(m, s, e, row, mo_ptr, so_ptr, eo_ptr, FINAL: tl.constexpr):
+    """A tree's root ([1] stats, ``_rows_tree`` of one row) into the row's outputs: (m, s, e), or FINAL (lse,
+    mean logit) by ``_finish`` (so nothing into ``so_ptr``)."""
+    m, s, e = tl.sum(m, 0), tl.sum(s, 0), tl.sum(e, 0)
+    if FINAL:
+        lse, mean = _finish(m, s, e)
+        tl.store(mo_ptr + row, lse)
+        tl.store(eo_ptr + row, mean)
+    else:
+        tl.store(mo_ptr + row, m)
+        tl.store(so_ptr + row, s)
+        tl.store(eo_ptr + row, e)
+
+
+@triton.jit
 def _tree_kernel(m_ptr, s_ptr, e_ptr, mo_ptr, so_ptr, eo_ptr, N, NP2: tl.constexpr, LEVELS: tl.constexpr,
                  FINAL: tl.constexpr):
     """One row of N stats (contiguous) -> its adjacent pairwise tree; FINAL: (M + log S, E / S)."""
@@ -268,15 +283,7 @@ def _tree_kernel(m_ptr, s_ptr, e_ptr, mo_ptr, so_ptr, eo_ptr, N, NP2: tl.constex
     s = tl.reshape(tl.load(s_ptr + row * N + j, mask=ok, other=0.0), (1, NP2))
     e = tl.reshape(tl.load(e_ptr + row * N + j, mask=ok, other=0.0), (1, NP2))
     m, s, e = _rows_tree(m, s, e, 1, LEVELS)
-    m, s, e = tl.sum(m, 0), tl.sum(s, 0), tl.sum(e, 0)
-    if FINAL:
-        lse, mean = _finish(m, s, e)
-        tl.store(mo_ptr + row, lse)
-        tl.store(eo_ptr + row, mean)
-    else:
-        tl.store(mo_ptr + row, m)
-        tl.store(so_ptr + row, s)
-        tl.store(eo_ptr + row, e)
+    _store_root(m, s, e, row, mo_ptr, so_ptr, eo_ptr, FINAL)
 
 
 def _tree(m: torch.Tensor, s: torch.Tensor, e: torch.Tensor, final: bool = False):
@@ -322,15 +329,7 @@ def _shard_tree_kernel(m_ptr, s_ptr, e_ptr, tl_ptr, tgt_ptr, mo_ptr, so_ptr, eo_
     s = tl.reshape(tl.where(real, s, 0.0), (1, GP2))
     e = tl.reshape(tl.where(real, e, 0.0), (1, GP2))
     m, s, e = _rows_tree(m, s, e, 1, LEVELS_G)  # the shard's groups
-    m, s, e = tl.sum(m, 0), tl.sum(s, 0), tl.sum(e, 0)
-    if FINAL:  # _tree_kernel's FINAL over one rank: _finish of the shard's stats
-        lse, mean = _finish(m, s, e)
-        tl.store(mo_ptr + row, lse)
-        tl.store(eo_ptr + row, mean)
-    else:
-        tl.store(mo_ptr + row, m)
-        tl.store(so_ptr + row, s)
-        tl.store(eo_ptr + row, e)
+    _store_root(m, s, e, row, mo_ptr, so_ptr, eo_ptr, FINAL)  # FINAL: _tree_kernel's over one rank
     target = 0.0
     if HAS_TGT:
         local = tl.load(tgt_ptr + row).to(tl.int32) - start  # vocab ids fit int32
