@@ -1186,6 +1186,12 @@ def test_head_backward_from_kept_probs(dtype, vocab):
     assert rel_err(dh, dh64) < tol and rel_err(dw, dw64) < tol, (rel_err(dh, dh64), rel_err(dw, dw64))
     _, dh_r, dw_r = run(False)
     assert rel_err(dh, dh_r) < tol and rel_err(dw, dw_r) < tol
+    assert not dw_r[vocab:].any(), "padding rows of W get no gradient (the recompute backward)"
+    for save in (True, False):  # no rows: no product writes dW, which is all zero
+        w0 = w.clone().requires_grad_()
+        lp0, _ = head.logprob_head(h[:0].clone().requires_grad_(), w0, tgt[:0], vocab, save_probs=save)
+        (dw0,) = torch.autograd.grad(lp0.sum(), [w0])
+        assert dw0.shape == w.shape and not dw0.any(), "T = 0: dW all zero"
     with_ent = run(True, ge)
     assert all(torch.equal(a, b) for a, b in zip(with_ent, run(False, ge))), "entropy gradient: the recompute path"
 
