@@ -120,6 +120,8 @@
 #                                              # (PROBE_ONLY=1: the probe and its stages alone)
 #   CALL=s37 bash scripts/device_calls.sh      # a head change that keeps the bits: s36's probe and graph split, then
 #                                              # two rlk-verify configurations in CUDA vLLM (carry .probe_old, .vllm-cuda)
+#   CALL=s38 bash scripts/device_calls.sh      # the head backward at 128-512 rows: kernels against torch's, dh's
+#                                              # launch candidates, before / after the dW buffer (carry .probe_old)
 #   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
 #                                              # (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
@@ -568,6 +570,18 @@ s37)
     part vllm_head 260 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
         K="qwen3 and not tp2 and (batches_64 or chunked)" TEST_TIMEOUT=150
     test_summary vllm_head 12
+    ;;
+s38)
+    # the head's eager forward + backward at small T (session 37: 1.80x torch at 128 rows, ~2 ms of 2.4 in the
+    # backward): its kernels and idle time against torch's, and the dh product's launch candidates (bits, time),
+    # under the package before session 37's dW-buffer change (.probe_old: `git archive 53c7594 rlk_models | tar -x
+    # -C .probe_old`; carried) and this tree's
+    mkdir -p "$ROOT_OUT/bwd_old"
+    OUT="$ROOT_OUT/bwd_old" PYTHONPATH="$PWD/.probe_old" timeout 200 python3 benchmarks/triton/head_sweep.py \
+        --backward-split 128,256,512 > "$ROOT_OUT/bwd_old.log" 2>&1
+    echo "bwd_old exit $?"
+    bench bwd_new 200 benchmarks/triton/head_sweep.py --backward-split 128,256,512
+    grep -E "^T=" "$ROOT_OUT/bwd_old.log" "$ROOT_OUT/bwd_new.log" | cut -c1-600
     ;;
 s36t)
     # session 36's second proof, after the trees' merges were written as one FMA form (_pair): the head's tests

@@ -11,6 +11,8 @@ configs would keep the contract), as ``stats_configs_same_bits``.
                                                                    # kernel (T rows; default 16384)
     python benchmarks/triton/head_sweep.py --graph-split [T,...]    # the graphed forward's kernels and idle time
                                                                    # at decode sizes against the matmul's (1,16,128)
+    python benchmarks/triton/head_sweep.py --backward-split [T,...] # the eager forward + backward's kernels against
+                                                                   # torch's, and dh's launch candidates (128,256,512)
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench as do_bench_ms  # noqa: E402
-from harness import idle_gaps, info, kernel_rows, log, profiled_kernels, save  # noqa: E402
+from harness import bench_graph, idle_gaps, info, kernel_rows, log, profiled_kernels, save  # noqa: E402
 
 head = importlib.import_module("rlk_models.ops.triton.logprob_head")  # the package re-exports a function of that name
 head_sm90 = importlib.import_module("rlk_models.ops.triton.head_sm90")
+Launch = importlib.import_module("rlk_models.ops.triton.matmul").Launch
 
 K, V = 4096, 151936
 
@@ -299,6 +302,77 @@ def graph_split(ts: tuple[int, ...] = (1, 16, 128), replays: int = 20) -> dict:
     return res
 
 
+# --backward-split's launches of the probabilities backward's dh = dl @ W (M = T rows, N = K = 4096, over the
+# 151,936-entry vocab in the plain K order): the default table gives 64 x 128 tiles at 65-256 rows, 64 programs at
+# 128 rows on 132 SMs, each walking all of the vocab. Narrower tiles fill the SMs in the same K order (a Launch's
+# config never changes the bits; each is checked against the default's)
+BWD_DH_CANDIDATES = {
+    "64x64": Launch((64, 64, 4, 8), persistent=False),
+    "64x32": Launch((64, 32, 4, 8), persistent=False),
+    "128x32": Launch((128, 32, 4, 8), persistent=False),
+    "128x64": Launch((128, 64, 4, 6), persistent=False),
+}
+
+
+def backward_split(ts: tuple[int, ...] = (128, 256, 512), replays: int = 10) -> dict:
+    """Where the eager forward + backward's time goes at small T (#17: 1.80x torch at 128 rows, session 37):
+    ``logprob_head`` forward and backward (the probabilities kept, the default) and torch's (``F.linear``, fp32
+    ``log_softmax``, gather) under ``torch.profiler``: per call each kernel's microseconds, the GPU's busy and idle
+    time; then the backward's dh product alone in each of ``BWD_DH_CANDIDATES`` against the default launch (bits
+    and graphed time) and cuBLAS's ``dl @ W``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    w = (torch.randn(V, K, device=dev, generator=g) * 0.02).bfloat16().requires_grad_()
+    res = {"info": info()}
+    for t in ts:
+        h = torch.randn(t, K, device=dev, generator=g).bfloat16().requires_grad_()
+        tgt = torch.randint(0, V, (t,), device=dev, generator=g)
+        gl = torch.randn(t, device=dev, generator=g)
+
+        def ours():
+            return torch.autograd.grad(head.logprob_head(h, w, tgt, V)[0], [h, w], gl)
+
+        def torch_ref():
+            lp = F.linear(h, w).float().log_softmax(-1).gather(1, tgt[:, None])[:, 0]
+            return torch.autograd.grad(lp, [h, w], gl)
+
+        for name, fn in (("ours", ours), ("torch", torch_ref)):
+            for _ in range(2):
+                fn()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(replays):
+                    fn()
+                torch.cuda.synchronize()
+            rows = [(n[:90], round(c / replays, 2), round(us / replays, 2)) for n, c, us in kernel_rows(prof)]
+            gaps = idle_gaps(profiled_kernels(prof))
+            res[f"T{t} {name}"] = {"kernels_us_per_call": rows, "busy_us": round(sum(r[2] for r in rows), 2),
+                                   "span_us_per_call": round(gaps["span_ms"] * 1e3 / replays, 2),
+                                   "idle_us_per_call": round(gaps["idle_ms"] * 1e3 / replays, 2),
+                                   "eager_us": round(do_bench_ms(fn, warmup=3, rep=20) * 1e3, 1)}
+            log(f"T={t} {name}: eager {res[f'T{t} {name}']['eager_us']} us, busy {res[f'T{t} {name}']['busy_us']} "
+                f"us, idle {res[f'T{t} {name}']['idle_us_per_call']} us a call; {rows[:8]}")
+        dl = (torch.randn(t, V, device=dev, generator=g) * 1e-3).bfloat16()
+        wd = w.detach()
+        want = head.mm(dl, wd, b_kn=True, groups=1, out=torch.empty(t, K, device=dev))
+        dh = {"default": bench_graph(lambda: head.mm(dl, wd, b_kn=True, groups=1, out=want)) * 1e3,
+              "cublas": bench_graph(lambda: dl @ wd) * 1e3}
+        for name, lc in BWD_DH_CANDIDATES.items():
+            try:
+                got = head.mm(dl, wd, b_kn=True, groups=1, launch=lc, out=torch.empty(t, K, device=dev))
+            except Exception as err:  # a candidate that does not build: said, and the next one
+                dh[name] = f"{type(err).__name__}: {str(err)[:160]}"
+                continue
+            dh[name] = {"us": round(bench_graph(lambda: head.mm(dl, wd, b_kn=True, groups=1, launch=lc, out=got))
+                                    * 1e3, 1), "bits_same": torch.equal(got, want)}
+        res[f"T{t} dh"] = dh
+        log(f"T={t} dh = dl @ W: {dh}")
+    save("head_backward_split", res)
+    return res
+
+
 def host_time(h: torch.Tensor, w: torch.Tensor, calls: int = 50) -> dict:
     """Host microseconds per ``full_logprobs`` call at decode sizes, eager (five Python-launched
     kernels and their buffers) against a replay of ``HeadGraphs`` (what the vLLM class runs):
@@ -331,6 +405,9 @@ if __name__ == "__main__":
     if "--graph-split" in sys.argv[1:]:  # --graph-split [T,T,...]
         rest = sys.argv[sys.argv.index("--graph-split") + 1:]
         graph_split(tuple(int(t) for t in rest[0].split(",")) if rest else (1, 16, 128))
+    elif "--backward-split" in sys.argv[1:]:  # --backward-split [T,T,...]
+        rest = sys.argv[sys.argv.index("--backward-split") + 1:]
+        backward_split(tuple(int(t) for t in rest[0].split(",")) if rest else (128, 256, 512))
     elif "--stats-kernels" in sys.argv[1:]:  # --stats-kernels [T,T,...]
         rest = sys.argv[sys.argv.index("--stats-kernels") + 1:]
         stats_kernels(tuple(int(t) for t in rest[0].split(",")) if rest else (16384,))
