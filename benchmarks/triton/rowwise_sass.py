@@ -1,7 +1,7 @@
 """The row-wise kernels (RMSNorm forward and backward with their fused forms, dw's fold, RoPE, SiLU-mul,
-the KV-cache write, the log-prob head's trees) compiled for the H200 (sm_90) on any machine, no GPU
-needed: per launch form ``matmul_sass.describe`` -- SASS hash, registers, spills, and the int64
-divisions in its PTX; for the head's trees also ``merge_fma_sides``.
+the KV-cache write, the log-prob head's trees and its Triton statistics kernel) compiled for the H200
+(sm_90) on any machine, no GPU needed: per launch form ``matmul_sass.describe`` -- SASS hash, registers,
+spills, and the int64 divisions in its PTX; for the head's trees also ``merge_fma_sides``.
 
 What it is for: these kernels move bytes, so instructions a byte are their speed. An int64 division
 by a value known only at run time (``row // H`` on an int64 row) is a subroutine call a thread on
@@ -111,6 +111,28 @@ def tree_forms() -> dict:
     return out
 
 
+STATS_MODES = {"plain": {}, "logits kept": dict(KEEP=True), "entropy": dict(WITH_E=True),
+               "probabilities kept": dict(KEEP_P=True)}
+
+
+def stats_forms() -> dict:
+    """The head's Triton statistics kernel (``_head_stats_kernel``) with pointer loads, as ``_launch_stats``
+    launches it for bf16 (each ``STATS_CONFIG`` tile height, its ``STATS_STAGES`` K slots cut to fit shared
+    memory): plain (the training forward at decode sizes), keeping the logits (the vLLM class's sampling head),
+    with the entropy, keeping the probabilities (the training forward with a gradient)."""
+    types = dict(h="*bf16", w="*bf16", tgt_ptr="*i64", m_ptr="*fp32", s_ptr="*fp32", e_ptr="*fp32", t_ptr="*fp32",
+                 l_ptr="*fp32", q="*bf16", T="i32", V="i32", K="i32", n_tiles="i32", n_stats="i32", start="i32")
+    out = {}
+    for bm, warps in HEAD.STATS_CONFIG.values():
+        stages = HEAD.fit_stages(bm + HEAD.VOCAB_TILE, 2, HEAD.STATS_STAGES.get(bm, 3))
+        for mode, flags in STATS_MODES.items():
+            consts = dict(HAS_TGT=True, WITH_E=False, KEEP=False, KEEP_P=False, HW_TMA=False, Q_TMA=False, BLOCK_M=bm,
+                          BLOCK_V=HEAD.VOCAB_TILE, BLOCK_K=HEAD.BLOCK_K, NUM_PROGS=4 * 132) | flags
+            out[f"stats kernel (Triton), {bm}-row tiles, {mode}"] = build(HEAD._head_stats_kernel, types, consts,
+                                                                           ("K",), warps, stages)
+    return out
+
+
 def merge_fma_sides(ptx: str) -> dict:
     """Which product each merge FMA of a tree kernel fuses: "first" when it is ``a * fa`` (a the pair's first
     operand of ``tl.maximum(ma, mb)``, ``fa = exp(ma - max)`` behind a select), "second" for ``b * fb``, "other"
@@ -142,7 +164,7 @@ def merge_fma_sides(ptx: str) -> dict:
 
 
 def main() -> None:
-    built = forms() | tree_forms()
+    built = forms() | tree_forms() | stats_forms()
     print(json.dumps({name: {**describe(kernel), **({"merge_fma_sides": merge_fma_sides(kernel.asm["ptx"])}
                                                       if name.startswith("head") else {})}
                       for name, kernel in built.items()}, indent=1))

@@ -80,8 +80,9 @@ STATS_CONFIG = {64: (64, 4), 1 << 62: (128, 8)}
 # V = 151,936's 594 tiles are 4.5 waves on 132 SMs. H200, session 37 (head_sweep.py --graph-split, K = 4096, the
 # graphed stats kernel, us at 1 / 16 rows): 3 slots 321 / 321, 4 slots 303 / 302, 5 slots 302 / 304, 2 (two
 # programs an SM) 355 / 361; the cuBLAS matmul 295 / 301. At 4 slots the sm_90 builds spill what 3 did in every
-# form (none; 8 bytes keeping the logits or probabilities, 104 with the entropy; rowwise_sass-style builds). The
+# form (none; 8 bytes keeping the logits or probabilities, 104 with the entropy; ``rowwise_sass.stats_forms``). The
 # 128-row tiles stay at 3: 4 there raises the logits-keeping (vLLM sampling) build's spill from 128 to 200 bytes
+# (``test_sm90_build.py::test_head_stats_triton_builds_within_their_spills`` holds each form to its spill)
 STATS_STAGES = {64: 4, 128: 3}
 STATS_CONFIG_OTHER = (64, 8)
 # rows from which the stats kernel loads h and W by TMA (the same bits as its pointer loads; below, the two

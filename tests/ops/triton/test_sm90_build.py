@@ -20,6 +20,7 @@ process because this suite's kernels run under ``TRITON_INTERPRET=1``).
 - The Gluon kernels (``benchmarks/triton/gluon_sass.py``): the log-prob head's statistics
   (``head_sm90``) and the matmul's K-group form (``matmul_sm90``: row-parallel in 8 groups, plain in
   one) build wgmmas of their tile's width, none serialized, nothing spilled in the forms they serve.
+- The head's Triton statistics kernel spills no more than its measured forms did (``rowwise_sass.stats_forms``).
 - No kernel divides in int64 (``benchmarks/triton/rowwise_sass.py`` builds the row-wise kernels): a
   64-bit division by a run-time value is a subroutine call a thread on sm_90, the same bits, a
   kernel several times slower when it moves bytes (session 26's q/k norm + RoPE: 0.79 TB/s)."""
@@ -123,6 +124,28 @@ def test_head_trees_fuse_the_first_product(rowwise):
     trees = {name: r["merge_fma_sides"] for name, r in rowwise.items() if name.startswith("head")}
     assert len(trees) >= 12 and all(sides.get("first") for sides in trees.values()), trees
     assert not {name: sides for name, sides in trees.items() if "second" in sides}
+
+
+# The spill of each Triton statistics-kernel build at its default K slots (bytes; session 37's sm_90 builds, where
+# 4 slots at 64-row tiles spilled what 3 had and measured 0.94x the forward's time at 1-16 rows, and 4 at 128-row
+# tiles would have raised the logits-kept build's -- the vLLM class's sampling head -- from 128 to 200)
+STATS_SPILL_CEILING = {"64-row tiles, plain": 0, "64-row tiles, logits kept": 8, "64-row tiles, entropy": 104,
+                       "64-row tiles, probabilities kept": 8, "128-row tiles, plain": 0,
+                       "128-row tiles, logits kept": 128, "128-row tiles, entropy": 96,
+                       "128-row tiles, probabilities kept": 0}
+
+
+def test_head_stats_triton_builds_within_their_spills(rowwise):
+    """The head's Triton statistics kernel in every form ``_launch_stats`` gives it pointer loads (each tile height,
+    plain, the logits or the probabilities kept, the entropy) spills no more than it did when its K slots were last
+    measured, and keeps its wgmma pipeline asynchronous: a deeper pipeline (``STATS_STAGES``) or a kernel change
+    that costs registers shows here before a device session (the same bits either way; only the speed moves)."""
+    stats = {name.split(", ", 1)[1]: r for name, r in rowwise.items() if name.startswith("stats kernel (Triton)")}
+    assert set(stats) == set(STATS_SPILL_CEILING), sorted(stats)
+    over = {name: r["spill_stack_bytes"] for name, r in stats.items()
+            if r["spill_stack_bytes"] > STATS_SPILL_CEILING[name]}
+    assert not over, f"spills above the measured forms': {over}"
+    assert not {name: r["wgmma_serialized"] for name, r in stats.items() if r["wgmma_serialized"]}
 
 
 @pytest.fixture(scope="module")
