@@ -237,6 +237,24 @@ def stats_kernels(ts: tuple[int, ...] = (16384,)) -> dict:
     return res
 
 
+def profiled(run, n: int, per: str) -> dict:
+    """``run()`` called ``n`` times under ``torch.profiler``, per ``per`` (a replay, a call): every GPU kernel's
+    launches and microseconds, their sum (busy), and the span from the first kernel's start to the last's end with
+    the GPU's idle time in it (``harness.idle_gaps``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            run()
+        torch.cuda.synchronize()
+    rows = [(name[:90], c // n if c % n == 0 else round(c / n, 2), round(us / n, 2))
+            for name, c, us in kernel_rows(prof)]
+    gaps = idle_gaps(profiled_kernels(prof))
+    return {f"kernels_us_per_{per}": rows, "busy_us": round(sum(r[2] for r in rows), 2),
+            f"span_us_per_{per}": round(gaps["span_ms"] * 1e3 / n, 2),
+            f"idle_us_per_{per}": round(gaps["idle_ms"] * 1e3 / n, 2)}
+
+
 # --graph-split's candidates up to 64 rows, where the Triton kernel's 64-row tiles hold 40 KB a K slot: 2 slots
 # (two programs an SM; sessions 36-37: slower, 355-366 against 321-332 us), 3 (the default to session 37), 5 (one
 # program with more of W in flight; the default's 4 since session 37), TMA loads of h and W, and the Gluon grid form
@@ -256,8 +274,6 @@ def graph_split(ts: tuple[int, ...] = (1, 16, 128), replays: int = 20) -> dict:
     ``torch.profiler``: per replay, every kernel's microseconds and the GPU's idle time between them (the graph's
     launch gaps), against the matmul's kernels. Up to 64 rows also each of ``GRAPH_SPLIT_CANDIDATES``, its bits
     checked against the default's (one that does not build is logged and skipped)."""
-    from torch.profiler import ProfilerActivity, profile
-
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     w = (torch.randn(V, K, device=dev, generator=g) * 0.02).bfloat16()
@@ -285,19 +301,11 @@ def graph_split(ts: tuple[int, ...] = (1, 16, 128), replays: int = 20) -> dict:
                 for _ in range(3):
                     graph.replay()
                 torch.cuda.synchronize()
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    for _ in range(replays):
-                        graph.replay()
-                    torch.cuda.synchronize()
-                rows = [(n[:90], c // replays, round(us / replays, 2)) for n, c, us in kernel_rows(prof)]
-                gaps = idle_gaps(profiled_kernels(prof))
-                res[f"T{t} {name}"] = {"kernels_us_per_replay": rows, "busy_us": round(sum(r[2] for r in rows), 2),
-                                       "span_us_per_replay": round(gaps["span_ms"] * 1e3 / replays, 2),
-                                       "idle_us_per_replay": round(gaps["idle_ms"] * 1e3 / replays, 2)}
+                r = res[f"T{t} {name}"] = profiled(graph.replay, replays, "replay")
                 if name.startswith("forward"):  # slots and loads never change the bits: checked
-                    res[f"T{t} {name}"]["bits_same"] = torch.equal(fn(), want)
-            log(f"T={t} {name}: busy {res[f'T{t} {name}']['busy_us']} us, idle "
-                f"{res[f'T{t} {name}']['idle_us_per_replay']} us a replay; {rows}")
+                    r["bits_same"] = torch.equal(fn(), want)
+            log(f"T={t} {name}: busy {r['busy_us']} us, idle {r['idle_us_per_replay']} us a replay; "
+                f"{r['kernels_us_per_replay']}")
     save("head_graph_split", res)
     return res
 
@@ -320,8 +328,6 @@ def backward_split(ts: tuple[int, ...] = (128, 256, 512), replays: int = 10) -> 
     ``log_softmax``, gather) under ``torch.profiler``: per call each kernel's microseconds, the GPU's busy and idle
     time; then the backward's dh product alone in each of ``BWD_DH_CANDIDATES`` against the default launch (bits
     and graphed time) and cuBLAS's ``dl @ W``."""
-    from torch.profiler import ProfilerActivity, profile
-
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     w = (torch.randn(V, K, device=dev, generator=g) * 0.02).bfloat16().requires_grad_()
@@ -342,18 +348,10 @@ def backward_split(ts: tuple[int, ...] = (128, 256, 512), replays: int = 10) -> 
             for _ in range(2):
                 fn()
             torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(replays):
-                    fn()
-                torch.cuda.synchronize()
-            rows = [(n[:90], round(c / replays, 2), round(us / replays, 2)) for n, c, us in kernel_rows(prof)]
-            gaps = idle_gaps(profiled_kernels(prof))
-            res[f"T{t} {name}"] = {"kernels_us_per_call": rows, "busy_us": round(sum(r[2] for r in rows), 2),
-                                   "span_us_per_call": round(gaps["span_ms"] * 1e3 / replays, 2),
-                                   "idle_us_per_call": round(gaps["idle_ms"] * 1e3 / replays, 2),
-                                   "eager_us": round(do_bench_ms(fn, warmup=3, rep=20) * 1e3, 1)}
-            log(f"T={t} {name}: eager {res[f'T{t} {name}']['eager_us']} us, busy {res[f'T{t} {name}']['busy_us']} "
-                f"us, idle {res[f'T{t} {name}']['idle_us_per_call']} us a call; {rows[:8]}")
+            r = res[f"T{t} {name}"] = {**profiled(fn, replays, "call"),
+                                       "eager_us": round(do_bench_ms(fn, warmup=3, rep=20) * 1e3, 1)}
+            log(f"T={t} {name}: eager {r['eager_us']} us, busy {r['busy_us']} us, idle {r['idle_us_per_call']} us a "
+                f"call; {r['kernels_us_per_call'][:8]}")
         dl = (torch.randn(t, V, device=dev, generator=g) * 1e-3).bfloat16()
         wd = w.detach()
         want = head.mm(dl, wd, b_kn=True, groups=1, out=torch.empty(t, K, device=dev))
