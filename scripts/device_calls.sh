@@ -122,6 +122,8 @@
 #                                              # two rlk-verify configurations in CUDA vLLM (carry .probe_old, .vllm-cuda)
 #   CALL=s38 bash scripts/device_calls.sh      # the head backward at 128-512 rows: kernels against torch's, dh's
 #                                              # launch candidates, before / after the dW buffer (carry .probe_old)
+#   CALL=s38b bash scripts/device_calls.sh     # the head backward's host time and dh split-K candidates, then
+#                                              # the head's GPU tests natively
 #   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
 #                                              # (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
@@ -582,6 +584,17 @@ s38)
     echo "bwd_old exit $?"
     bench bwd_new 200 benchmarks/triton/head_sweep.py --backward-split 128,256,512
     grep -E "^T=" "$ROOT_OUT/bwd_old.log" "$ROOT_OUT/bwd_new.log" | cut -c1-600
+    ;;
+s38b)
+    # session 38's second call: the head backward at 128-512 rows with the targets' range read after the kernels are
+    # queued (no sync), its host time and profile, and dh split-K candidates; then the head's GPU tests natively (the
+    # dW buffer, the sync-free targets check) and the ragged K-groups' bits with TMA loads
+    bench bwd 240 benchmarks/triton/head_sweep.py --backward-split 128,256,512,1024
+    grep -E "^T=" "$ROOT_OUT/bwd.log" | cut -c1-900
+    part head_tests 240 PART=tests TEST_TIMEOUT=230 \
+        TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py" \
+        K="(head and not launch_choices and not accumulate) or shard_tree or vocab_shards or ragged_groups"
+    test_summary head_tests 14
     ;;
 s36t)
     # session 36's second proof, after the trees' merges were written as one FMA form (_pair): the head's tests

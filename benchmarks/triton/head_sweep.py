@@ -311,23 +311,64 @@ def graph_split(ts: tuple[int, ...] = (1, 16, 128), replays: int = 20) -> dict:
 
 
 # --backward-split's launches of the probabilities backward's dh = dl @ W (M = T rows, N = K = 4096, over the
-# 151,936-entry vocab in the plain K order): the default table gives 64 x 128 tiles at 65-256 rows, 64 programs at
-# 128 rows on 132 SMs, each walking all of the vocab. Narrower tiles fill the SMs in the same K order (a Launch's
-# config never changes the bits; each is checked against the default's)
+# 151,936-entry vocab): (K-groups, Launch). One group is the plain K order, the default's bits (session 38: 64 x 64 to
+# 128 x 64 tiles never beat the default, 1.43x cuBLAS's split-K kernel at 128 rows: 32-64 programs on 132 SMs, each
+# walking the whole vocab). Split-K (the vocab in 2-8 groups of whole K-tiles, one program per (tile, group), the fp32
+# partials folded in order by the halves) fills the SMs; its bits are its own, fixed by the launch (a backward owes
+# determinism, not batch invariance: CONTRACT.md), checked run to run and against the plain product's to rounding
 BWD_DH_CANDIDATES = {
-    "64x64": Launch((64, 64, 4, 8), persistent=False),
-    "64x32": Launch((64, 32, 4, 8), persistent=False),
-    "128x32": Launch((128, 32, 4, 8), persistent=False),
-    "128x64": Launch((128, 64, 4, 6), persistent=False),
+    "64x64": (1, Launch((64, 64, 4, 8), persistent=False)),
+    "128x64": (1, Launch((128, 64, 4, 6), persistent=False)),
+    "g2 128x128": (2, Launch((128, 128, 8, 4), split=1)),
+    "g4 128x128": (4, Launch((128, 128, 8, 4), split=1)),
+    "g8 128x128": (8, Launch((128, 128, 8, 4), split=1)),
+    "g4 128x64": (4, Launch((128, 64, 4, 4), split=1)),
+    "g8 128x64": (8, Launch((128, 64, 4, 4), split=1)),
+    "g8 64x128": (8, Launch((64, 128, 4, 4), split=1)),
+    "g8 128x128 halves": (8, Launch((128, 128, 8, 4), split=4)),
 }
+
+
+def host_split(fn, calls: int = 20) -> dict:
+    """``fn``'s host time: per call, the time to enqueue ``calls`` calls behind a GPU kept busy (``torch.cuda._sleep``),
+    so that no launch waits for the GPU, under ``checks.trusted_values`` (no value check); and that run's Python
+    profile, its 12 heaviest functions by own time."""
+    import cProfile
+    import pstats
+
+    from rlk_models.ops.checks import trusted_values
+
+    with trusted_values():
+        fn()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(2_000_000_000)  # ~1 s at the H200's clock: far longer than the calls' enqueue
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        enqueue = (time.perf_counter() - t0) / calls
+        torch.cuda.synchronize()
+        torch.cuda._sleep(2_000_000_000)
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(calls):
+            fn()
+        prof.disable()
+        torch.cuda.synchronize()
+    stats = pstats.Stats(prof).sort_stats("tottime")
+    top = [(f"{Path(f).name}:{line}({name})", round(tt / calls * 1e6, 1), round(ct / calls * 1e6, 1))
+           for (f, line, name), (_, _, tt, ct, _) in sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:12]]
+    return {"host_us_per_call": round(enqueue * 1e6, 1), "host_top_own_us": top}
 
 
 def backward_split(ts: tuple[int, ...] = (128, 256, 512), replays: int = 10) -> dict:
     """Where the eager forward + backward's time goes at small T (#17: 1.80x torch at 128 rows, session 37):
     ``logprob_head`` forward and backward (the probabilities kept, the default) and torch's (``F.linear``, fp32
     ``log_softmax``, gather) under ``torch.profiler``: per call each kernel's microseconds, the GPU's busy and idle
-    time; then the backward's dh product alone in each of ``BWD_DH_CANDIDATES`` against the default launch (bits
-    and graphed time) and cuBLAS's ``dl @ W``."""
+    time; ours also without the targets' value check (``trusted_values``) and its host time (``host_split``); then
+    the backward's dh product alone in each of ``BWD_DH_CANDIDATES`` against the default launch and cuBLAS's
+    ``dl @ W`` (graphed time; bits against the default's, run to run, relative difference)."""
+    from rlk_models.ops.checks import trusted_values
+
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     w = (torch.randn(V, K, device=dev, generator=g) * 0.02).bfloat16().requires_grad_()
@@ -350,21 +391,31 @@ def backward_split(ts: tuple[int, ...] = (128, 256, 512), replays: int = 10) -> 
             torch.cuda.synchronize()
             r = res[f"T{t} {name}"] = {**profiled(fn, replays, "call"),
                                        "eager_us": round(do_bench_ms(fn, warmup=3, rep=20) * 1e3, 1)}
-            log(f"T={t} {name}: eager {r['eager_us']} us, busy {r['busy_us']} us, idle {r['idle_us_per_call']} us a "
-                f"call; {r['kernels_us_per_call'][:8]}")
+            if name == "ours":
+                with trusted_values():
+                    r["eager_unchecked_us"] = round(do_bench_ms(fn, warmup=3, rep=20) * 1e3, 1)
+                r.update(host_split(fn))
+            log(f"T={t} {name}: eager {r['eager_us']} us (unchecked {r.get('eager_unchecked_us')}, host "
+                f"{r.get('host_us_per_call')}), busy {r['busy_us']} us, idle {r['idle_us_per_call']} us a call; "
+                f"{r['kernels_us_per_call'][:8]}")
+            if name == "ours":
+                log(f"T={t} host, own us a call: {r['host_top_own_us']}")
         dl = (torch.randn(t, V, device=dev, generator=g) * 1e-3).bfloat16()
         wd = w.detach()
         want = head.mm(dl, wd, b_kn=True, groups=1, out=torch.empty(t, K, device=dev))
         dh = {"default": bench_graph(lambda: head.mm(dl, wd, b_kn=True, groups=1, out=want)) * 1e3,
               "cublas": bench_graph(lambda: dl @ wd) * 1e3}
-        for name, lc in BWD_DH_CANDIDATES.items():
+        for name, (groups, lc) in BWD_DH_CANDIDATES.items():
+            def run(out, groups=groups, lc=lc):
+                return head.mm(dl, wd, b_kn=True, groups=groups, launch=lc, out=out)
             try:
-                got = head.mm(dl, wd, b_kn=True, groups=1, launch=lc, out=torch.empty(t, K, device=dev))
+                got = run(torch.empty(t, K, device=dev))
             except Exception as err:  # a candidate that does not build: said, and the next one
                 dh[name] = f"{type(err).__name__}: {str(err)[:160]}"
                 continue
-            dh[name] = {"us": round(bench_graph(lambda: head.mm(dl, wd, b_kn=True, groups=1, launch=lc, out=got))
-                                    * 1e3, 1), "bits_same": torch.equal(got, want)}
+            dh[name] = {"us": round(bench_graph(lambda: run(got)) * 1e3, 1), "bits_same": torch.equal(got, want),
+                        "rerun_same": torch.equal(run(torch.empty(t, K, device=dev)), got),
+                        "rel_diff": float((got - want).norm() / want.norm())}
         res[f"T{t} dh"] = dh
         log(f"T={t} dh = dl @ W: {dh}")
     save("head_backward_split", res)

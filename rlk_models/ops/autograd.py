@@ -202,11 +202,13 @@ def head_ops(shard_stats: Callable, combine_shards: Callable, backward: Callable
         """fp32 (log p(targets[t] | hidden[t]) [T], entropy [T] or None) without a [T, V] logits
         tensor. ``save_probs`` (where the backend has a saved-probabilities backward): keep p in
         hidden's dtype for the backward instead of recomputing the logits there."""
-        check_head(hidden, weight, targets, vocab_size)
+        check_targets = check_head(hidden, weight, targets, vocab_size)
         # grad mode is off inside Function.forward, and needs_input_grad ignores no_grad: decide here
         keep = (save_probs and probs_backward is not None and torch.is_grad_enabled()
                 and (hidden.requires_grad or weight.requires_grad))
-        return _LogprobHead.apply(hidden, weight, targets.long(), vocab_size, with_entropy, keep)
+        out = _LogprobHead.apply(hidden, weight, targets.long(), vocab_size, with_entropy, keep)
+        check_targets()  # read with the head's kernels queued behind it (no stream drain); raises before returning
+        return out
 
     @torch.no_grad()
     def full_logprobs(hidden: torch.Tensor, weight: torch.Tensor, vocab_size: int) -> torch.Tensor:

@@ -7,7 +7,8 @@ sync, which a CUDA graph being captured cannot do and which an engine's step can
 are skipped while the current stream is capturing and inside ``trusted_values()`` -- the vLLM
 class runs its forward there, since vLLM has validated the ids and positions it builds (read per
 layer, vLLM's positions cost an eager step a host sync a layer: 36 in one traced 8B run) -- and
-run everywhere else.
+run everywhere else. Where an op's kernels stay in bounds whatever the values (the head's targets),
+the values are read without a sync (``range_later``), after the op's kernels are queued.
 """
 
 from __future__ import annotations
@@ -61,6 +62,25 @@ def _range(t: torch.Tensor) -> tuple[int, int]:
     """(min, max) of a non-empty integer tensor in one host read."""
     lo, hi = torch.stack([t.min(), t.max()]).tolist()
     return int(lo), int(hi)
+
+
+def range_later(t: torch.Tensor) -> Callable[[], tuple[int, int]]:
+    """``_range(t)`` without draining the GPU: (min, max) copied to pinned host memory behind an event, and a
+    function that waits for that event only. Called once the op's kernels are queued, the wait ends when the GPU
+    reaches the copy, with the op's work still queued behind it -- where a read at the call idles the GPU from the
+    read until the host has queued the op's first kernel. A CPU tensor is read now."""
+    if not t.is_cuda:
+        lo_hi = _range(t)
+        return lambda: lo_hi
+    host = torch.empty(2, dtype=t.dtype, pin_memory=True)
+    host.copy_(torch.stack([t.min(), t.max()]), non_blocking=True)
+    copied = torch.cuda.Event()
+    copied.record()
+
+    def read() -> tuple[int, int]:
+        copied.synchronize()
+        return int(host[0]), int(host[1])
+    return read
 
 
 def read_cu_seqlens(cu_seqlens: torch.Tensor) -> tuple[int, int, int]:
@@ -144,13 +164,23 @@ def check_paged_attention(q: torch.Tensor, kv_cache: torch.Tensor) -> None:
                          "([T, Hq, D] and [blocks, Hkv, block_size, 2*D], Hkv dividing Hq)")
 
 
-def check_head(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> None:
+def check_head(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+               vocab_size: int) -> Callable[[], None]:
+    """The head's shape checks, now; returns the targets' range check, to call once the head's kernels are
+    queued (``range_later``: no host sync on a GPU -- the head's kernels never index memory by a target, they
+    compare ids with their vocab tiles, so out-of-range targets only give a wrong result, which this raises on
+    before it is returned)."""
     if hidden.dim() != 2 or targets.shape != hidden.shape[:1]:
         raise ValueError(f"logprob_head: hidden {tuple(hidden.shape)} and targets "
                          f"{tuple(targets.shape)} must be [T, K] and [T]")
     if weight.shape[0] < vocab_size or weight.shape[1] != hidden.shape[1]:
         raise ValueError(f"logprob_head: weight {tuple(weight.shape)} must be [>= {vocab_size}, {hidden.shape[1]}]")
-    if targets.numel() and _values_readable(targets):
-        lo, hi = _range(targets)
+    if not (targets.numel() and _values_readable(targets)):
+        return lambda: None
+    read = range_later(targets)
+
+    def check() -> None:
+        lo, hi = read()
         if lo < 0 or hi >= vocab_size:
             raise IndexError(f"logprob_head: targets must lie in [0, {vocab_size}), got range [{lo}, {hi}]")
+    return check

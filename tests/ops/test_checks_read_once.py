@@ -81,3 +81,18 @@ def test_trusted_values_skips_value_reads_but_not_shape_checks(monkeypatch):
     assert reads == ["rope positions"]
     with pytest.raises(IndexError, match="token ids must lie in"):
         ops.embedding(torch.tensor([0, 9]), torch.zeros(8, 4))
+
+
+def test_head_targets_range_read_after_the_forward_is_queued():
+    """``checks.range_later`` on the CPU reads now; the head's targets check raises naming the range, for each
+    backend's ``logprob_head`` (the reference here; the Triton one in tests/ops/triton), and passes good targets."""
+    from rlk_models.ops import checks
+
+    assert checks.range_later(torch.tensor([4, -2, 7]))() == (-2, 7)
+    ops = get_backend("reference")
+    h, w = torch.randn(4, 16), torch.randn(40, 16)
+    assert ops.logprob_head(h, w, torch.tensor([0, 39, 5, 1]), 40)[0].shape == (4,)
+    with pytest.raises(IndexError, match=r"targets must lie in \[0, 40\), got range \[0, 40\]"):
+        ops.logprob_head(h, w, torch.tensor([0, 40, 5, 1]), 40)
+    with checks.trusted_values():  # trusted: not read (the kernels clamp or compare ids, never index by them)
+        ops.logprob_head(h, w, torch.tensor([0, 40, 5, 1]), 40)

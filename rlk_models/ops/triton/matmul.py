@@ -549,7 +549,9 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     the plain K order). ``launch``/``tma`` override the choices made by shape (every choice gives
     the same bits); ``out`` (contiguous [M, N]) receives the result -- with ``accumulate``, ``out
     + C`` rounded once to out's dtype, the bits of ``out + mm(...)`` in fp32 (plain K, no bias), one
-    pass over ``out`` instead of a product buffer and an add."""
+    pass over ``out`` instead of a product buffer and an add. Groups of a K that is not a multiple of
+    ``groups`` x ``BLOCK_K`` (no layer's: ``k_groups``; a backward's split of a long K, whose order only
+    needs to be fixed) take ceil(K-tiles / groups) K-tiles each, the last ones fewer or none."""
     m, k = (a.shape[1], a.shape[0]) if a_km else a.shape
     n = b.shape[1] if b_kn else b.shape[0]
     if (b.shape[0] if b_kn else b.shape[1]) != k:
@@ -608,7 +610,9 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     stride = sms if persistent else ONE_PASS
     if tiles > ONE_PASS:
         raise ValueError(f"matmul: {m} x {n} in tiles of {bm} x {bn} is more than {ONE_PASS} tiles")
-    kg = k // groups if grouped else k
+    # a group's K: whole K-tiles, K split as evenly as they allow (exactly K / groups where K is a multiple of groups
+    # x BLOCK_K, as k_groups ensures for a layer); past K the loads are zeros (masks; TMA's bounds)
+    kg = triton.cdiv(k, groups * BLOCK_K) * BLOCK_K if grouped else k
     parts = groups // split if split else 0
     c = torch.empty(parts, m, n, dtype=torch.float32, device=a.device) if split else out
     bias_arg = bias if bias is not None else out  # without a bias: out (the accumulate epilogue reads it there)

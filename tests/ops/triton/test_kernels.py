@@ -219,6 +219,25 @@ def test_matmul_two_groups_split_by_halves_runs_fused():
     assert torch.equal(fused, mm.mm(x, w, groups=2, launch=mm.Launch((16, 32, 4, 2), split=1), tma=False))
 
 
+@pytest.mark.parametrize("k", [200, 1000])  # groups of 64 (the last 8 wide, then empty); 128 (the last 104)
+def test_matmul_ragged_groups_fold_each_groups_plain_product(k):
+    """K not a multiple of groups x 64 (a backward's split of a long plain K, e.g. dh over the vocab): each group
+    takes ceil(K-tiles / groups) K-tiles (the last fewer or none), its plain product folded by the halves, in
+    every form (fused, split per group, per half; pointer and, natively, TMA loads)."""
+    mm = _mod("matmul")
+    g = torch.Generator().manual_seed(k)
+    x, w = bitwise_data(g, 37, k), bitwise_data(g, 45, k)
+    kg = -(-k // (8 * 64)) * 64
+    parts = [mm.mm(x[:, a:a + kg], w[:, a:a + kg], out_dtype=torch.float32, tma=False) if a < k
+             else torch.zeros(37, 45, device=DEV) for a in range(0, 8 * kg, kg)]
+    halves = [(((0 + parts[i]) + parts[i + 1]) + parts[i + 2]) + parts[i + 3] for i in (0, 4)]
+    want = (0 + halves[0]) + halves[1]  # the kernels' folds, each from zero
+    for tma in ((False, True) if NATIVE else (False,)):
+        for split in (0, 1, mm.HALF):
+            got = mm.mm(x, w, groups=8, launch=mm.Launch((16, 32, 4, 2), split=split), tma=tma)
+            assert torch.equal(got, want), (tma, split)
+
+
 def test_matmul_halves_probe_is_two_groups():
     """benchmarks/triton/matmul_halves_probe.py's kernel (h0 stashed, one accumulator) computes
     ``mm(..., groups=2)``: ragged M and N, two tile shapes."""
@@ -1214,6 +1233,35 @@ def test_head_keeps_probs_only_for_a_recorded_gradient():
     assert not kept(h, w)
     with torch.no_grad():
         assert not kept(hr, w)
+
+
+def test_head_refuses_targets_out_of_range_without_a_host_sync():
+    """Targets outside [0, V) raise an IndexError naming their range before any result is returned; on a GPU the
+    range is read without a host sync (``checks.range_later``, after the head's kernels are queued): a forward and
+    backward run under ``torch.cuda.set_sync_debug_mode("error")``, which raises on any synchronizing call."""
+    import re
+
+    head = _mod("logprob_head")
+    g = torch.Generator().manual_seed(11)
+    h, w = rand(g, 8, 64), rand(g, 300, 64)
+    tgt = torch.randint(0, 300, (8,), generator=g).to(DEV)
+    for i, bad, seen in ((3, -1, "[-1, "), (5, 300, ", 300]")):
+        wrong = tgt.clone()
+        wrong[i] = bad
+        for save in (True, False):
+            with pytest.raises(IndexError, match=re.escape("targets must lie in [0, 300), got range ") + ".*"
+                               + re.escape(seen)):
+                head.logprob_head(h.clone().requires_grad_(), w, wrong, 300, save_probs=save)
+    if NATIVE:
+        hr = h.clone().requires_grad_()
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            lp = head.logprob_head(hr, w, tgt, 300)[0]
+            (dh,) = torch.autograd.grad(lp, [hr], torch.ones_like(lp))
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        assert torch.equal(lp, head.logprob_head_forward(h, w, tgt, 300)) and dh.isfinite().all()
 
 
 # --- whole model ---------------------------------------------------------------------------------
