@@ -596,6 +596,25 @@ s38b)
         K="(head and not launch_choices and not accumulate) or shard_tree or vocab_shards or ragged_groups"
     test_summary head_tests 14
     ;;
+s38c)
+    # session 38's third call: the backward with dh split-K at <= 256 rows and dh written in h's dtype, the sync-free
+    # targets check: --backward-split, the main sweep's forward + backward against torch, and the changed ops' tests
+    bench bwd 200 benchmarks/triton/head_sweep.py --backward-split 128,256,512,1024
+    grep -E "^T=" "$ROOT_OUT/bwd.log" | cut -c1-400
+    bench head_main 260 benchmarks/triton/head_sweep.py
+    grep -E "^M=" "$ROOT_OUT/head_main.log" | cut -c1-200
+    python3 - "$ROOT_OUT/head_main/head_sweep.json" <<'PY'
+import json, sys
+for k, v in json.load(open(sys.argv[1])).items():
+    if isinstance(v, dict) and "fwd_bwd_ours_us" in v:
+        print(k, "fwd+bwd ours", round(v["fwd_bwd_ours_us"], 1), "torch", round(v["fwd_bwd_torch_us"], 1),
+              "ratio", round(v["ratio_fwd_bwd_vs_torch"], 3), "recompute ratio", round(v["ratio_fwd_bwd_recompute_vs_torch"], 3))
+PY
+    part head_tests 200 PART=tests TEST_TIMEOUT=190 \
+        TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py" \
+        K="ragged_groups or dh_split or refuses_targets or kept_probs or logprob_head_rows or head_stats_sm90"
+    test_summary head_tests 14
+    ;;
 s36t)
     # session 36's second proof, after the trees' merges were written as one FMA form (_pair): the head's tests
     # natively (the fused tree against the two over 4,096 rows, the vocab shards against TP=1 at Qwen3's vocabulary),

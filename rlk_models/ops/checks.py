@@ -60,7 +60,7 @@ def _values_readable(t: torch.Tensor) -> bool:
 
 def _range(t: torch.Tensor) -> tuple[int, int]:
     """(min, max) of a non-empty integer tensor in one host read."""
-    lo, hi = torch.stack([t.min(), t.max()]).tolist()
+    lo, hi = torch.stack(torch.aminmax(t)).tolist()
     return int(lo), int(hi)
 
 
@@ -73,7 +73,7 @@ def range_later(t: torch.Tensor) -> Callable[[], tuple[int, int]]:
         lo_hi = _range(t)
         return lambda: lo_hi
     host = torch.empty(2, dtype=t.dtype, pin_memory=True)
-    host.copy_(torch.stack([t.min(), t.max()]), non_blocking=True)
+    host.copy_(torch.stack(torch.aminmax(t)), non_blocking=True)
     copied = torch.cuda.Event()
     copied.record()
 

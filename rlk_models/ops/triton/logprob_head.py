@@ -24,8 +24,11 @@ Backward from kept probabilities (training's default: ``logprob_head(..., save_p
     (``TileProbs``: T x 256 ceil(V / 256) entries, 2 bytes each in bf16, held until the backward).
     The backward turns them into ``dl = g (onehot - p)``, ``p = q exp(m - lse)``, in place (one
     elementwise pass; the target entry from the fp32 target logit, so ``1 - p`` there is not
-    rounded through q), then dh = dl @ W and dW = dl^T @ h, one plain-order matmul each over
-    the whole vocab. Against the recompute below it saves a [T, V, K] matmul and dh's fp32
+    rounded through q), then dh = dl @ W and dW = dl^T @ h, one matmul each over the whole vocab:
+    dW's in the plain K order; dh's too above ``DH_SPLIT``'s rows, and below split-K -- the vocab
+    in a fixed number of groups by T, one program per (tile, group), the fp32 partials folded in
+    order (``mm``'s halves) -- since the plain order's 32-64 programs of [T, 4096] left most SMs
+    idle. Against the recompute below it saves a [T, V, K] matmul and dh's fp32
     round trip per chunk; p carries one more rounding (q's: 2^-9 relative in bf16) before dl's
     own. An entropy gradient takes the recompute path (it needs l, not only p).
 
@@ -55,7 +58,7 @@ import triton.language as tl
 from ..autograd import head_ops
 from ..canonical import VOCAB_GROUPS, VOCAB_TILE, HeadStats, ShardStats, TileProbs, padded_vocab
 from . import head_sm90
-from .matmul import mm
+from .matmul import HALF, Launch, mm
 from .utils import BLOCK_K, bind_cuda_context, dot_k_range, fit_stages, num_sms, tma_ok
 
 BWD_CHUNK = 2048        # the narrowest backward vocab chunk (entries), and the unit of wider ones
@@ -482,7 +485,8 @@ def _dw_buffer(w: torch.Tensor, vocab_size: int, t: int) -> torch.Tensor:
     if t == 0:
         return torch.zeros_like(w)
     dw = torch.empty_like(w)
-    dw[vocab_size:].zero_()
+    if w.shape[0] > vocab_size:
+        dw[vocab_size:].zero_()
     return dw
 
 
@@ -515,12 +519,18 @@ def _backward(h, w, targets, lse, mean_l, vocab_size, g_logp, g_ent, need_dw):
 
 
 PROBS_BLOCK_M = 32  # rows a program of _probs_dlogits_kernel (one 256-entry vocab tile wide)
+# dh = dl @ W's K-groups (vocab split-K; ``mm``'s ragged groups) and launch by T (row bound: (groups, Launch)); above
+# the last bound one group (the plain K order, ``mm``'s table). Fixed by T, so dh is deterministic; its bits move
+# with T's bucket, which a backward may (CONTRACT.md). H200, session 38 (head_sweep.py --backward-split, K = 4096,
+# V = 151,936, graphed, us): 128 rows plain 508, these 4 groups 336 (cuBLAS 361); 256 rows plain 729, 8 groups by
+# halves 550 (cuBLAS 550); 512 rows plain 962, 2 groups 1105: plain from there
+DH_SPLIT = ((128, (4, Launch((128, 128, 8, 4), split=1))), (256, (8, Launch((128, 128, 8, 4), split=HALF))))
 
 
 def _probs_backward(h, w, targets, lse, target_logit, probs: TileProbs, vocab_size, g_logp, need_dw):
     """(dh, dw) from the forward's kept probabilities: dl in place of q (one elementwise pass), then
-    dh = dl @ W and dW = dl^T @ h, each one plain-order matmul over the whole vocab (fp32
-    accumulation; no logits recomputed, no vocab chunks)."""
+    dh = dl @ W (split-K by ``DH_SPLIT`` at small T) and dW = dl^T @ h (plain K order), one matmul each over the
+    whole vocab (fp32 accumulation; no logits recomputed, no vocab chunks)."""
     h = h.contiguous()
     t, k = h.shape
     q, m = probs
@@ -530,13 +540,15 @@ def _probs_backward(h, w, targets, lse, target_logit, probs: TileProbs, vocab_si
             q, m, lse, g_logp.contiguous(), targets, target_logit, t, n_tiles, m.shape[1],
             BLOCK_M=PROBS_BLOCK_M, BLOCK_V=VOCAB_TILE, num_warps=4)
     dl = q[:, :vocab_size]
-    dh = mm(dl, w[:vocab_size], b_kn=True, groups=1, out=torch.empty(t, k, dtype=torch.float32, device=h.device))
+    groups, launch = next((gl for bound, gl in DH_SPLIT if t <= bound), (1, None))
+    # written in h's dtype: the product's (or the fold's) one rounding of the fp32 sum, as a .to() of it would be
+    dh = mm(dl, w[:vocab_size], b_kn=True, groups=groups, launch=launch, out=torch.empty_like(h))
     dw = None
     if need_dw:
         dw = _dw_buffer(w, vocab_size, t)
         if t:  # no rows: dW stays _dw_buffer's zeros
             mm(dl, h, a_km=True, b_kn=True, groups=1, out=dw[:vocab_size])
-    return dh.to(h.dtype), dw
+    return dh, dw
 
 
 logprob_head, full_logprobs, head_stats = head_ops(shard_stats, combine_shards, _backward, _probs_backward,

@@ -226,10 +226,10 @@ def test_matmul_ragged_groups_fold_each_groups_plain_product(k):
     every form (fused, split per group, per half; pointer and, natively, TMA loads)."""
     mm = _mod("matmul")
     g = torch.Generator().manual_seed(k)
-    x, w = bitwise_data(g, 37, k), bitwise_data(g, 45, k)
+    x, w = bitwise_data(g, 37, k), bitwise_data(g, 48, k)  # rows of 16-byte multiples, for TMA
     kg = -(-k // (8 * 64)) * 64
     parts = [mm.mm(x[:, a:a + kg], w[:, a:a + kg], out_dtype=torch.float32, tma=False) if a < k
-             else torch.zeros(37, 45, device=DEV) for a in range(0, 8 * kg, kg)]
+             else torch.zeros(37, 48, device=DEV) for a in range(0, 8 * kg, kg)]
     halves = [(((0 + parts[i]) + parts[i + 1]) + parts[i + 2]) + parts[i + 3] for i in (0, 4)]
     want = (0 + halves[0]) + halves[1]  # the kernels' folds, each from zero
     for tma in ((False, True) if NATIVE else (False,)):
@@ -1213,6 +1213,36 @@ def test_head_backward_from_kept_probs(dtype, vocab):
         assert dw0.shape == w.shape and not dw0.any(), "T = 0: dW all zero"
     with_ent = run(True, ge)
     assert all(torch.equal(a, b) for a, b in zip(with_ent, run(False, ge))), "entropy gradient: the recompute path"
+
+
+def test_head_dh_split_buckets_close_to_float64_and_deterministic(monkeypatch):
+    """dh of the kept-probabilities backward in each of ``DH_SPLIT``'s buckets (vocab split-K: ragged groups of the
+    vocab, the partials folded in order) and in the plain order above them: within rounding of float64, identical
+    run to run, the bucket's launch the one taken."""
+    head = _mod("logprob_head")
+    bounds = [b for b, _ in head.DH_SPLIT]
+    g = torch.Generator().manual_seed(12)
+    vocab = 700
+    w = rand(g, vocab, 64, scale=0.3)
+    taken = []
+    real_mm = head.mm
+    monkeypatch.setattr(head, "mm", lambda *a, **kw: taken.append(kw.get("groups")) or real_mm(*a, **kw))
+    for t in (*bounds, bounds[-1] + 1):
+        h, gl = rand(g, t, 64), rand(g, t)
+        tgt = torch.randint(0, vocab, (t,), generator=g).to(DEV)
+
+        def grads():
+            hr = h.clone().requires_grad_()
+            return torch.autograd.grad(head.logprob_head(hr, w, tgt, vocab)[0], [hr], gl)[0]
+
+        taken.clear()
+        dh = grads()
+        assert taken[0] == next((gr for b, (gr, _) in head.DH_SPLIT if t <= b), 1), (t, taken)
+        assert torch.equal(dh, grads()), f"T={t}: dh run to run"
+        h64 = h.double().requires_grad_()
+        lp = (h64 @ w.double().T).log_softmax(-1).gather(1, tgt[:, None])[:, 0]
+        (dh64,) = torch.autograd.grad(lp, [h64], gl.double())
+        assert rel_err(dh, dh64) < (2e-3 if NATIVE else 1e-5), (t, rel_err(dh, dh64))
 
 
 def test_head_keeps_probs_only_for_a_recorded_gradient():
