@@ -662,11 +662,12 @@ varied)
     # an RL-shaped rollout: 384 requests of 256-token prompts through 256 slots, outputs of 48-384 tokens, so
     # finished requests make room for new prefills and steps mix prefill and decode (above 512 tokens vLLM's
     # default capture sizes run them eagerly); VARIED_SHAPE, VARIED_ENGINES, VARIED_N (requests; at 1.7B 384 take ~5 s
-    # a run and the runs spread 16-22%, session 34: more requests average the host's noise over a longer run)
+    # a run and the runs spread 16-22%, session 34: more requests average the host's noise over a longer run),
+    # VARIED_LIMIT (seconds an engine), VARIED_ARGS (more vllm_cuda.py arguments, e.g. --engine-profile)
     part "varied_${VARIED_SHAPE:-1.7b}" 560 PART=vllm SHAPE="${VARIED_SHAPE:-1.7b}" \
         ENGINES="${VARIED_ENGINES:-rlk,rlk_graphs512,stock}" \
         VLLM_ARGS="--varied --n ${VARIED_N:-384} --max-tokens 384 --max-num-seqs 256 --prompt-len 256 \
---limit ${VARIED_LIMIT:-200}"
+--limit ${VARIED_LIMIT:-200} ${VARIED_ARGS:-}"
     tail -60 "$ROOT_OUT/varied_${VARIED_SHAPE:-1.7b}.log"
     ;;
 *) echo "unknown CALL ${CALL}"; exit 2 ;;

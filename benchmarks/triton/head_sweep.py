@@ -12,7 +12,9 @@ configs would keep the contract), as ``stats_configs_same_bits``.
     python benchmarks/triton/head_sweep.py --graph-split [T,...]    # the graphed forward's kernels and idle time
                                                                    # at decode sizes against the matmul's (1,16,128)
     python benchmarks/triton/head_sweep.py --backward-split [T,...] # the eager forward + backward's kernels against
-                                                                   # torch's, and dh's launch candidates (128,256,512)
+                                                                   # torch's, its host time, and dh's launch
+                                                                   # candidates (128,256,512)
+    python benchmarks/triton/head_sweep.py --plot-backward PNG LABEL=JSON ...  # those runs' fwd+bwd / torch (no GPU)
 """
 
 from __future__ import annotations
@@ -422,6 +424,36 @@ def backward_split(ts: tuple[int, ...] = (128, 256, 512), replays: int = 10) -> 
     return res
 
 
+def plot_backward(png: str, runs: list[tuple[str, str]], goal: float = 1.2) -> None:
+    """Grouped bars (no GPU): each ``--backward-split`` JSON's eager forward + backward time over torch's, a bar
+    group per row count, with #17's backward goal; ``runs`` are (label, path) pairs."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = [(label, json.loads(Path(path).read_text())) for label, path in runs]
+    rows = sorted({int(k[1:].split()[0]) for _, d in data for k in d if k.endswith(" ours")})
+    width = 0.8 / len(data)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for i, (label, d) in enumerate(data):
+        have = [t for t in rows if f"T{t} ours" in d]
+        ax.bar([rows.index(t) + i * width - 0.4 + width / 2 for t in have],
+               [d[f"T{t} ours"]["eager_us"] / d[f"T{t} torch"]["eager_us"] for t in have], width, label=label)
+    ax.axhline(goal, color="#c0392b", linestyle="--", linewidth=1, label=f"goal {goal:.2f}x")
+    ax.axhline(1.0, color="black", linewidth=0.6)
+    ax.set_xticks(range(len(rows)), [str(t) for t in rows])
+    ax.set_xlabel("rows (tokens)")
+    ax.set_ylabel("eager fwd+bwd time / torch's")
+    ax.set_title("Log-prob head forward + backward (kept probabilities) against torch, H200")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    log(f"wrote {png}")
+
+
 def host_time(h: torch.Tensor, w: torch.Tensor, calls: int = 50) -> dict:
     """Host microseconds per ``full_logprobs`` call at decode sizes, eager (five Python-launched
     kernels and their buffers) against a replay of ``HeadGraphs`` (what the vLLM class runs):
@@ -454,6 +486,9 @@ if __name__ == "__main__":
     if "--graph-split" in sys.argv[1:]:  # --graph-split [T,T,...]
         rest = sys.argv[sys.argv.index("--graph-split") + 1:]
         graph_split(tuple(int(t) for t in rest[0].split(",")) if rest else (1, 16, 128))
+    elif "--plot-backward" in sys.argv[1:]:  # --plot-backward PNG LABEL=JSON ... (no GPU)
+        rest = sys.argv[sys.argv.index("--plot-backward") + 1:]
+        plot_backward(rest[0], [tuple(a.split("=", 1)) for a in rest[1:]])
     elif "--backward-split" in sys.argv[1:]:  # --backward-split [T,T,...]
         rest = sys.argv[sys.argv.index("--backward-split") + 1:]
         backward_split(tuple(int(t) for t in rest[0].split(",")) if rest else (128, 256, 512))
