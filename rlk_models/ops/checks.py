@@ -75,7 +75,7 @@ def range_later(t: torch.Tensor) -> Callable[[], tuple[int, int]]:
     host = torch.empty(2, dtype=t.dtype, pin_memory=True)
     host.copy_(torch.stack(torch.aminmax(t)), non_blocking=True)
     copied = torch.cuda.Event()
-    copied.record()
+    copied.record(torch.cuda.current_stream(t.device))  # t's device's stream, which the copy ran on
 
     def read() -> tuple[int, int]:
         copied.synchronize()

@@ -1231,7 +1231,7 @@ def test_head_dh_split_buckets_close_to_float64_and_deterministic(monkeypatch):
         h, gl = rand(g, t, 64), rand(g, t)
         tgt = torch.randint(0, vocab, (t,), generator=g).to(DEV)
 
-        def grads():
+        def grads(h=h, tgt=tgt, gl=gl):
             hr = h.clone().requires_grad_()
             return torch.autograd.grad(head.logprob_head(hr, w, tgt, vocab)[0], [hr], gl)[0]
 
