@@ -40,6 +40,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.utils import ModelOutput
 
 from ..ops import get_backend
+from ..ops.checks import trusted_values
 from ..ops.fingerprint import check_fingerprint
 from ..ops.selftest import maybe_require
 from .config import validate_config
@@ -338,9 +339,13 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
             raise ValueError(f"labels {tuple(labels.shape)} must match input_ids ({b}, {s})")
         shifted = torch.cat([labels[:, 1:], labels.new_full((b, 1), -100)], dim=1).reshape(-1)[p.flat_index]
         valid = shifted != -100
-        if valid.any() and (int(shifted[valid].min()) < 0 or int(shifted[valid].max()) >= self.config.vocab_size):
-            raise IndexError(f"labels must be -100 or lie in [0, {self.config.vocab_size})")
-        logp, ent = self._head(hidden[valid], shifted[valid], with_entropy)
+        v = self.config.vocab_size
+        if shifted.numel():  # one host read of the labelled range (none labelled: [v, -1]); hidden[valid] reads anyway
+            lo, hi = torch.stack([torch.where(valid, shifted, v).min(), torch.where(valid, shifted, -1).max()]).tolist()
+            if lo < 0 or hi >= v:
+                raise IndexError(f"labels must be -100 or lie in [0, {v}), got range [{lo}, {hi}] (the -100s aside)")
+        with trusted_values():  # checked just now: the head's own read of the same targets would add a wait
+            logp, ent = self._head(hidden[valid], shifted[valid], with_entropy)
         return logp, ent, valid
 
     def _loss_of(self, logp: torch.Tensor, valid: torch.Tensor, num_items_in_batch) -> torch.Tensor:

@@ -145,6 +145,12 @@ def test_bad_inputs_give_clear_errors(qwen):
         qwen.packed_token_logprobs(torch.tensor([1, 2, 3]), torch.tensor([0, 2]))
     with pytest.raises(IndexError, match="position"):
         qwen.token_logprobs(torch.zeros(1, qwen.config.max_position_embeddings + 1, dtype=torch.long))
+    v = qwen.config.vocab_size
+    for bad in (v, -5):  # a label past the vocabulary, a negative one other than -100
+        labels = torch.tensor([[1, 2, bad, -100]])
+        with pytest.raises(IndexError, match=rf"labels must be -100 or lie in \[0, {v}\), got range \[{min(bad, 2)}, "
+                                             rf"{max(bad, 2)}\]"):
+            qwen(torch.tensor([[1, 2, 3, 4]]), labels=labels)
 
 
 def test_incomplete_backend_is_refused_naming_what_is_missing():
