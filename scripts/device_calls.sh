@@ -124,6 +124,8 @@
 #                                              # launch candidates, before / after the dW buffer (carry .probe_old)
 #   CALL=s38b bash scripts/device_calls.sh     # the head backward's host time and dh split-K candidates, then
 #                                              # the head's GPU tests natively
+#   CALL=s39fold bash scripts/device_calls.sh  # docs/pending/s38-fold-norm applied: its tests natively, the
+#                                              # row-parallel bits, rlk-verify in CUDA vLLM (carry .vllm-cuda)
 #   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
 #                                              # (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
@@ -595,6 +597,19 @@ s38b)
         TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py" \
         K="(head and not launch_choices and not accumulate) or shard_tree or vocab_shards or ragged_groups"
     test_summary head_tests 14
+    ;;
+s39fold)
+    # docs/pending/s38-fold-norm.mbox applied (`git am`): its kernel tests natively (the partials through the norm,
+    # the vLLM method, the split-K folds and the TP partials whose fold kernel now shares its code), the 8B
+    # row-parallel layers' launch bits, and rlk-verify inside CUDA vLLM for Qwen3 (carry .vllm-cuda); then
+    # CALL=decode17 for the 1.7B decode step's kernels against stock (the fold launches should be gone)
+    part fold_tests 120 PART=tests TEST_TIMEOUT=110 TESTS=tests/ops/triton/test_kernels.py \
+        K="unfolded_partials or vllm_row_parallel_method or row_parallel or ragged_groups or tensor_parallel"
+    test_summary fold_tests 14
+    matmul_bits fold_bits 160 o down
+    part vllm_fold 260 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
+        K="qwen3 and not tp2 and (batches_64 or chunked)" TEST_TIMEOUT=150
+    test_summary vllm_fold 12
     ;;
 s38c)
     # session 38's third call: the backward with dh split-K at <= 256 rows and dh written in h's dtype, the sync-free
