@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench_graph, info, log, save  # noqa: E402
 from matmul_sweep import SHAPES  # noqa: E402
 
-from rlk_models.ops.triton.matmul import fold, k_groups, launch_for, mm, run_of  # noqa: E402
+from rlk_models.ops.triton.matmul import fold_partials, k_groups, launch_for, mm, run_of  # noqa: E402
 
 
 def split_cost(ms: list[int], shapes: list[str], device: str = "cuda") -> dict:
@@ -57,7 +57,7 @@ def split_cost(ms: list[int], shapes: list[str], device: str = "cuda") -> dict:
             p = torch.randn(parts, m, n, device=dev, generator=g)
             out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
             t = {"cublas": bench_graph(lambda: F.linear(xm, w)), "whole": bench_graph(lambda: mm(xm, w, groups=groups)),
-                 "fold": bench_graph(lambda: fold(p, out, None, parts, run_of(groups) // lc.split))}
+                 "fold": bench_graph(lambda: fold_partials(p, out, None, parts, run_of(groups) // lc.split))}
             row = {"launch": str(lc), "us": {key: 1e3 * v for key, v in t.items()},
                    "whole_vs_cublas": t["whole"] / t["cublas"],
                    "without_fold_vs_cublas": (t["whole"] - t["fold"]) / t["cublas"]}

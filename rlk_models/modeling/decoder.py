@@ -238,7 +238,7 @@ class MLP(nn.Module):
     ``config.rlk_rebuild_activations`` the product SiLU(gate) * up [T, intermediate] not kept for
     the backward but written again by the SiLU-mul backward's pass over gate_up (at Qwen3-1.7B, 8 x
     2048 tokens: 5.4 GB a step less, and no extra read of gate_up). When ``down_proj`` is observed
-    (hooks, a replaced forward: ``_observed``) it is called as a module instead, after ``silu_mul``.
+    (hooks, a replaced forward: ``observed``) it is called as a module instead, after ``silu_mul``.
     Inside vLLM: ``silu_mul`` then the row-parallel layer."""
 
     def __init__(self, config, build: Builder, prefix: str):
@@ -254,15 +254,16 @@ class MLP(nn.Module):
         ops = get_backend(self.backend)
         gate_up = self.gate_up_proj(x_TD)
         down = self.down_proj
-        if type(down) is Linear and not _observed(down):
+        if type(down) is Linear and not observed(down):
             return ops.silu_mul_linear(gate_up, down.weight, down.bias, keep_act=not self.rebuild_act)
         return down(ops.silu_mul(gate_up))
 
 
-def _observed(m: nn.Module) -> bool:
+def observed(m: nn.Module) -> bool:
     """Whether calling ``m`` runs more than its class's forward: hooks on it or on every module
     (``rlk-bisect``'s records, a user's), or a forward replaced on the instance. Then the MLP calls
-    it as two ops, so they see its input and output (keeping the product for the backward)."""
+    it as two ops, so they see its input and output (keeping the product for the backward), and the
+    vLLM class's row-parallel layer folds its own output (no ``canonical.Partials`` for a hook)."""
     M = nn.modules.module
     return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
                 or M._global_forward_hooks or M._global_forward_pre_hooks or M._global_backward_hooks

@@ -58,7 +58,7 @@ from ..ops.checks import trusted_values
 from ..ops.fingerprint import check_fingerprint
 from ..ops.selftest import maybe_require
 from .config import validate_config
-from .decoder import Decoder, VllmContextMeta
+from .decoder import Decoder, VllmContextMeta, observed
 from .head_graphs import HeadGraphs
 from .vllm_attention import RLKAttentionBackend
 
@@ -119,6 +119,10 @@ class RLKRowParallelMethod(RLKLinearMethod):
     def apply(self, layer, x, bias=None):
         ops = get_backend(self.backend)
         if layer.tp_size == 1:  # the whole tree in one call: the training class's linear, any K
+            if hasattr(ops, "linear_unfolded") and not observed(layer):
+                # a split-K launch's partials, folded by the next residual add + RMSNorm (the decoder's): the same
+                # bits, a fold launch fewer (hooks on the layer see its output as usual)
+                return ops.linear_unfolded(x, layer.weight, layer.bias)
             return ops.linear(x, layer.weight, layer.bias, row_parallel=True)
         if self.plain_all_reduce:
             out = tensor_model_parallel_all_reduce(ops.linear(x, layer.weight, None))

@@ -35,7 +35,12 @@ class Backend(Protocol):
     stacked in rank order [k, P, ..., N]. At TP=2 every backend must make a rank's partial one
     tensor (P = 1) whose sum with the other rank's, p0 + p1, is the canonical result: one fp32
     addition, which any all-reduce of two values computes bit for bit (IEEE addition is
-    commutative), so vLLM all-reduces it instead of gathering."""
+    commutative), so vLLM all-reduces it instead of gathering.
+
+    Optional: ``linear_unfolded(x, weight, bias)``, the row-parallel linear at TP=1 for inference with its
+    split-K fold left to the next ``add_rms_norm`` (``canonical.Partials``, which that backend's ``add_rms_norm``
+    takes as x): the same bits, a launch fewer per row-parallel layer where the linear splits K (triton; the vLLM
+    class uses it when the backend has it)."""
 
     NAME: str
 

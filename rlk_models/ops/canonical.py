@@ -46,6 +46,17 @@ class TileProbs(NamedTuple):
     m: torch.Tensor
 
 
+class Partials(NamedTuple):
+    """A row-parallel product left unfolded for the next op (``linear_unfolded``, inference at TP=1): its fp32
+    split-K partials ``parts`` [P, T, N] -- the 8 K-group partials or the 2 halves' sums, as ``combine_partials``
+    takes one rank's -- the bias, and the output dtype. Its value is ``combine_partials(parts[None], bias, dtype)``,
+    the linear's output bit for bit; the next residual add + RMSNorm folds them (``add_rms_norm``), a launch and a
+    round trip of the output fewer."""
+    parts: torch.Tensor
+    bias: torch.Tensor | None
+    dtype: torch.dtype
+
+
 class ShardStats(NamedTuple):
     """One vocab shard's reduction (``shard_stats``), each [T] fp32: running max ``m``, sum of
     exp(l - m) ``s``, sum of exp(l - m) * l ``e``, the target's logit (exactly 0 where the target

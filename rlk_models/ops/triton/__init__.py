@@ -29,7 +29,7 @@ from .attention import paged_attention, varlen_attention
 from .embedding import embedding
 from .kv_cache import write_kv
 from .logprob_head import combine_shards, full_logprobs, logprob_head, shard_stats
-from .matmul import combine_partials, partials_per_rank, shard_partial
+from .matmul import combine_partials, linear_unfolded, partials_per_rank, shard_partial
 from .reduce import token_sum
 from .rms_norm import add_rms_norm, qk_norm_rope, rms_norm, rms_norm_rope
 from .rope import rope
@@ -61,5 +61,6 @@ def is_available() -> tuple[bool, str]:
 
 
 __all__ = ["add_rms_norm", "combine_partials", "combine_shards", "embedding", "full_logprobs", "linear",
-           "logprob_head", "paged_attention", "partials_per_rank", "qk_norm_rope", "rms_norm", "rms_norm_rope", "rope",
-           "shard_partial", "shard_stats", "silu_mul", "silu_mul_linear", "token_sum", "varlen_attention", "write_kv"]
+           "linear_unfolded", "logprob_head", "paged_attention", "partials_per_rank", "qk_norm_rope", "rms_norm",
+           "rms_norm_rope", "rope", "shard_partial", "shard_stats", "silu_mul", "silu_mul_linear", "token_sum",
+           "varlen_attention", "write_kv"]

@@ -62,6 +62,7 @@ import triton
 import triton.language as tl
 
 from ..canonical import LINEAR_K_GROUPS as K_GROUPS
+from ..canonical import Partials
 from . import matmul_sm90
 from .utils import BLOCK_K, ONE_PASS, bind_cuda_context, dot_k_range, fit_stages, num_sms, tma_ok
 
@@ -263,24 +264,33 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
 
 
 @triton.jit
+def fold_parts(p_ptr, idx, ok, MN, acc, GROUPS: tl.constexpr, RUN: tl.constexpr):
+    """acc (zeros, the shape of idx) + the fused kernel's sum of GROUPS fp32 partials at element offsets idx of
+    each [MN] partial: runs of RUN folded in order from zero, the runs' sums added in order. The one fold
+    ``_fold_kernel`` and the RMSNorm of unfolded partials (``rms_norm._rms_fwd``) both run, so they round alike."""
+    for r in tl.static_range(GROUPS // RUN):
+        run = tl.zeros_like(acc)
+        for g in tl.static_range(r * RUN, r * RUN + RUN):
+            run = run + tl.load(p_ptr + g * MN + idx, mask=ok, other=0.0)
+        acc = acc + run
+    return acc
+
+
+@triton.jit
 def _fold_kernel(p_ptr, c_ptr, bias_ptr, M, N, HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr, RUN: tl.constexpr,
                  BLOCK: tl.constexpr):
     """c = the fused kernel's sum of GROUPS partials (runs of RUN folded in order from zero, the
     runs' sums added in order) (+ bias), rounded once."""
     idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = idx < M * N
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for r in tl.static_range(GROUPS // RUN):
-        run = tl.zeros((BLOCK,), dtype=tl.float32)
-        for g in tl.static_range(r * RUN, r * RUN + RUN):
-            run = run + tl.load(p_ptr + g * M * N + idx, mask=ok, other=0.0)
-        acc = acc + run
+    acc = fold_parts(p_ptr, idx, ok, M * N, tl.zeros((BLOCK,), dtype=tl.float32), GROUPS, RUN)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + idx % N, mask=ok, other=0.0).to(tl.float32)
     tl.store(c_ptr + idx, acc.to(c_ptr.dtype.element_ty), mask=ok)
 
 
-def fold(parts: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None, count: int, run: int) -> torch.Tensor:
+def fold_partials(parts: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None, count: int, run: int
+                  ) -> torch.Tensor:
     """out = ``count`` fp32 partials (``parts``, contiguous [count, *out.shape]) folded by ``_fold_kernel`` (runs
     of ``run`` in order from zero, the runs' sums added in order) + bias, rounded once to out's dtype: a split-K
     launch's second kernel and ``combine_partials``."""
@@ -543,7 +553,8 @@ def fitted_config(config: tuple[int, int, int, int], elem_size: int, out_elem_si
 
 def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
        a_km: bool = False, b_kn: bool = False, groups: int = 1, launch: Launch | None = None,
-       tma: bool | None = None, out: torch.Tensor | None = None, accumulate: bool = False) -> torch.Tensor:
+       tma: bool | None = None, out: torch.Tensor | None = None, accumulate: bool = False,
+       fold: bool = True) -> torch.Tensor | Partials:
     """The contract's product C[M, N] = A @ B^T over K, with A given as [M, K] (``a_km``: as
     [K, M]) and B as [N, K] (``b_kn``: as [K, N]), K reduced in ``groups`` canonical groups (1:
     the plain K order). ``launch``/``tma`` override the choices made by shape (every choice gives
@@ -551,7 +562,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     + C`` rounded once to out's dtype, the bits of ``out + mm(...)`` in fp32 (plain K, no bias), one
     pass over ``out`` instead of a product buffer and an add. Groups of a K that is not a multiple of
     ``groups`` x ``BLOCK_K`` (no layer's: ``k_groups``; a backward's split of a long K, whose order only
-    needs to be fixed) take ceil(K-tiles / groups) K-tiles each, the last ones fewer or none."""
+    needs to be fixed) take ceil(K-tiles / groups) K-tiles each, the last ones fewer or none. ``fold=False``: where
+    the launch splits K, the fp32 partials as ``Partials`` (the fold left to the next op) instead of ``out``."""
     m, k = (a.shape[1], a.shape[0]) if a_km else a.shape
     n = b.shape[1] if b_kn else b.shape[0]
     if (b.shape[0] if b_kn else b.shape[1]) != k:
@@ -635,8 +647,10 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         _mm_kernel[grid](a, b, c, bias_arg, m, n, k, kg, sam, sak, sbn, sbk, scm, scn, bias is not None, groups,
                          run_of(groups), split, bm, bn, BLOCK_K, 8, stride, num_warps=warps, num_stages=stages,
                          C_T=swap, ACC=accumulate)
-    if split:  # the runs' partials, folded as the fused kernel folds the groups
-        fold(c, out, bias, parts, run_of(groups) // split)
+    if split:  # the runs' partials, folded as the fused kernel folds the groups (or by the next op)
+        if not fold:
+            return Partials(c, bias, out.dtype)
+        fold_partials(c, out, bias, parts, run_of(groups) // split)
     return out
 
 
@@ -645,6 +659,17 @@ def matmul(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, o
     """``x [M, K] @ w [N, K].T (+ bias)`` -> [M, N] in ``out_dtype`` (default x.dtype); K in the
     canonical K-groups when ``row_parallel``."""
     return mm(x, w, bias, out_dtype, groups=k_groups(x.shape[1]) if row_parallel else 1, launch=launch, tma=tma)
+
+
+def linear_unfolded(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor | Partials:
+    """The row-parallel ``linear`` (inference, TP=1), its fold left to the next op where the launch for M splits K
+    (the decode sizes): ``Partials`` whose ``add_rms_norm`` gives the bits of this linear's output added and normed;
+    where the launch does not split, that output itself."""
+    x2 = x.reshape(-1, x.shape[-1])
+    out = mm(x2, w, bias, groups=k_groups(x.shape[-1]), fold=False)
+    if isinstance(out, Partials):
+        return out._replace(parts=out.parts.view(out.parts.shape[0], *x.shape[:-1], w.shape[0]))
+    return out.view(*x.shape[:-1], w.shape[0])
 
 
 # the backward's products (a backward promises determinism, not invariance: plain K order)
@@ -699,4 +724,4 @@ def combine_partials(parts: torch.Tensor, bias: torch.Tensor | None, out_dtype: 
         raise ValueError(f"triton combine_partials: {count} partials; expected {K_GROUPS} group partials, the 2 "
                          "halves or their all-reduced sum")
     out = torch.empty(*flat.shape[1:], dtype=out_dtype, device=parts.device)
-    return fold(flat.contiguous(), out, bias, count, run_of(count))
+    return fold_partials(flat.contiguous(), out, bias, count, run_of(count))

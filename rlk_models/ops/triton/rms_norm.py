@@ -29,7 +29,9 @@ import triton
 import triton.language as tl
 
 from ..autograd import column_slot, shared_column_buffer
+from ..canonical import LINEAR_K_GROUPS, Partials
 from ..checks import check_add_rms_norm, check_rms_norm, check_rms_norm_rope
+from .matmul import fold_parts
 from .rope import rope_backward, rotated_hi, rotated_lo
 
 
@@ -82,8 +84,9 @@ def _head_row(tok, head, SX, D):
 
 @triton.jit
 def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D, H, SX, eps, HALF, w2_ptr, y2_ptr,
-             rstd2_ptr, H1, ROWS: tl.constexpr, BLOCK_D: tl.constexpr, RES: tl.constexpr, ROPE: tl.constexpr,
-             BLOCK_HALF: tl.constexpr, TWO: tl.constexpr):
+             rstd2_ptr, H1, b_ptr, ROWS: tl.constexpr, BLOCK_D: tl.constexpr, RES: tl.constexpr, ROPE: tl.constexpr,
+             BLOCK_HALF: tl.constexpr, TWO: tl.constexpr, PARTS: tl.constexpr = 0, RUN: tl.constexpr = 1,
+             HAS_BIAS: tl.constexpr = False):
     """y = RMSNorm(x) of ROWS rows (y, r, s: contiguous rows of D), each reduced alone along the
     tile's D axis; x's row ``row`` is head ``row % H`` of token ``row // H``, at ``(row // H) * SX +
     (row % H) * D`` (H = 1, SX = D: plain rows; a [T, H, D] view of q or k inside the qkv
@@ -94,14 +97,24 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D
     the two ops' rounding points. TWO: heads ``>= H1`` are a second tensor's (q's heads, then k's,
     in one qkv row): their weight is w2 and their rows go to y2/rstd2 ([T, H - H1]), the others' to
     y/rstd ([T, H1]) -- the same code per row (two tensors, not views of one buffer: a custom op's
-    outputs must not alias). Rows, tokens and heads are int32 (M < 2**31, checked by the caller),
+    outputs must not alias). PARTS (with RES, plain rows): x_ptr holds a row-parallel linear's PARTS
+    unfolded fp32 partials [PARTS, M, D] (``canonical.Partials``), and x is their fold by the split-K
+    fold kernel's code (``matmul.fold_parts``, runs of RUN) + the bias (b_ptr), rounded to s's dtype:
+    the linear's output, not stored. Rows, tokens and heads are int32 (M < 2**31, checked by the caller),
     element offsets int64."""
     row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = row < M
     tok, head = row // H, row % H  # once a row (H = 1 is specialised: no division)
     cols = tl.arange(0, BLOCK_D)[None, :]  # 2-D from the start: one layout for x, w and y (no conversion)
     mask = row_ok[:, None] & (cols < D)
-    x = tl.load(x_ptr + _head_row(tok, head, SX, D)[:, None] + cols, mask=mask, other=0.0)
+    if PARTS:
+        off = row.to(tl.int64)[:, None] * D + cols
+        x = fold_parts(x_ptr, off, mask, M * D, tl.zeros((ROWS, BLOCK_D), dtype=tl.float32), PARTS, RUN)
+        if HAS_BIAS:
+            x += tl.load(b_ptr + cols, mask=cols < D, other=0.0).to(tl.float32)
+        x = x.to(s_ptr.dtype.element_ty)
+    else:
+        x = tl.load(x_ptr + _head_row(tok, head, SX, D)[:, None] + cols, mask=mask, other=0.0)
     # each row's output row, rstd and weight
     y_row, rstd_at, w_row = y_ptr + row.to(tl.int64) * D, rstd_ptr + row, w_ptr + 0 * row
     if TWO:
@@ -309,15 +322,16 @@ class _AddRMSNorm(torch.autograd.Function):
         return dx.view(shape), dx.view(shape), dw, None
 
 
-def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None, second=None):
+def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None, second=None, parts=None):
     """(y [m, D], rstd [m]) by ``_rms_fwd`` over m rows of x2 (see its row addressing); with r2,
     of s = x2 + r2, written into s; with rope = (positions [m // heads], fp32 table), y rotated.
-    With second = (w2, h1): heads >= h1 use w2 and are returned apart, (y, rstd, y2, rstd2)."""
+    With second = (w2, h1): heads >= h1 use w2 and are returned apart, (y, rstd, y2, rstd2). With
+    parts = (count, run, bias): x2 is [count, m, D] fp32 partials, folded first (with r2 and s)."""
     d = w.shape[0]
-    if m >= 2**31:
+    if m >= 2**31 or (parts and parts[0] * m * d >= 2**31):
         raise ValueError(f"rms_norm: {m} rows (tokens x heads) exceed the kernels' int32 row index (< 2**31)")
     h1 = heads if second is None else second[1]
-    y = torch.empty(m // heads * h1, d, dtype=x2.dtype, device=x2.device)
+    y = torch.empty(m // heads * h1, d, dtype=s.dtype if parts else x2.dtype, device=x2.device)
     rstd = torch.empty(y.shape[0], dtype=torch.float32, device=x2.device)
     y2 = torch.empty(m - y.shape[0], d, dtype=x2.dtype, device=x2.device) if second else y
     rstd2 = torch.empty(y2.shape[0], dtype=torch.float32, device=x2.device) if second else rstd
@@ -326,11 +340,13 @@ def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None
     if m:
         res = r2 is not None
         pos, tab = rope if rope is not None else (y, y)
+        count, run, bias = parts or (0, 1, None)
         _rms_fwd[(triton.cdiv(m, rows),)](x2, w, y, rstd, r2 if res else y, s if res else y, pos, tab, m, d, heads, sx,
-                                          eps, d // 2, second[0] if second else w, y2, rstd2, h1, ROWS=rows,
+                                          eps, d // 2, second[0] if second else w, y2, rstd2, h1,
+                                          bias if bias is not None else w, ROWS=rows,
                                           BLOCK_D=block, RES=res, ROPE=rope is not None,
                                           BLOCK_HALF=triton.next_power_of_2(max(1, d // 2)), TWO=second is not None,
-                                          num_warps=warps)
+                                          PARTS=count, RUN=run, HAS_BIAS=bias is not None, num_warps=warps)
     return (y, rstd) if second is None else (y, rstd, y2, rstd2)
 
 
@@ -377,11 +393,37 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return _RMSNorm.apply(x, weight.contiguous(), eps)  # the kernels read the weight as one contiguous row
 
 
-def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+def add_rms_norm(x: torch.Tensor | Partials, residual: torch.Tensor, weight: torch.Tensor, eps: float
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rms_norm(s), s)`` for ``s = x + residual``: one kernel, the bits of the add and the norm apart."""
+    """``(rms_norm(s), s)`` for ``s = x + residual``: one kernel, the bits of the add and the norm apart. x may
+    be ``Partials`` (``matmul.linear_unfolded``; inference): then x is their fold, in the same kernel."""
+    if isinstance(x, Partials):
+        return _add_rms_norm_partials(x, residual, weight.contiguous(), eps)
     check_add_rms_norm(x, residual, weight)
     return _AddRMSNorm.apply(x, residual, weight.contiguous(), eps)
+
+
+def _add_rms_norm_partials(x: Partials, residual: torch.Tensor, weight: torch.Tensor, eps: float
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``add_rms_norm(combine_partials(x.parts[None], x.bias, x.dtype), residual, ...)`` with the fold in the
+    norm's kernel (``_rms_fwd``'s PARTS): no autograd (a training forward's linear folds itself)."""
+    count = x.parts.shape[0]
+    if (x.parts.shape[1:] != residual.shape or x.dtype != residual.dtype or count not in (2, LINEAR_K_GROUPS)
+            or x.parts.dtype != torch.float32):
+        raise ValueError(f"add_rms_norm: partials {tuple(x.parts.shape)} {x.parts.dtype} of a {x.dtype} output "
+                         f"and residual {tuple(residual.shape)} {residual.dtype} must be [2 or {LINEAR_K_GROUPS}, "
+                         "*residual.shape] fp32 of the residual's dtype")
+    if torch.is_grad_enabled() and (residual.requires_grad or weight.requires_grad or x.parts.requires_grad):
+        raise ValueError("add_rms_norm: unfolded partials are for inference (no gradient through their fold)")
+    check_rms_norm(residual, weight)
+    d = residual.shape[-1]
+    r2 = residual.reshape(-1, d).contiguous()
+    s = torch.empty_like(r2)
+    # mm's fold of its split launch: 8 group partials in runs of a half; the 2 halves' sums in runs of one
+    run = LINEAR_K_GROUPS // 2 // (LINEAR_K_GROUPS // count)
+    y, _ = _forward(x.parts.reshape(count, -1, d).contiguous(), weight, eps, r2.shape[0], 1, d, r2, s,
+                    parts=(count, run, x.bias))
+    return y.view(residual.shape), s.view(residual.shape)
 
 
 def rms_norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, positions: torch.Tensor,

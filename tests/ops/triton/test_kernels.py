@@ -1318,3 +1318,70 @@ def test_tiny_qwen3_training_equals_paged_runner():
     ref.load_state_dict({n: t.cpu() for n, t in model.state_dict().items()})
     assert max(float((a - b).abs().max()) for a, b in zip(want, training_logprobs(ref, seqs))) < (1e-2 if NATIVE
                                                                                               else 1e-4)
+
+
+@pytest.mark.parametrize("split", [1, 4])  # per group: 8 partials; per half: 2
+@pytest.mark.parametrize("bias", [False, True])
+def test_add_rms_norm_of_unfolded_partials_is_the_linear_then_add_rms_norm(split, bias):
+    """``matmul.linear_unfolded``'s ``Partials`` (a split launch's fp32 partials, the fold left to the next op) through
+    ``add_rms_norm``: the bits of the row-parallel linear's output (its own fold kernel) then ``add_rms_norm``, both
+    outputs; where the launch does not split, ``linear_unfolded`` is that output itself."""
+    mm, norm = _mod("matmul"), _mod("rms_norm")
+    from rlk_models.ops.canonical import Partials
+
+    g = torch.Generator().manual_seed(30 + split)
+    k, n = 1024, 96  # 8 groups of 128
+    # random values, not dyadic ones: the fold's order and the output's rounding show under the interpreter too
+    # (fp16 there: its bf16 dots are not the GPU's)
+    bf = torch.bfloat16 if NATIVE else torch.float16
+    x, w = rand(g, 5, k, dtype=bf), rand(g, n, k, dtype=bf, scale=0.05)
+    b = rand(g, n, dtype=bf) if bias else None
+    res, nw = rand(g, 5, n, dtype=bf), rand(g, n, dtype=bf)
+    lc = mm.Launch((16, 32, 4, 2), split=split)
+    with torch.no_grad():
+        parts = mm.mm(x, w, b, groups=8, launch=lc, tma=False, fold=False)
+        assert isinstance(parts, Partials) and parts.parts.shape == (8 // split, 5, n)
+        want = norm.add_rms_norm(mm.mm(x, w, b, groups=8, launch=lc, tma=False), res, nw, 1e-6)
+        got = norm.add_rms_norm(parts, res, nw, 1e-6)
+        assert all(torch.equal(a, c) for a, c in zip(got, want)), "partials folded in the norm"
+        plain = mm.mm(x, w, b, groups=8, launch=mm.Launch((16, 32, 4, 2)), tma=False, fold=False)
+        assert isinstance(plain, torch.Tensor) and torch.equal(plain, mm.mm(x, w, b, groups=8, launch=lc, tma=False))
+    with pytest.raises(ValueError, match="inference"):
+        norm.add_rms_norm(parts, res.clone().requires_grad_(), nw, 1e-6)
+    # the fold's order itself (test_matmul_row_parallel_adds_two_halves' case, fp32 output): 2^24 in group 0 and a 1
+    # in each of groups 4 and 5 -- the halves give 2^24 + 2, a fold of all 8 in one run 2^24
+    x, w = torch.zeros(1, k, device=DEV), torch.zeros(1, k, device=DEV)
+    x[0, 0], x[0, 4 * 128], x[0, 5 * 128 + 64] = 2.0 ** 24, 1.0, 1.0
+    w[0, [0, 4 * 128, 5 * 128 + 64]] = 1.0
+    with torch.no_grad():
+        parts = mm.mm(x, w, groups=8, launch=lc, tma=False, fold=False)
+        s = norm.add_rms_norm(parts, torch.zeros(1, 1, device=DEV), torch.ones(1, device=DEV), 1e-6)[1]
+    assert s.item() == 2.0 ** 24 + 2
+
+
+def test_vllm_row_parallel_method_leaves_the_fold_to_the_norm_unless_observed():
+    """The vLLM class's row-parallel layer at TP=1 (``RLKRowParallelMethod.apply``) returns the split launch's
+    ``Partials`` at decode sizes, whose ``add_rms_norm`` is the bits of the folded output's; with a hook on the layer
+    (``rlk-bisect`` records its output) it folds itself, the linear's output."""
+    from torch import nn
+
+    from rlk_models.modeling.vllm import RLKRowParallelMethod
+    from rlk_models.ops import get_backend
+    from rlk_models.ops.canonical import Partials
+
+    ops, norm = get_backend("triton"), _mod("rms_norm")
+    g = torch.Generator().manual_seed(33)
+    dt = torch.bfloat16 if NATIVE else torch.float16
+    layer = nn.Module()
+    layer.tp_size, layer.weight, layer.bias = 1, rand(g, 64, 1024, dtype=dt, scale=0.05), rand(g, 64, dtype=dt)
+    x, res, nw = rand(g, 3, 1024, dtype=dt), rand(g, 3, 64, dtype=dt), rand(g, 64, dtype=dt)
+    method = RLKRowParallelMethod("triton")
+    with torch.no_grad():
+        want = ops.linear(x, layer.weight, layer.bias, row_parallel=True)
+        out = method.apply(layer, x)
+        assert isinstance(out, Partials)
+        assert all(torch.equal(a, b) for a, b in zip(norm.add_rms_norm(out, res, nw, 1e-6),
+                                                     norm.add_rms_norm(want, res, nw, 1e-6)))
+        layer.register_forward_hook(lambda *args: None)
+        folded = method.apply(layer, x)
+        assert isinstance(folded, torch.Tensor) and torch.equal(folded, want)
