@@ -11,10 +11,10 @@ its own length, and with
 latency per token (median of 5: ``batch1_itl_ms`` with the prefill and first token, ``batch1_tpot_ms``
 without them) and the decode-step
 latency at batch 1, 64 and 256 (128 steps each, after a warm-up at that batch size; the median of three); with
-``--profile``, the kernels of a decode step at batch 1 and 64 (engine core in the benchmark's
+``--profile``, the kernels of a decode step at batch 1, 64 and 256 (engine core in the benchmark's
 process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so its figures are not the default's) and a host + GPU
 timeline of 8 batch-1 decode steps (``$OUT/trace_<engine>_b1.json.gz``, chrome://tracing; with Python
-stacks) and of 32 without them (``trace_<engine>_b1_light.json.gz``: near the real host speed); with
+stacks) and of 32 without them at each batch (``trace_<engine>_b<B>_light.json.gz``: near the real host speed); with
 ``--profile-prefill``, only where a batch-1 first token's time goes (the Python under cProfile, to
 ``$OUT/prefill_<engine>.txt``, and the kernels, engine in-process; no throughput or parity); with
 ``--engine-profile``, the decode steps at batch 64 and 256 traced by vLLM's own profiler inside the
@@ -206,7 +206,8 @@ def stage_engine(a) -> dict:
                                                       "wall_step_ms_in_throughput_run": wall_step_ms}
     if a.profile:
         res["profile"] = profile_decode(llm, prompts, SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True),
-                                        Path(a.out) / f"trace_{a.kind}_b1.json.gz")
+                                        Path(a.out) / f"trace_{a.kind}_b1.json.gz",
+                                        batches=tuple(b for b in (1, 64, 256) if b <= a.n))
     if rlk:
         torch.save({"ids": [list(o.prompt_token_ids) + list(o.outputs[0].token_ids) for o in outs],
                     "prompt_len": [len(o.prompt_token_ids) for o in outs],
@@ -242,15 +243,18 @@ def counter(llm, name: str) -> int:
     return int(sum(m.value for m in llm.get_metrics() if m.name == name and hasattr(m, "value")))
 
 
-def profile_decode(llm, prompts, sp, trace: Path, batches=(1, 64)) -> dict:
+def profile_decode(llm, prompts, sp, trace: Path, batches=(1, 64, 256)) -> dict:
     """The GPU kernels of one decode step at each batch size (torch.profiler over 32 decode steps
     after one prefill; CUDA-graph replays included): per kernel name, launches and microseconds per
     step, the top 25 by time, and the step's total kernel time and launch count; then a host + GPU
     timeline of 8 batch-1 decode steps written to ``trace`` (where a step's time goes between
-    kernels). Needs the engine in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by
+    kernels), and at each batch size one of 32 decode steps without Python stacks
+    (``trace_<engine>_b<B>_light.json.gz``, summed into ``light_trace``: span, kernel busy and idle
+    time). Needs the engine in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by
     ``--profile``)."""
     from harness import kernel_rows
     from torch.profiler import ProfilerActivity, profile
+    from trace_steps import totals
     from vllm import SamplingParams
 
     out = {}
@@ -270,9 +274,14 @@ def profile_decode(llm, prompts, sp, trace: Path, batches=(1, 64)) -> dict:
     # the same without Python stacks: CUDA runtime calls and kernels only, so the host runs near its real
     # speed and the GPU's idle time between steps is the unprofiled engine's (the stack trace above slows
     # Python several-fold, which hides where a few hundred microseconds per step go)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        llm.generate(prompts[:1], SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True), use_tqdm=False)
-    prof.export_chrome_trace(str(trace).replace("_b1.", "_b1_light."))
+    for b in batches:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            llm.generate(prompts[:b], SamplingParams(temperature=1.0, max_tokens=33, ignore_eos=True), use_tqdm=False)
+        light = str(trace).replace("_b1.", f"_b{b}_light.")
+        prof.export_chrome_trace(light)
+        # the light run's span, kernel busy and idle time (prefill included): where the wall-clock decode step
+        # and the kernels' time per step part, the host is what the GPU waited on
+        out[str(b)]["light_trace"] = {k: v for k, v in totals(light, top=0).items() if k != "top"}
     return out
 
 
