@@ -126,6 +126,9 @@
 #                                              # the head's GPU tests natively
 #   CALL=s39fold bash scripts/device_calls.sh  # docs/pending/s38-fold-norm applied: its tests natively, the
 #                                              # row-parallel bits, rlk-verify in CUDA vLLM (carry .vllm-cuda)
+#   CALL=s40graphs bash scripts/device_calls.sh  # docs/pending/s39-head-graphs applied: the head graphs' and
+#                                              # full_logprobs(out=)'s tests natively, rlk-verify in CUDA vLLM
+#                                              # (carry .vllm-cuda); then CALL=decode17 (the batch-256 step)
 #   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
 #                                              # (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
@@ -610,6 +613,19 @@ s39fold)
     part vllm_fold 260 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
         K="qwen3 and not tp2 and (batches_64 or chunked)" TEST_TIMEOUT=150
     test_summary vllm_fold 12
+    ;;
+s40graphs)
+    # docs/pending/s39-head-graphs.mbox applied (`git am`): the vLLM class's head graphs up to 256 rows in one shared
+    # buffer: the graphs against the eager head and full_logprobs(out=) natively, then rlk-verify inside CUDA vLLM for
+    # Qwen3 (batches of 64 and 256 sequences take the new sizes; carry .vllm-cuda); then CALL=decode17 for the
+    # batch-256 step against stock
+    part graph_tests 200 PART=tests TEST_TIMEOUT=190 \
+        TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py tests/ops/test_contract.py" \
+        K="head_graphs or head_rows_invariant or vocab_shards or full_logprobs"
+    test_summary graph_tests 20
+    part vllm_graphs 260 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
+        K="qwen3 and not tp2 and (batches_64 or chunked)" TEST_TIMEOUT=150
+    test_summary vllm_graphs 12
     ;;
 s38c)
     # session 38's third call: the backward with dh split-K at <= 256 rows and dh written in h's dtype, the sync-free
