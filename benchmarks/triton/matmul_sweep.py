@@ -67,16 +67,17 @@ def candidates(m: int, grouped: bool, tiles: set[tuple[int, int]] | None = None,
                stages: list[int] | None = None) -> list[Launch]:
     """Launches to time at M. grouped: split-K per group (decode sizes), per half (2 programs per tile, up to
     M=1024), fused, and the last two with flat K loops; plain, M <= 256: also swap launches, config (weight
-    rows, tokens, ...). ``tiles`` keeps the configs of those (BLOCK_M, BLOCK_N) only, ``stages`` replaces
-    each config's pipeline depth by each of these."""
+    rows, tokens, ...), of 64 weight rows and more (at M <= 64 also 16 and 32). ``tiles`` keeps the configs of
+    those (BLOCK_M, BLOCK_N) only, ``stages`` replaces each config's pipeline depth by each of these."""
     flat = [dict(split=HALF, flat=True, persistent=False), dict(flat=True, persistent=False)]
     forms = ([dict(split=1), dict(split=HALF), dict(), *flat] if grouped
              else [dict(persistent=False), dict()])
     cfgs = [c for c in CANDIDATE_CONFIGS if c[0] <= 2 * max(16, m) and not (m >= 1024 and c[0] < 64)]
     out = [Launch(c, **f) for c in cfgs for f in forms
            if not (f.get("split") == 1 and m > 256) and not (f.get("split") == HALF and m > 1024)]
-    if not grouped and m <= 256:
-        out += [Launch(c, swap=True) for c in CANDIDATE_CONFIGS if c[0] >= 64 and c[1] <= 2 * max(16, m)]
+    if not grouped and m <= 256:  # from 64 weight rows; at M <= 64 also 16-32 (qkv 8B: 192-384 programs, not 96)
+        out += [Launch(c, swap=True) for c in CANDIDATE_CONFIGS
+                if c[0] >= (16 if m <= 64 else 64) and c[1] <= 2 * max(16, m)]
     if not grouped and m > 64:  # the Gluon kernel in one K-group (an sm_90 GPU; elsewhere mm refuses: skipped)
         out += SM90_PLAIN_CANDIDATES
     if tiles is not None:
