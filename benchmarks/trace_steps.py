@@ -6,7 +6,9 @@ several times slower than without it, so compare engines, not absolute numbers).
 
     python benchmarks/trace_steps.py trace_stock_b1.json.gz trace_rlk_b1.json.gz
 
-``totals(path)`` sums any trace into a few numbers (``vllm_cuda.py --engine-profile`` keeps those).
+``totals(path)`` sums any trace into a few numbers (``vllm_cuda.py --engine-profile`` and ``--profile``'s
+``light_trace`` keep those), ``step_medians`` among them: the median step, GPU busy and idle time between vLLM's
+once-a-step kernel, and where the GPU waits longest (session 39's per-batch table in docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def totals(path: str, top: int = 12) -> dict:
             "kernels": len(kernels), "graph_replays": sum(1 for e in ev if e.get("cat") == "cuda_runtime"
                                                         and "GraphLaunch" in e["name"]),
             "steps": step_spans(ev),
+            "step_medians": step_medians(kernels + [e for e in ev if e.get("cat") in ("gpu_memcpy", "gpu_memset")]),
             "top": [{"kernel": k[:100], "n": len(d), "us": round(sum(d))} for k, d in (rows[:top] if top else rows)]}
 
 
@@ -57,12 +60,50 @@ def step_spans(ev: list[dict], top: int = 8) -> dict:
     return {k: {"n": len(d), "us": round(sum(d) / len(d), 1)} for k, d in rows}
 
 
+STEP_MARKER = "_compute_slot_mappings_kernel"  # a kernel vLLM 0.26 runs once a step (its inputs), in every engine
+
+
+def step_medians(gpu: list[dict], marker: str = STEP_MARKER, skip: int = 2) -> dict:
+    """Engine steps read from GPU events alone (kernels, copies), between consecutive ``marker`` kernels: the
+    median step, the events' busy time in it, the GPU's idle time (their difference), and the median longest
+    idle gap a step with the event it most often follows (where the GPU waits on the host). The first ``skip``
+    steps (a traced run's prefill) are left out. Works on a trace without step annotations (torch.profiler
+    in the benchmark's process)."""
+    import statistics
+
+    gpu = sorted(gpu, key=lambda e: e["ts"])
+    marks = [e["ts"] for e in gpu if e["name"] == marker][skip:]
+    steps, busy, longest, after = [], [], [], {}
+    i = 0
+    for a, b in zip(marks, marks[1:]):
+        while i < len(gpu) and gpu[i]["ts"] < a:
+            i += 1
+        inside = []
+        while i < len(gpu) and gpu[i]["ts"] < b:
+            inside.append(gpu[i])
+            i += 1
+        steps.append(b - a)
+        busy.append(sum(e["dur"] for e in inside))
+        ends = inside + [{"ts": b}]  # the gap before the next step's marker counts too
+        gap, prev = max(((q["ts"] - p["ts"] - p["dur"], p["name"]) for p, q in zip(inside, ends[1:])),
+                        default=(0.0, ""))
+        longest.append(gap)
+        after[prev[:60]] = after.get(prev[:60], 0) + 1
+    if not steps:
+        return {"n": 0}
+    med = statistics.median
+    return {"n": len(steps), "step_us": round(med(steps), 1), "busy_us": round(med(busy), 1),
+            "idle_us": round(med(steps) - med(busy), 1), "longest_gap_us": round(med(longest), 1),
+            "longest_gap_after": max(after, key=after.get)}
+
+
 def summarize(path: str, min_us: float) -> None:
     ev = load(path)
     launches = sorted((e for e in ev if e.get("cat") == "cuda_runtime" and "GraphLaunch" in e["name"]),
                       key=lambda e: e["ts"])
     kernels = [e for e in ev if e.get("cat") == "kernel"]
-    print(f"== {path}: {len(launches)} graph replays")
+    print(f"== {path}: {len(launches)} graph replays; steps (medians): "
+          f"{step_medians([e for e in ev if e.get('cat') in ('kernel', 'gpu_memcpy', 'gpu_memset')])}")
     for a, b in zip(launches, launches[1:]):
         busy = sum(e["dur"] for e in kernels if a["ts"] <= e["ts"] < b["ts"])
         print(f"   step {b['ts'] - a['ts']:8.0f} us between replays, kernels busy {busy:7.0f} us")

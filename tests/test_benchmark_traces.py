@@ -54,3 +54,18 @@ def test_idle_gaps_counts_time_no_kernel_covers():
     assert r["top"][0] == {"us": 30.0, "after": "b", "before": "c"}
     assert r["gaps_over_50us_ms"] == 0.0
     assert idle_gaps([])["gaps"] == 0
+
+
+def test_step_medians_read_steps_between_the_marker_kernels():
+    from trace_steps import STEP_MARKER, step_medians
+
+    # 6 steps of 100 us: the marker (2 us), a model kernel (40 us), the token copy (3 us), then the host's gap (55 us)
+    gpu = []
+    for i in range(6):
+        t = 100.0 * i
+        gpu += [{"name": STEP_MARKER, "ts": t, "dur": 2.0}, {"name": "model", "ts": t + 2, "dur": 40.0},
+                {"name": "Memcpy DtoH", "ts": t + 42, "dur": 3.0}]
+    r = step_medians(gpu, skip=1)  # steps 1-5: four whole intervals
+    assert r == {"n": 4, "step_us": 100.0, "busy_us": 45.0, "idle_us": 55.0, "longest_gap_us": 55.0,
+                 "longest_gap_after": "Memcpy DtoH"}  # the host's wait: after the copy, before the next marker
+    assert step_medians(gpu[:3]) == {"n": 0}
