@@ -21,7 +21,7 @@ from types import ModuleType
 
 import torch
 
-from . import get_backend
+from . import OPAQUE, get_backend
 
 
 @torch.library.custom_op("rlk::linear", mutates_args=())
@@ -122,6 +122,12 @@ def _(parts, bias, out_dtype, backend):
     return parts.new_empty(parts.shape[2:], dtype=out_dtype)
 
 
+# ops of a backend that a compiled forward must not see: ``linear_unfolded`` returns ``canonical.Partials`` for the
+# next eager add_rms_norm (the vLLM class at TP=1), which ``rlk::add_rms_norm`` cannot take; a compiled forward's
+# row-parallel layer folds in ``rlk::linear``
+EAGER_ONLY = frozenset({"linear_unfolded"})
+
+
 class OpaqueBackend:
     """A backend's interface with the ops a compiled forward calls routed through ``rlk::*``."""
 
@@ -130,6 +136,9 @@ class OpaqueBackend:
         self.NAME = backend.NAME
 
     def __getattr__(self, item):  # every other op, constant and FINGERPRINT: the backend's own
+        if item in EAGER_ONLY:
+            raise AttributeError(f"{item!r}: not in a compiled forward ({OPAQUE}{self.NAME}); "
+                                 "its result is no tensor a custom op could take")
         return getattr(self._backend, item)
 
     def linear(self, x, weight, bias=None, out_dtype=None, row_parallel=False):

@@ -61,6 +61,19 @@ def test_custom_ops_pass_opcheck_and_equal_the_backend(name):
     assert opaque.full_logprobs is real.full_logprobs  # ops a compiled forward never calls: the backend's own
 
 
+def test_opaque_backend_hides_the_eager_only_unfolded_linear():
+    """``linear_unfolded`` (triton: the vLLM class's row-parallel layers at TP=1 hand their split-K partials to the
+    next add_rms_norm) returns no tensor; under ``opaque:`` (vLLM's compiled path) the layer must fold in
+    ``rlk::linear`` instead, so the opaque backend has no such op and the vLLM method's ``hasattr`` check fails."""
+    triton_ops = pytest.importorskip("rlk_models.ops.triton")
+    assert hasattr(triton_ops, "linear_unfolded")
+    opaque = get_backend("opaque:triton")
+    assert not hasattr(opaque, "linear_unfolded")
+    with pytest.raises(AttributeError, match="not in a compiled forward"):
+        opaque.linear_unfolded  # noqa: B018
+    assert opaque.combine_partials  # the others still resolve
+
+
 def test_compiled_function_over_the_ops_equals_eager():
     """A decoder-like block (norm, linear, SiLU-mul, row-parallel linear, residual add + norm) through the
     opaque reference backend: torch.compile (Inductor) gives eager's bits."""
