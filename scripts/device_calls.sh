@@ -129,6 +129,8 @@
 #   CALL=s40graphs bash scripts/device_calls.sh  # docs/pending/s39-head-graphs applied: the head graphs' and
 #                                              # full_logprobs(out=)'s tests natively, rlk-verify in CUDA vLLM
 #                                              # (carry .vllm-cuda); then CALL=decode17 (the batch-256 step)
+#   CALL=s40compiled bash scripts/device_calls.sh  # rlk-verify's compiled configurations in CUDA vLLM (the opaque
+#                                              # backend without linear_unfolded, session 39; carry .vllm-cuda)
 #   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
 #                                              # (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
@@ -626,6 +628,14 @@ s40graphs)
     part vllm_graphs 260 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
         K="qwen3 and not tp2 and (batches_64 or chunked)" TEST_TIMEOUT=150
     test_summary vllm_graphs 12
+    ;;
+s40compiled)
+    # vLLM's opt-in compiled path (rlk_compile: the decoder under torch.compile, ops as rlk::* custom ops) after session
+    # 39's fix (the opaque backend hides linear_unfolded, whose Partials no custom op takes): rlk-verify's `compiled`
+    # and `compiled_piecewise_graphs` configurations for Qwen3, 0 mismatches needed (carry .vllm-cuda)
+    part vllm_compiled 540 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="qwen3 and not tp2 and compiled" \
+        TEST_TIMEOUT=300
+    test_summary vllm_compiled 12
     ;;
 s38c)
     # session 38's third call: the backward with dh split-K at <= 256 rows and dh written in h's dtype, the sync-free
