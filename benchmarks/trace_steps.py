@@ -65,7 +65,8 @@ STEP_MARKER = "_compute_slot_mappings_kernel"  # a kernel vLLM 0.26 runs once a 
 
 def step_medians(gpu: list[dict], marker: str = STEP_MARKER, skip: int = 2) -> dict:
     """Engine steps read from GPU events alone (kernels, copies), between consecutive ``marker`` kernels: the
-    median step, the events' busy time in it, the GPU's idle time (their difference), and the median longest
+    median step, the events' busy time in it (durations summed: events overlapping on two streams count twice),
+    the GPU's idle time (their difference), and the median longest
     idle gap a step with the event it most often follows (where the GPU waits on the host). The first ``skip``
     steps (a traced run's prefill) are left out. Works on a trace without step annotations (torch.profiler
     in the benchmark's process)."""
