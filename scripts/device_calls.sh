@@ -166,6 +166,12 @@ bench() {  # bench NAME SECONDS SCRIPT ARGS...: one benchmark script, its JSON i
 test_summary() {  # test_summary NAME [LINES]: the failures, PASSED lines and totals of part NAME's GPU tests
     grep -E "^E  .*|FAILED|PASSED|passed|failed" "$ROOT_OUT/$1/gpu_tests.log" | cut -c1-200 | head -"${2:-24}"
 }
+verify_qwen3() {  # verify_qwen3 NAME: rlk-verify inside CUDA vLLM for Qwen3, 64-256-sequence batches and chunked
+                 # prefill (0 mismatches needed; carry .vllm-cuda), then its summary
+    part "$1" 260 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="qwen3 and not tp2 and (batches_64 or chunked)" \
+        TEST_TIMEOUT=150
+    test_summary "$1" 12
+}
 matmul_bits() {  # matmul_bits NAME SECONDS [LAYER...]: the launch-choice bits of 8B layers (default o, down, qkv,
                  # gate_up: every candidate and default against the Triton form; rows across M), each test under the
                  # part's limit
@@ -576,9 +582,7 @@ s37)
     grep -E "forward|BITS" "$ROOT_OUT/head_new.log" | cut -c1-170 | head -20
     bench head_split 200 benchmarks/triton/head_sweep.py --graph-split 1,16,128
     grep -E "^T=" "$ROOT_OUT/head_split.log" | cut -c1-300
-    part vllm_head 260 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
-        K="qwen3 and not tp2 and (batches_64 or chunked)" TEST_TIMEOUT=150
-    test_summary vllm_head 12
+    verify_qwen3 vllm_head
     ;;
 s38)
     # the head's eager forward + backward at small T (session 37: 1.80x torch at 128 rows, ~2 ms of 2.4 in the
@@ -612,9 +616,7 @@ s39fold)
         K="unfolded_partials or vllm_row_parallel_method or row_parallel or ragged_groups or tensor_parallel"
     test_summary fold_tests 14
     matmul_bits fold_bits 160 o down
-    part vllm_fold 260 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
-        K="qwen3 and not tp2 and (batches_64 or chunked)" TEST_TIMEOUT=150
-    test_summary vllm_fold 12
+    verify_qwen3 vllm_fold
     ;;
 s40graphs)
     # docs/pending/s39-head-graphs.mbox applied (`git am`): the vLLM class's head graphs up to 256 rows in one shared
@@ -625,9 +627,7 @@ s40graphs)
         TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py tests/ops/test_contract.py" \
         K="head_graphs or head_rows_invariant or vocab_shards or full_logprobs"
     test_summary graph_tests 20
-    part vllm_graphs 260 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
-        K="qwen3 and not tp2 and (batches_64 or chunked)" TEST_TIMEOUT=150
-    test_summary vllm_graphs 12
+    verify_qwen3 vllm_graphs
     ;;
 s40compiled)
     # vLLM's opt-in compiled path (rlk_compile: the decoder under torch.compile, ops as rlk::* custom ops) after session
@@ -664,9 +664,7 @@ s36t)
         TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py" \
         K="(head and not launch_choices and not accumulate) or shard_tree or vocab_shards"
     test_summary head_tests 12
-    part vllm_head 260 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
-        K="qwen3 and not tp2 and (batches_64 or chunked)" TEST_TIMEOUT=150
-    test_summary vllm_head 12
+    verify_qwen3 vllm_head
     ;;
 qkcheck)
     # the hypothesis contract tests of the fused q/k norm + RoPE natively, to completion (a failing example is
