@@ -49,12 +49,15 @@ class TileProbs(NamedTuple):
 class Partials(NamedTuple):
     """A row-parallel product left unfolded for the next op (``linear_unfolded``, inference at TP=1): its fp32
     split-K partials ``parts`` [P, T, N] -- the 8 K-group partials or the 2 halves' sums, as ``combine_partials``
-    takes one rank's -- the bias, and the output dtype. Its value is ``combine_partials(parts[None], bias, dtype)``,
-    the linear's output bit for bit; the next residual add + RMSNorm folds them (``add_rms_norm``), a launch and a
-    round trip of the output fewer."""
+    takes one rank's -- the bias, the output dtype, and ``run``: how many partials the producer's own fold adds in
+    order from zero before the runs' sums are added (the 8 groups in runs of a half, the 2 halves in runs of one).
+    Its value is ``combine_partials(parts[None], bias, dtype)``, the linear's output bit for bit; the next residual
+    add + RMSNorm folds them in the producer's runs (``add_rms_norm``), a launch and a round trip of the output
+    fewer."""
     parts: torch.Tensor
     bias: torch.Tensor | None
     dtype: torch.dtype
+    run: int
 
 
 class ShardStats(NamedTuple):

@@ -648,9 +648,10 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
                          run_of(groups), split, bm, bn, BLOCK_K, 8, stride, num_warps=warps, num_stages=stages,
                          C_T=swap, ACC=accumulate)
     if split:  # the runs' partials, folded as the fused kernel folds the groups (or by the next op)
+        run = run_of(groups) // split
         if not fold:
-            return Partials(c, bias, out.dtype)
-        fold_partials(c, out, bias, parts, run_of(groups) // split)
+            return Partials(c, bias, out.dtype, run)
+        fold_partials(c, out, bias, parts, run)
     return out
 
 

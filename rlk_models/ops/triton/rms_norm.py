@@ -419,10 +419,9 @@ def _add_rms_norm_partials(x: Partials, residual: torch.Tensor, weight: torch.Te
     d = residual.shape[-1]
     r2 = residual.reshape(-1, d).contiguous()
     s = torch.empty_like(r2)
-    # mm's fold of its split launch: 8 group partials in runs of a half; the 2 halves' sums in runs of one
-    run = LINEAR_K_GROUPS // 2 // (LINEAR_K_GROUPS // count)
+    # in the runs of mm's own fold of its split launch (the producer's, carried by the partials)
     y, _ = _forward(x.parts.reshape(count, -1, d).contiguous(), weight, eps, r2.shape[0], 1, d, r2, s,
-                    parts=(count, run, x.bias))
+                    parts=(count, x.run, x.bias))
     return y.view(residual.shape), s.view(residual.shape)
 
 
