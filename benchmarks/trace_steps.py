@@ -65,36 +65,36 @@ STEP_MARKER = "_compute_slot_mappings_kernel"  # a kernel vLLM 0.26 runs once a 
 
 def step_medians(gpu: list[dict], marker: str = STEP_MARKER, skip: int = 2) -> dict:
     """Engine steps read from GPU events alone (kernels, copies), between consecutive ``marker`` kernels: the
-    median step, the events' busy time in it (durations summed: events overlapping on two streams count twice),
-    the GPU's idle time (their difference), and the median longest
-    idle gap a step with the event it most often follows (where the GPU waits on the host). The first ``skip``
-    steps (a traced run's prefill) are left out. Works on a trace without step annotations (torch.profiler
-    in the benchmark's process)."""
+    median step, the GPU's busy and idle time in it (``harness.idle_gaps``: overlapping events count once), and
+    the median longest idle gap a step with the event it most often follows (where the GPU waits on the host; the
+    wait before the next step's marker counts). The first ``skip`` steps (a traced run's prefill) are left out.
+    Works on a trace without step annotations (torch.profiler in the benchmark's process)."""
     import statistics
+
+    from harness import idle_gaps
 
     gpu = sorted(gpu, key=lambda e: e["ts"])
     marks = [e["ts"] for e in gpu if e["name"] == marker][skip:]
-    steps, busy, longest, after = [], [], [], {}
+    steps, idle, longest, after = [], [], [], {}
     i = 0
     for a, b in zip(marks, marks[1:]):
         while i < len(gpu) and gpu[i]["ts"] < a:
             i += 1
         inside = []
         while i < len(gpu) and gpu[i]["ts"] < b:
-            inside.append(gpu[i])
+            inside.append((gpu[i]["ts"], gpu[i]["ts"] + gpu[i]["dur"], gpu[i]["name"]))
             i += 1
+        gaps = idle_gaps(inside + [(b, b, marker)], top=1)
         steps.append(b - a)
-        busy.append(sum(e["dur"] for e in inside))
-        ends = inside + [{"ts": b}]  # the gap before the next step's marker counts too
-        gap, prev = max(((q["ts"] - p["ts"] - p["dur"], p["name"]) for p, q in zip(inside, ends[1:])),
-                        default=(0.0, ""))
-        longest.append(gap)
-        after[prev[:60]] = after.get(prev[:60], 0) + 1
+        idle.append(gaps["idle_ms"] * 1e3)
+        top = gaps["top"][0] if gaps["top"] else {"us": 0.0, "after": ""}
+        longest.append(top["us"])
+        after[top["after"][:60]] = after.get(top["after"][:60], 0) + 1
     if not steps:
         return {"n": 0}
     med = statistics.median
-    return {"n": len(steps), "step_us": round(med(steps), 1), "busy_us": round(med(busy), 1),
-            "idle_us": round(med(steps) - med(busy), 1), "longest_gap_us": round(med(longest), 1),
+    return {"n": len(steps), "step_us": round(med(steps), 1), "busy_us": round(med(steps) - med(idle), 1),
+            "idle_us": round(med(idle), 1), "longest_gap_us": round(med(longest), 1),
             "longest_gap_after": max(after, key=after.get)}
 
 
