@@ -59,7 +59,7 @@ from ..ops.fingerprint import check_fingerprint
 from ..ops.selftest import maybe_require
 from .config import validate_config
 from .decoder import Decoder, VllmContextMeta, observed
-from .head_graphs import HeadGraphs
+from .head_graphs import HEAD_GRAPH_ROWS, HeadGraphs
 from .vllm_attention import RLKAttentionBackend
 
 log = logging.getLogger(__name__)
@@ -81,12 +81,15 @@ def _plain_all_reduce() -> bool:
 
 
 def head_graphs_for(vllm_config, tp: int) -> HeadGraphs | None:
-    """The engine's head graphs: TP=1 with CUDA graphs on (``enforce_eager`` / ``cudagraph_mode=NONE``: none)."""
+    """The engine's head graphs: TP=1 with CUDA graphs on (``enforce_eager`` / ``cudagraph_mode=NONE``: none),
+    for steps of up to ``HEAD_GRAPH_ROWS`` sequences, or the engine's ``max_num_seqs`` where fewer (a step's head
+    has a row a sequence)."""
     from vllm.config import CUDAGraphMode
 
     cc = vllm_config.compilation_config
     eager = vllm_config.model_config.enforce_eager or cc.cudagraph_mode == CUDAGraphMode.NONE
-    return None if tp != 1 or eager else HeadGraphs()
+    seqs = getattr(vllm_config.scheduler_config, "max_num_seqs", None) or HEAD_GRAPH_ROWS
+    return None if tp != 1 or eager else HeadGraphs(min(HEAD_GRAPH_ROWS, seqs))
 
 
 LOGPROBS_FLAG = ('logprobs_mode="raw_logits" (Python: LLM(..., logprobs_mode="raw_logits"); '
@@ -261,7 +264,8 @@ class RLKVllmForCausalLM(nn.Module):
         tp = get_tensor_model_parallel_world_size()  # the head's group (ParallelLMHead's own
         if tp == 1:                                  # rank attribute moved between vLLM versions)
             if self.head_graphs is not None:
-                return self.head_graphs(lambda h: ops.full_logprobs(h, head.weight, vocab), hidden_states, head.weight)
+                return self.head_graphs(lambda h, out: ops.full_logprobs(h, head.weight, vocab, out=out),
+                                        hidden_states, head.weight, vocab)
             return ops.full_logprobs(hidden_states, head.weight, vocab)
         shard = vocab_shard(vocab, get_tensor_model_parallel_rank(), tp)
         st = ops.shard_stats(hidden_states, head.weight, shard, vocab, None, with_entropy=False, keep_logits=True)

@@ -167,10 +167,13 @@ def head_ops(shard_stats: Callable, combine_shards: Callable, backward: Callable
     keeps them when asked (``save_probs``) and a gradient is recorded; a backward that also
     carries an entropy gradient recomputes (it needs the logits themselves, not only p)."""
 
-    def head_stats(h, w, vocab_size, targets, with_entropy=False, keep_logits=False, keep_probs=False) -> HeadStats:
+    def head_stats(h, w, vocab_size, targets, with_entropy=False, keep_logits=False, keep_probs=False,
+                   logits_out=None) -> HeadStats:
+        """``logits_out``: where a backend's ``one_shard`` writes the kept logits (it returns that
+        tensor as ``logits``); the generic path ignores it and keeps a fresh buffer."""
         if one_shard is not None:
             return one_shard(h, w, vocab_size, targets, with_entropy=with_entropy, keep_logits=keep_logits,
-                             keep_probs=keep_probs)
+                             keep_probs=keep_probs, **({"logits_out": logits_out} if logits_out is not None else {}))
         return one_shard_stats(shard_stats, combine_shards, h, w, vocab_size, targets, with_entropy=with_entropy,
                                keep_logits=keep_logits, keep_probs=keep_probs)
 
@@ -211,10 +214,22 @@ def head_ops(shard_stats: Callable, combine_shards: Callable, backward: Callable
         return out
 
     @torch.no_grad()
-    def full_logprobs(hidden: torch.Tensor, weight: torch.Tensor, vocab_size: int) -> torch.Tensor:
-        """fp32 [T, vocab_size] log-probs; entry [t, v] equals ``logprob_head`` with target v."""
-        st = head_stats(hidden, weight, vocab_size, None, keep_logits=True)
-        return st.logits.sub_(st.lse[:, None])  # the kept logits are a fresh buffer
+    def full_logprobs(hidden: torch.Tensor, weight: torch.Tensor, vocab_size: int,
+                      out: torch.Tensor | None = None) -> torch.Tensor:
+        """fp32 [T, vocab_size] log-probs; entry [t, v] equals ``logprob_head`` with target v.
+        ``out``: a contiguous fp32 [T, vocab_size] tensor on hidden's device to write them into
+        (returned); the same values either way."""
+        if out is not None:
+            want = (hidden.shape[0], vocab_size)
+            if tuple(out.shape) != want or out.dtype != torch.float32 or not out.is_contiguous() \
+                    or out.device != hidden.device:
+                raise ValueError(f"full_logprobs: out must be a contiguous float32 tensor of shape {list(want)} on "
+                                 f"{hidden.device}, got {out.dtype} {list(out.shape)} on {out.device}"
+                                 f"{'' if out.is_contiguous() else ' (not contiguous)'}")
+        st = head_stats(hidden, weight, vocab_size, None, keep_logits=True, logits_out=out)
+        if out is None or st.logits is out:  # a fresh buffer, or out itself: subtract in place
+            return st.logits.sub_(st.lse[:, None])
+        return torch.sub(st.logits, st.lse[:, None], out=out)  # the same subtraction of the same numbers
 
     return logprob_head, full_logprobs, head_stats
 

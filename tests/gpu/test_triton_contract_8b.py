@@ -17,7 +17,7 @@ H200 sweeps made before they became measurement-only (benchmarks/triton/*_sweep.
   candidate equal to ``_varlen_fwd``'s at D 64 and 128, GQA and MHA; gradients through it equal, run to run;
 - whole model (tiny Qwen3, tiny Llama, 2 layers of Qwen3-8B): ``PagedRunner`` log-probs equal the
   training class's at block sizes 16 and 128; gradients run to run;
-- ``HeadGraphs`` (the vLLM class's graphed head at decode sizes): a replay equals the eager head.
+- ``HeadGraphs`` (the vLLM class's graphed head at decode sizes, up to 256 rows): a replay equals the eager head.
 
 Marked ``gpu``; skipped without CUDA. ``scripts/device_tests.sh`` runs them on the lent GPU.
 """
@@ -430,10 +430,11 @@ def test_self_test_passes_under_a_cuda_device_context():
 
 
 def test_head_graphs_give_the_eager_heads_bits():
-    """The vLLM class's graphed TP=1 head (decode steps of <= 64 rows): a replay equals the eager
-    head bitwise for every row count, padding rows included, after an in-place weight update
-    (what push_weights does), and after the weight tensor is replaced (the graphs are rebuilt);
-    more rows than the graphs hold run eagerly."""
+    """The vLLM class's graphed TP=1 head (steps of <= 256 rows, every size writing into one shared
+    buffer): a replay equals the eager head bitwise for every row count, padding rows included
+    (65 -> 128, 129 -> 192, 200 -> 256 rows), after an in-place weight update (what push_weights
+    does), and after the weight tensor is replaced (the graphs are rebuilt); more rows than the
+    graphs hold run eagerly."""
     from rlk_models.modeling.head_graphs import HEAD_GRAPH_ROWS, HeadGraphs
     from rlk_models.ops import get_backend
 
@@ -441,8 +442,8 @@ def test_head_graphs_give_the_eager_heads_bits():
     gen = torch.Generator(device="cuda").manual_seed(0)
     w = torch.randn(1024, k, device="cuda", generator=gen).to(torch.bfloat16)
 
-    def head(x):
-        return ops.full_logprobs(x, w, vocab)
+    def head(x, out):
+        return ops.full_logprobs(x, w, vocab, out=out)
 
     graphs = HeadGraphs()
     for update in ("none", "in place", "new tensor"):
@@ -450,12 +451,13 @@ def test_head_graphs_give_the_eager_heads_bits():
             w.mul_(0.5)
         elif update == "new tensor":
             w = torch.randn(1024, k, device="cuda", generator=gen).to(torch.bfloat16)
-        for t in (1, 3, 8, 17, 64, HEAD_GRAPH_ROWS + 1):
+        for t in (1, 3, 8, 17, 64, 65, 129, 200, HEAD_GRAPH_ROWS, HEAD_GRAPH_ROWS + 1):
             h = torch.randn(t, k, device="cuda", generator=gen).to(torch.bfloat16)
             with torch.inference_mode(t % 2 == 1):  # vLLM's steps run under inference_mode
-                got = graphs(head, h, w).clone()
-            assert torch.equal(got, head(h)), (update, t)
-    assert sorted(graphs.graphs) == [1, 2, 4, 8, 16, 32, 64]  # every size, captured at the first call
+                got = graphs(head, h, w, vocab).clone()
+            assert torch.equal(got, head(h, None)), (update, t)
+    assert sorted(graphs.graphs) == [1, 2, 4, 8, 16, 32, 64, 128, 192, 256]  # every size, captured at the first call
+    assert graphs.out.shape == (HEAD_GRAPH_ROWS, vocab)  # one buffer for them all
 
 
 _FRESH_THREADS = """

@@ -122,6 +122,19 @@ def test_logprob_head_rows_and_full_logprobs(backend, m, vocab, others, pos, dty
     full = ops.full_logprobs(h, w, vocab)
     assert full.shape == (m, vocab)
     assert torch.equal(full.gather(1, tgt[:, None])[:, 0], lp)  # the vLLM side's numbers are the head's
+    out = torch.full((m, vocab), float("nan"), device=DEV)  # into a caller's buffer (vLLM's head graphs): the same
+    assert ops.full_logprobs(h, w, vocab, out=out) is out and torch.equal(out, full)
+
+
+@on_backends
+def test_full_logprobs_refuses_a_wrong_out_buffer(backend):
+    use(backend)
+    h, w = rand(3, 48, seed=1), rand(300, 48, seed=2)
+    for bad, what in ((torch.empty(3, 299, device=DEV), r"shape \[3, 300\]"),
+                      (torch.empty(3, 300, dtype=torch.bfloat16, device=DEV), "float32"),
+                      (torch.empty(300, 3, device=DEV).T, "not contiguous")):
+        with pytest.raises(ValueError, match=what):
+            ops.full_logprobs(h, w, 300, out=bad)
 
 
 def _packed(lengths, hq, hkv, d, dtype, seed):

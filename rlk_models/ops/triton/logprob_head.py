@@ -376,12 +376,14 @@ def _sm90_config(t: int, k: int, keep_probs: bool) -> tuple | None:
     return head_sm90.STATS_SM90_CONFIG if keep_probs or t < high else None
 
 
-def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_probs=False, start=0, filled=True):
+def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_probs=False, start=0, filled=True,
+                  logits_out=None):
     """The per-tile stats of h against w_real (a shard's real vocab rows), [T, n_stats] each, the target
     logits of ``targets`` (vocab ids; the shard's are start .. start + V - 1, others and -1 write none),
     the kept logits or probabilities. ``filled``: what no kernel writes holds the empty tile (-inf, 0, 0) and
     a target logit of 0 (the slots past the real tiles, e without entropy, rows whose target lies elsewhere);
-    False leaves it unwritten, for ``_shard_tree``, which reads none of it (four fills fewer)."""
+    False leaves it unwritten, for ``_shard_tree``, which reads none of it (four fills fewer). ``logits_out``: the
+    kept logits' buffer ([T, V] fp32, checked by the caller), else a fresh one."""
     t, k = h.shape
     v = w_real.shape[0]
     dev = h.device
@@ -394,7 +396,8 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_p
         m, s = (torch.empty(t, n_stats, dtype=torch.float32, device=dev) for _ in range(2))
         e = torch.empty_like(s) if with_entropy else s  # without entropy never written nor read
         tgt = torch.empty(t, dtype=torch.float32, device=dev)
-    logits = torch.empty(t, v, dtype=torch.float32, device=dev) if keep_logits else m
+    logits = (m if not keep_logits else logits_out if logits_out is not None
+              else torch.empty(t, v, dtype=torch.float32, device=dev))
     n_tiles = triton.cdiv(v, VOCAB_TILE)
     q = torch.empty(t, n_tiles * VOCAB_TILE, dtype=h.dtype, device=dev) if keep_probs else None
     elem = h.element_size()
@@ -433,7 +436,7 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_p
     return m, s, e, tgt, logits, q
 
 
-def _shard(h, w_shard, shard, vocab_size, targets, with_entropy, keep_logits, keep_probs, final):
+def _shard(h, w_shard, shard, vocab_size, targets, with_entropy, keep_logits, keep_probs, final, logits_out=None):
     """A vocab shard's stats kernel and tree (``shard_stats``; ``final``: the one shard's finished tree)."""
     start, end = shard
     pv = padded_vocab(vocab_size)
@@ -441,7 +444,8 @@ def _shard(h, w_shard, shard, vocab_size, targets, with_entropy, keep_logits, ke
     tpg = pv // VOCAB_GROUPS // VOCAB_TILE
     real = max(0, min(end, vocab_size) - start)
     m_tiles, s, e, t_logit, logits, q = _launch_stats(h, w_shard[:real], targets, with_entropy, keep_logits,
-                                                      n_groups * tpg, keep_probs, start, filled=False)
+                                                      n_groups * tpg, keep_probs, start, filled=False,
+                                                      logits_out=logits_out)
     # the tiles of each group, then this shard's groups
     out = _shard_tree(m_tiles, s, e if with_entropy else None, n_groups, tpg, triton.cdiv(real, VOCAB_TILE),
                       targets, t_logit, start, real, final)
@@ -460,12 +464,14 @@ def shard_stats(h: torch.Tensor, w_shard: torch.Tensor, shard: tuple[int, int], 
 
 
 def one_shard_stats(h: torch.Tensor, w: torch.Tensor, vocab_size: int, targets: torch.Tensor | None, *,
-                    with_entropy: bool, keep_logits: bool = False, keep_probs: bool = False) -> HeadStats:
+                    with_entropy: bool, keep_logits: bool = False, keep_probs: bool = False,
+                    logits_out: torch.Tensor | None = None) -> HeadStats:
     """TP=1's ``canonical.HeadStats``: the whole padded vocab as one shard with ``combine_shards``'s finish in
     the tree's launch (``_finish``, the target's +0.0 for -0.0 as its sum over ranks gives), so two launches
-    where ``canonical.one_shard_stats`` takes four and a sum; TP=k's bits (tests: the vocab shards against TP=1)."""
+    where ``canonical.one_shard_stats`` takes four and a sum; TP=k's bits (tests: the vocab shards against TP=1).
+    ``logits_out``: the kept logits written there ([T, vocab_size] fp32; ``full_logprobs(out=)``)."""
     (lse, _, mean_l, target), logits, probs = _shard(h, w, (0, padded_vocab(vocab_size)), vocab_size, targets,
-                                                     with_entropy, keep_logits, keep_probs, True)
+                                                     with_entropy, keep_logits, keep_probs, True, logits_out)
     return HeadStats(lse, mean_l, target, logits, probs)
 
 

@@ -1094,9 +1094,13 @@ def test_head_rows_invariant_and_close_to_float64(dtype, vocab):
     lp = head.logprob_head_forward(h, w, tgt, vocab)
     for i in (0, 5, 36, t - 1):
         assert torch.equal(head.logprob_head_forward(h[i:i + 1], w, tgt[i:i + 1], vocab)[0], lp[i]), f"row {i}"
+    shared = torch.full((t, vocab), float("nan"), device=DEV)  # HeadGraphs' one buffer for every size
     for n in [n for n in (3, 16, 37, 64, 65) if n <= t]:  # the vLLM side: a few sequences per step
         full = head.full_logprobs(h[:n], w, vocab)
         assert torch.equal(full.gather(1, tgt[:n, None])[:, 0], lp[:n]), f"full_logprobs of {n} rows != the head"
+        # written into a given buffer (the stats kernel's logits there, subtracted in place): the same bits
+        into = head.full_logprobs(h[:n], w, vocab, out=shared[:n])
+        assert into.data_ptr() == shared.data_ptr() and torch.equal(into, full), f"full_logprobs(out=) of {n} rows"
     tgt = tgt[:37]
     h, w = rand(g, 37, 64, dtype=dt), rand(g, vocab + 5, 64, dtype=dt, scale=0.3)
     lp = head.logprob_head_forward(h, w, tgt, vocab)
