@@ -58,7 +58,7 @@ class HeadGraphs:
         # inference_mode, and an inference tensor could not be written outside it (e.g. in a test)
         if key != self.key:  # every size at once, on the first decode step (then never mid-run)
             self.graphs.clear()
-            self.key, self.pool = key, torch.cuda.graph_pool_handle()
+            self.key, self.pool = None, torch.cuda.graph_pool_handle()  # the key once every size is captured
             with torch.inference_mode(False):
                 self.h = torch.zeros(self.rows, h.shape[1], dtype=h.dtype, device=h.device)
                 self.out = torch.empty(self.rows, vocab_size, dtype=torch.float32, device=h.device)
@@ -69,6 +69,7 @@ class HeadGraphs:
                     with torch.cuda.graph(g, pool=self.pool, capture_error_mode="thread_local"):
                         head(self.h[:b], self.out[:b])
                     self.graphs[b] = g
+            self.key = key
         self.h[:t].copy_(h)
         self.graphs[next(b for b in self.sizes if b >= t)].replay()
         return self.out[:t]
