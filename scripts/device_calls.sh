@@ -126,7 +126,7 @@
 #                                              # the head's GPU tests natively
 #   CALL=s39fold bash scripts/device_calls.sh  # docs/pending/s38-fold-norm applied: its tests natively, the
 #                                              # row-parallel bits, rlk-verify in CUDA vLLM (carry .vllm-cuda)
-#   CALL=s40graphs bash scripts/device_calls.sh  # docs/pending/s39-head-graphs applied: the head graphs' and
+#   CALL=s40graphs bash scripts/device_calls.sh  # the head graphs (session 39's series, merged in 40): their and
 #                                              # full_logprobs(out=)'s tests natively, rlk-verify in CUDA vLLM
 #                                              # (carry .vllm-cuda); then CALL=decode17 (the batch-256 step)
 #   CALL=s40compiled bash scripts/device_calls.sh  # rlk-verify's compiled configurations in CUDA vLLM (the opaque
@@ -619,7 +619,7 @@ s39fold)
     verify_qwen3 vllm_fold
     ;;
 s40graphs)
-    # docs/pending/s39-head-graphs.mbox applied (`git am`): the vLLM class's head graphs up to 256 rows in one shared
+    # session 39's head-graphs series (merged in session 40): the vLLM class's head graphs up to 256 rows in one shared
     # buffer: the graphs against the eager head and full_logprobs(out=) natively, then rlk-verify inside CUDA vLLM for
     # Qwen3 (batches of 64 and 256 sequences take the new sizes; carry .vllm-cuda); then CALL=decode17 for the
     # batch-256 step against stock
