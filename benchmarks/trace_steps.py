@@ -5,6 +5,7 @@ longer than ``--min-us`` (inclusive time; under the profiler's stack tracing hos
 several times slower than without it, so compare engines, not absolute numbers).
 
     python benchmarks/trace_steps.py trace_stock_b1.json.gz trace_rlk_b1.json.gz
+    python benchmarks/trace_steps.py --host trace_rlk_b256_light.json.gz   # the host's untraced stretches a step
 
 ``totals(path)`` sums any trace into a few numbers (``vllm_cuda.py --engine-profile`` and ``--profile``'s
 ``light_trace`` keep those), ``step_medians`` among them: the median step, GPU busy and idle time between vLLM's
@@ -98,6 +99,46 @@ def step_medians(gpu: list[dict], marker: str = STEP_MARKER, skip: int = 2) -> d
             "longest_gap_after": max(after, key=after.get)}
 
 
+def host_gaps(path: str, marker: str = STEP_MARKER, skip: int = 2, min_us: float = 30, top: int = 8) -> dict:
+    """Where a step's host time goes in a trace with host events but no Python stacks (``--profile``'s
+    ``trace_<engine>_b<B>_light``): steps between the host's launches of ``marker`` (vLLM's once-a-step kernel;
+    ``skip`` left out, as in ``step_medians``), and per step the host's stretches of untraced Python -- the gaps
+    of over ``min_us`` between consecutive recorded host events (torch ops, CUDA runtime and driver calls) --
+    named by the events around them, the ``top`` largest by their time a step, with their median. Session 40: at
+    256 sequences the stretch after ``cudaEventRecordWithFlags`` (the step enqueued) up to the next step's first
+    op is the engine's own Python (output processing and scheduling, 3.0-3.5 ms in both engines) and holds
+    the whole difference between rlk's and stock's profiled steps."""
+    import statistics
+
+    ev = load(path)
+    launch = {e["args"].get("correlation"): e["ts"] for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    marks = sorted(launch[e["args"]["correlation"]] for e in ev
+                   if e.get("cat") == "kernel" and e["name"] == marker and e["args"].get("correlation") in launch)
+    marks = marks[skip:]
+    host = sorted((e for e in ev if e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver")), key=lambda e: e["ts"])
+    gaps: dict[tuple[str, str], list[float]] = {}
+    i = 0
+    for a, b in zip(marks, marks[1:]):
+        while i < len(host) and host[i]["ts"] < a:
+            i += 1
+        end, prev = a, "step"
+        while i < len(host) and host[i]["ts"] < b:
+            e = host[i]
+            if e["ts"] - end > min_us:
+                gaps.setdefault((prev[:50], e["name"][:50]), []).append(e["ts"] - end)
+            if e["ts"] + e["dur"] > end:
+                end, prev = e["ts"] + e["dur"], e["name"]
+            i += 1
+        if b - end > min_us:
+            gaps.setdefault((prev[:50], "next step"), []).append(b - end)
+    n = max(len(marks) - 1, 1)
+    rows = sorted(gaps.items(), key=lambda kv: -sum(kv[1]))[:top]
+    return {"steps": len(marks) - 1,
+            "step_us": round(statistics.median(b - a for a, b in zip(marks, marks[1:])), 1) if len(marks) > 1 else 0,
+            "gaps": [{"after": k[0], "before": k[1], "us_per_step": round(sum(v) / n, 1),
+                      "median_us": round(statistics.median(v), 1)} for k, v in rows]}
+
+
 def summarize(path: str, min_us: float) -> None:
     ev = load(path)
     launches = sorted((e for e in ev if e.get("cat") == "cuda_runtime" and "GraphLaunch" in e["name"]),
@@ -126,9 +167,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("traces", nargs="+")
     ap.add_argument("--min-us", type=float, default=150)
+    ap.add_argument("--host", action="store_true",
+                    help="the host's untraced stretches a step (``host_gaps``; a trace without Python stacks)")
     a = ap.parse_args()
     for p in a.traces:
-        summarize(p, a.min_us)
+        if a.host:
+            print(p, json.dumps(host_gaps(p), indent=1))
+        else:
+            summarize(p, a.min_us)
 
 
 if __name__ == "__main__":

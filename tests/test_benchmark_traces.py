@@ -69,3 +69,27 @@ def test_step_medians_read_steps_between_the_marker_kernels():
     assert r == {"n": 4, "step_us": 100.0, "busy_us": 45.0, "idle_us": 55.0, "longest_gap_us": 55.0,
                  "longest_gap_after": "Memcpy DtoH"}  # the host's wait: after the copy, before the next marker
     assert step_medians(gpu[:3]) == {"n": 0}
+
+
+def test_host_gaps_name_the_hosts_untraced_stretches_a_step(tmp_path):
+    from trace_steps import STEP_MARKER, host_gaps
+
+    # 6 steps of 1,000 us on the host: the marker's launch (correlation i, 5 us), an op (100 us), an event record
+    # (5 us), then 600 us of untraced Python before a slice (10 us), then 280 us before the next step's launch
+    ev = []
+    for i in range(6):
+        t = 1000.0 * i
+        ev += [{"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernelEx", "ts": t, "dur": 5.0,
+                "args": {"correlation": i}},
+               {"ph": "X", "cat": "kernel", "name": STEP_MARKER, "ts": t + 50, "dur": 2.0, "args": {"correlation": i}},
+               {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "ts": t + 5, "dur": 100.0, "args": {}},
+               {"ph": "X", "cat": "cuda_runtime", "name": "cudaEventRecordWithFlags", "ts": t + 105, "dur": 5.0,
+                "args": {}},
+               {"ph": "X", "cat": "cpu_op", "name": "aten::slice", "ts": t + 710, "dur": 10.0, "args": {}}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    r = host_gaps(str(path), skip=1)  # steps 1-5: four whole intervals
+    assert r["steps"] == 4 and r["step_us"] == 1000.0
+    assert r["gaps"] == [{"after": "cudaEventRecordWithFlags", "before": "aten::slice", "us_per_step": 600.0,
+                          "median_us": 600.0},
+                         {"after": "aten::slice", "before": "next step", "us_per_step": 280.0, "median_us": 280.0}]
