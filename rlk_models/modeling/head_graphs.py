@@ -22,10 +22,11 @@ class HeadGraphs:
     to ``graph_sizes``). vLLM calls ``compute_logits`` outside its model graphs, and the eager head
     is Python-launched kernels and their buffers. On the H200 that host time was what separated the
     rlk engine's batch-1 decode from stock vLLM's, whose head is one GEMM (0.3-0.4 ms a step,
-    session 8). At 256 sequences a step is host-bound too: an in-process engine's batch-256 step
-    took 0.47 ms longer than stock's at the same GPU time (session 39, under the profiler), and the
-    eager head's enqueue (180-234 us at 1-64 rows against 40 us a replay, session 37) is part of
-    that, so the graphs go to 256 rows.
+    session 8). Larger decode steps are host-bound too, and the eager head's enqueue (180-234 us at
+    1-64 rows against 40 us a replay, session 37) adds to their host time, so the graphs go to 256
+    rows (session 40: bitwise the eager head on the H200, 0 mismatches in CUDA vLLM). The profiled
+    batch-256 step that prompted it, 0.47-0.52 ms longer than stock's at the same GPU time, turned
+    out to be vLLM's own Python between steps, not the head (docs/benchmarks.md, session 40).
 
     A replay runs the same kernels with the same arguments, so its bits are the eager head's; the
     padding rows hold stale hidden states and change nothing (every row is computed on its own).
