@@ -131,6 +131,10 @@
 #                                              # (carry .vllm-cuda); then CALL=decode17 (the batch-256 step)
 #   CALL=s40compiled bash scripts/device_calls.sh  # rlk-verify's compiled configurations in CUDA vLLM (the opaque
 #                                              # backend without linear_unfolded, session 39; carry .vllm-cuda)
+#   CALL=b1ab bash scripts/device_calls.sh     # batch-1 latency before and after the head graphs to 256 rows: the
+#                                              # rlk engine from .probe_old (rlk_models at 53d9de3), then this
+#                                              # tree's rlk and stock, one 1.7B benchmark each (carry .vllm-cuda and
+#                                              # .probe_old)
 #   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
 #                                              # (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
@@ -636,6 +640,15 @@ s40compiled)
     part vllm_compiled 540 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="qwen3 and not tp2 and compiled" \
         TEST_TIMEOUT=300
     test_summary vllm_compiled 12
+    ;;
+b1ab)
+    # session 40 measured batch-1 TPOT at 1.096-1.107x stock (session 39: 1.00-1.065x) at the same GPU kernel time;
+    # the head graphs to 256 rows (one shared buffer) came between. The package before them (.probe_old: rlk_models
+    # at 53d9de3, `git archive 53d9de3 rlk_models | tar -x -C .probe_old`) first on PYTHONPATH for its engine, then
+    # this tree's rlk and stock; each engine in its own process, the same checkpoint
+    part b1_old 300 PART=vllm SHAPE=1.7b ENGINES=rlk VLLM_ARGS="--limit 200" PYTHONPATH_FIRST="$PWD/.probe_old"
+    part b1_new 420 PART=vllm SHAPE=1.7b ENGINES=rlk,stock VLLM_ARGS="--limit 200"
+    grep -hE '"(batch1_itl_ms|batch1_tpot_ms|batch1_ttft_ms|tok_per_s)"' "$ROOT_OUT"/b1_*/vllm_cuda_1.7b.json
     ;;
 s38c)
     # session 38's third call: the backward with dh split-K at <= 256 rows and dh written in h's dtype, the sync-free

@@ -32,12 +32,14 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 RLK_CACHE_DIR="$OUT/cache" VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 \
        VLLM_NO_USAGE_STATS=1 TOKENIZERS_PARALLELISM=false
-export PYTHONPATH="$PWD:${PYTHONPATH:-}"
+# PYTHONPATH_FIRST: a directory searched before this tree (e.g. .probe_old: an older rlk_models for an A/B call)
+FIRST="${PYTHONPATH_FIRST:+$PYTHONPATH_FIRST:}"
+export PYTHONPATH="$FIRST$PWD:${PYTHONPATH:-}"
 if [ -f .vllm-cuda/install.sh ]; then
     bash .vllm-cuda/install.sh 2>&1 | tail -1
     # the project's dist-info carries the vllm.general_plugins entry point every vLLM process loads
     python3 -m pip install -q --no-deps --no-build-isolation --no-index --upgrade --target /tmp/site . 2>&1 | tail -1
-    export PYTHONPATH="$PWD:/tmp/site"
+    export PYTHONPATH="$FIRST$PWD:/tmp/site"
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 # the host too: host-bound figures (batch-1 decode) move with the lent machine's CPU
