@@ -110,6 +110,8 @@ def host_gaps(path: str, marker: str = STEP_MARKER, skip: int = 2, min_us: float
     the whole difference between rlk's and stock's profiled steps."""
     import statistics
 
+    from harness import idle_gaps
+
     ev = load(path)
     launch = {e["args"].get("correlation"): e["ts"] for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")}
     marks = sorted(launch[e["args"]["correlation"]] for e in ev
@@ -121,16 +123,14 @@ def host_gaps(path: str, marker: str = STEP_MARKER, skip: int = 2, min_us: float
     for a, b in zip(marks, marks[1:]):
         while i < len(host) and host[i]["ts"] < a:
             i += 1
-        end, prev = a, "step"
+        inside = [(a, a, "step")]  # the stretch after the step's start and the one before the next step count too
         while i < len(host) and host[i]["ts"] < b:
-            e = host[i]
-            if e["ts"] - end > min_us:
-                gaps.setdefault((prev[:50], e["name"][:50]), []).append(e["ts"] - end)
-            if e["ts"] + e["dur"] > end:
-                end, prev = e["ts"] + e["dur"], e["name"]
+            inside.append((host[i]["ts"], host[i]["ts"] + host[i]["dur"], host[i]["name"]))
             i += 1
-        if b - end > min_us:
-            gaps.setdefault((prev[:50], "next step"), []).append(b - end)
+        # the host's idle stretches, overlapping events counted once: the GPU gap walk of step_medians
+        for g in idle_gaps(inside + [(b, b, "next step")], top=len(inside) + 1)["top"]:
+            if g["us"] > min_us:
+                gaps.setdefault((g["after"][:50], g["before"][:50]), []).append(g["us"])
     n = max(len(marks) - 1, 1)
     rows = sorted(gaps.items(), key=lambda kv: -sum(kv[1]))[:top]
     return {"steps": len(marks) - 1,
