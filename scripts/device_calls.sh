@@ -135,6 +135,9 @@
 #                                              # rlk engine from .probe_old (rlk_models at 53d9de3), then this
 #                                              # tree's rlk and stock, one 1.7B benchmark each (carry .vllm-cuda and
 #                                              # .probe_old)
+#   CALL=s41bk bash scripts/device_calls.sh    # Launch.block_k=128 (two K-tiles a pipeline step in one dot): its
+#                                              # bits against the 64-wide default natively (no carry); CALL=s41bk2:
+#                                              # the small-M search at qkv 1.7B and 8B with and without it
 #   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
 #                                              # (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
@@ -649,6 +652,20 @@ b1ab)
     part b1_old 300 PART=vllm SHAPE=1.7b ENGINES=rlk VLLM_ARGS="--limit 200" PYTHONPATH_FIRST="$PWD/.probe_old"
     part b1_new 420 PART=vllm SHAPE=1.7b ENGINES=rlk,stock VLLM_ARGS="--limit 200"
     grep -hE '"(batch1_itl_ms|batch1_tpot_ms|batch1_ttft_ms|tok_per_s)"' "$ROOT_OUT"/b1_*/vllm_cuda_1.7b.json
+    ;;
+s41bk)
+    # Launch.block_k=128 (session 40, CPU-built: twice the MMAs a pipeline step, no spill): every candidate form with
+    # it against the default at 6 layer shapes (the first test compiles the forms, the rest reuse them; a hang fails
+    # at the test's timeout)
+    part bk_bits 540 PART=tests TEST_TIMEOUT=300 TESTS=tests/gpu/test_triton_contract_8b.py K="block_k_128"
+    test_summary bk_bits 12
+    ;;
+s41bk2)
+    # then the search at the rows where qkv sits on its ~250 ns-a-K-tile floor (1.7B: 1.38-1.63x cuBLAS; 8B:
+    # 1.11-1.20x), every candidate with 64- and 128-wide loads, each timed launch checked bitwise against the default
+    bench bk_search 540 benchmarks/triton/matmul_sweep.py --search --quick --m 1,16,64 --shapes qkv_1.7b,qkv \
+        --block-k 64,128
+    grep -E "search:|graph:|BITS|skip" "$ROOT_OUT/bk_search.log" | cut -c1-200 | head -40
     ;;
 s38c)
     # session 38's third call: the backward with dh split-K at <= 256 rows and dh written in h's dtype, the sync-free

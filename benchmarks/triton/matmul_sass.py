@@ -26,7 +26,6 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from rlk_models.ops.triton.matmul import (
-    BLOCK_K,
     HALF,
     K_GROUPS,
     LAUNCHES,
@@ -51,16 +50,17 @@ def _cuobjdump() -> str:
 def compile_form(launch: Launch, groups: int, a_km: bool = False, b_kn: bool = False, bias: bool = False):
     """The compiled kernel of one launch form (bf16 in and out, fp32 partials when split)."""
     split = launch.split if groups > 1 else 0
-    bm, bn, warps, stages = fitted_config(launch.config, 2, 4 if split else 2)  # as mm() runs it
+    bk = launch.block_k
+    bm, bn, warps, stages = fitted_config(launch.config, 2, 4 if split else 2, block_k=bk)  # as mm() runs it
     c_t = launch.swap
-    a_block = f"{BLOCK_K}, {bm}" if a_km else f"{bm}, {BLOCK_K}"
-    b_block = f"{BLOCK_K}, {bn}" if b_kn else f"{bn}, {BLOCK_K}"
+    a_block = f"{bk}, {bm}" if a_km else f"{bm}, {bk}"
+    b_block = f"{bk}, {bn}" if b_kn else f"{bn}, {bk}"
     c_desc = (f"tensordesc<fp32[1, {bm}, {bn}]>" if split else
               f"tensordesc<bf16[{bn}, {bm}]>" if c_t else f"tensordesc<bf16[{bm}, {bn}]>")
     args = dict(a_desc=f"tensordesc<bf16[{a_block}]>", b_desc=f"tensordesc<bf16[{b_block}]>", c_desc=c_desc,
                 bias_ptr="*bf16", M="i32", N="i32", K="i32", KG="i32")
     consts = dict(HAS_BIAS=bias, GROUPS=groups, RUN=run_of(groups), SPLIT=split, A_KM=a_km, B_KN=b_kn, BLOCK_M=bm,
-                  BLOCK_N=bn, BLOCK_K=BLOCK_K, GROUP_M=8, C_T=c_t, FLAT=launch.flat,
+                  BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, C_T=c_t, FLAT=launch.flat,
                   NUM_PROGS=132 if launch.persistent and not split and not launch.flat else ONE_PASS)
     names = _mm_tma_kernel.arg_names
     sig = {n: args.get(n, "constexpr") for n in names}
@@ -123,6 +123,7 @@ def describe(kernel) -> dict:
             for line in sass.splitlines() if "/*" in line and ";" in line]
     reg, stack = (int(re.search(rf"{k}:(\d+)", usage).group(1)) for k in ("REG", "STACK"))
     return {"sass": hashlib.sha1("\n".join(code).encode()).hexdigest()[:12], "instructions": len(code),
+            "mma": sum(1 for line in code if re.match(r"(@!?U?P\d+ )?H(G)?MMA\.", line)),  # wgmma / mma.sync
             "registers": reg, "warps": kernel.metadata.num_warps, "spill_stack_bytes": stack,
             "shared_bytes": kernel.metadata.shared,
             "loops": kernel.asm["ttgir"].count("scf.for"),
@@ -134,7 +135,8 @@ def describe(kernel) -> dict:
 
 def forms() -> dict[str, tuple[Launch, int, dict]]:
     """Every default launch (forward; and the plain ones as the two backward layouts), plus the
-    flat form of each grouped default that is fused or split by halves."""
+    flat form of each grouped default that is fused or split by halves, and each default up to 64 rows
+    loading 128-wide K-tiles (``Launch.block_k``'s candidates, ``/block_k=128``)."""
     out = {}
     tables = {f"{kind}/{width}": (kind, table) for (kind, width), table in LAUNCHES.items()
               if not (table is LAUNCHES["groups", "narrow"] and width == "wide")}  # the same table
@@ -155,6 +157,8 @@ def forms() -> dict[str, tuple[Launch, int, dict]]:
                 out[name + "/dw"] = (lc, 1, dict(a_km=True))
             if kind == "groups" and lc.split in (0, HALF) and not fallback:
                 out[name + "/flat"] = (lc._replace(flat=True, persistent=False), groups, {})
+            if bound <= 64 and not fallback:
+                out[name + "/block_k=128"] = (lc._replace(block_k=128), groups, {})
     return out
 
 

@@ -64,11 +64,12 @@ M_SEARCH = [1, 4, 16, 64, 256, 1024, 4096]
 
 
 def candidates(m: int, grouped: bool, tiles: set[tuple[int, int]] | None = None,
-               stages: list[int] | None = None) -> list[Launch]:
+               stages: list[int] | None = None, block_ks: list[int] | None = None) -> list[Launch]:
     """Launches to time at M. grouped: split-K per group (decode sizes), per half (2 programs per tile, up to
     M=1024), fused, and the last two with flat K loops; plain, M <= 256: also swap launches, config (weight
     rows, tokens, ...), of 64 weight rows and more (at M <= 64 also 16 and 32). ``tiles`` keeps the configs of
-    those (BLOCK_M, BLOCK_N) only, ``stages`` replaces each config's pipeline depth by each of these."""
+    those (BLOCK_M, BLOCK_N) only, ``stages`` replaces each config's pipeline depth by each of these, ``block_ks``
+    times each Triton launch at each of these K-tile loads (``Launch.block_k``; the Gluon forms keep theirs)."""
     flat = [dict(split=HALF, flat=True, persistent=False), dict(flat=True, persistent=False)]
     forms = ([dict(split=1), dict(split=HALF), dict(), *flat] if grouped
              else [dict(persistent=False), dict()])
@@ -84,6 +85,8 @@ def candidates(m: int, grouped: bool, tiles: set[tuple[int, int]] | None = None,
         out = [lc for lc in out if lc.config[:2] in tiles]
     if stages:
         out = [lc._replace(config=(*lc.config[:3], s)) for lc in out for s in stages]
+    if block_ks:
+        out = [lc._replace(block_k=bk) if not lc.sm90 else lc for lc in out for bk in block_ks]
     return list(dict.fromkeys(out))
 
 
@@ -193,13 +196,17 @@ def main() -> None:
     ap.add_argument("--tiles", default="",
                     help="with --search: only candidates of these BLOCK_MxBLOCK_N tiles, e.g. 64x16,64x128")
     ap.add_argument("--stages", default="", help="with --search: each candidate at each of these pipeline depths")
+    ap.add_argument("--block-k", default="",
+                    help="with --search: each Triton candidate at each of these K-tile loads (Launch.block_k), "
+                         "e.g. 64,128")
     ap.add_argument("--cold", action="store_true",
                     help="also time every graph row with the weight out of L2 (``bench_graph_cold``), as in a model "
                          "step: rows 'graph_cold'")
     args = ap.parse_args()
     search_ms = [int(v) for v in args.m.split(",")] if args.search else []
     pick = dict(tiles={tuple(map(int, t.split("x"))) for t in args.tiles.split(",")} if args.tiles else None,
-                stages=[int(v) for v in args.stages.split(",")] if args.stages else None)
+                stages=[int(v) for v in args.stages.split(",")] if args.stages else None,
+                block_ks=[int(v) for v in args.block_k.split(",")] if args.block_k else None)
     dev = torch.device("cuda")
     res = {"info": info(), "shapes": {}}
     log(res["info"])

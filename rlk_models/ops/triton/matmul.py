@@ -325,6 +325,15 @@ class Launch(NamedTuple):
     tail: bool = False  # sm90, 128-row tiles: the rows past the last whole wave of tiles (``wave_rows``) run as a
     #                     second launch in ``SM90_TAIL``'s 64-row tiles where those fit one wave (M = 768 at 8B: 512
     #                     rows in one wave of 128 tiles, 256 in one of 128 half tiles, not 192 tiles in 1.45 waves)
+    block_k: int = BLOCK_K  # the TMA kernel's K-tile load, a multiple of the contract's BLOCK_K: 128 loads two of
+    #                     its K-tiles a pipeline step and takes them in one ``tl.dot``. On the GPU a dot is a chain of
+    #                     k16 MMAs (wgmma, mma.sync) into the accumulator, in K order, so one dot over 128 and two
+    #                     over 64 run the same MMAs in the same order: the same bits (tests/gpu proves each form).
+    #                     Not so under the interpreter, where a dot is one numpy product: there ``mm`` refuses it
+    #                     (a table's default falls back to BLOCK_K). Session 40: qkv's small-M launches take ~250 ns
+    #                     a 64-wide K-tile whatever their tile or grid (a pipeline step's waits and barriers), so
+    #                     half the steps is the candidate; session 16's "unroll 2" (two dots a step) lost to a
+    #                     wgmma wait between its dots, which one dot does not have
 
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
@@ -538,17 +547,34 @@ def wave_rows(m: int, n: int, config: tuple[int, int, int, int], sms: int) -> in
 
 
 def fitted_config(config: tuple[int, int, int, int], elem_size: int, out_elem_size: int, accumulate: bool = False,
-                  explicit: bool = False) -> tuple[int, int, int, int]:
+                  explicit: bool = False, block_k: int = BLOCK_K) -> tuple[int, int, int, int]:
     """The (BLOCK_M, BLOCK_N, warps, stages) a launch's config runs with (``mm``; matmul_sass.py compiles the
     same): its pipeline depth cut to fit shared memory beside the epilogue tile (``out_elem_size``: 4 for a
-    split launch's fp32 partials), and a default whose epilogue tile would pass 64 KiB replaced."""
+    split launch's fp32 partials; ``block_k``: the K-tile load, ``Launch.block_k``), and a default whose
+    epilogue tile would pass 64 KiB replaced."""
     bm, bn, warps, stages = config
     # epilogue shared memory: the store's staging tile, and with accumulate as much again (the compiler converts
     # the pointer-loaded tile of out through shared memory; the H200 found 256 KiB asked of 227 at 128 x 128)
     epilogue = out_elem_size * (2 if accumulate else 1)
     if bm * bn * epilogue > 64 * 1024 and not explicit:  # a big fp32 epilogue tile would starve the pipeline
         bm, bn, warps, stages = (128, 64, 4, 4) if accumulate else (128, 128, 8, 4)
-    return bm, bn, warps, fit_stages(bm + bn, elem_size, stages, bm * bn * epilogue)
+    return bm, bn, warps, fit_stages(bm + bn, elem_size, stages, bm * bn * epilogue, block_k=block_k)
+
+
+def _block_k(launch: Launch, gpu_tma: bool, kg: int, grouped: bool, explicit: bool) -> int:
+    """The K-tile load a launch runs with (``Launch.block_k``) where it can: a multiple of BLOCK_K, whole loads a
+    K-group, on the GPU's TMA kernel. Elsewhere BLOCK_K, or, for a launch asked for by name, a ValueError saying
+    which of those it lacks."""
+    bk = launch.block_k
+    why = ("a multiple of BLOCK_K" if bk < BLOCK_K or bk % BLOCK_K else
+           f"K-groups of whole loads (a group here is {kg} long)" if grouped and kg % bk else
+           "the TMA kernel on a GPU (under the interpreter one dot is one numpy product, whose bits two dots over "
+           "its halves need not give)" if not gpu_tma else "")
+    if bk == BLOCK_K or not why:
+        return bk
+    if explicit:
+        raise ValueError(f"matmul: Launch.block_k={bk} needs {why}")
+    return BLOCK_K
 
 
 def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
@@ -578,6 +604,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     launch = launch or launch_for(m, n, groups, k)
     if launch.tail and not launch.sm90:
         raise ValueError(f"matmul: Launch.tail is a form of the sm90 launch ({launch})")
+    if launch.sm90 and launch.block_k != BLOCK_K:
+        raise ValueError(f"matmul: Launch.block_k is a form of the Triton TMA kernel, not of sm90 ({launch})")
     if launch.sm90 and not (k % (groups * BLOCK_K) == 0 and not (a_km or b_kn or accumulate)
                             and tma is not False and matmul_sm90.serves_tile(*launch.config[:2], plain=groups == 1)
                             and (not launch.tail or launch.config[0] == 2 * matmul_sm90.HALF)
@@ -611,8 +639,13 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     # (and whole pieces: a split by halves of fewer than 4 groups, e.g. a probe's 2, runs fused)
     split = (int(launch.split) if grouped and launch.split in (1, HALF) and groups % launch.split == 0
              and groups * m * n < 2 ** 31 else 0)
+    # a group's K: whole K-tiles, K split as evenly as they allow (exactly K / groups where K is a multiple of groups
+    # x BLOCK_K, as k_groups ensures for a layer); past K the loads are zeros (masks; TMA's bounds)
+    kg = triton.cdiv(k, groups * BLOCK_K) * BLOCK_K if grouped else k
+    use_tma = tma_ok(a, b, out) if tma is None else tma
+    bk = _block_k(launch, use_tma and a.is_cuda, kg, grouped, explicit)
     bm, bn, warps, stages = fitted_config(launch.config, a.element_size(), 4 if split else out.element_size(),
-                                          accumulate, explicit)
+                                          accumulate, explicit, bk)
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     persistent = launch.persistent and not split and not launch.flat  # flat: a tile each
     progs = min(sms, tiles) if persistent else tiles
@@ -622,23 +655,19 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     stride = sms if persistent else ONE_PASS
     if tiles > ONE_PASS:
         raise ValueError(f"matmul: {m} x {n} in tiles of {bm} x {bn} is more than {ONE_PASS} tiles")
-    # a group's K: whole K-tiles, K split as evenly as they allow (exactly K / groups where K is a multiple of groups
-    # x BLOCK_K, as k_groups ensures for a layer); past K the loads are zeros (masks; TMA's bounds)
-    kg = triton.cdiv(k, groups * BLOCK_K) * BLOCK_K if grouped else k
     parts = groups // split if split else 0
     c = torch.empty(parts, m, n, dtype=torch.float32, device=a.device) if split else out
     bias_arg = bias if bias is not None else out  # without a bias: out (the accumulate epilogue reads it there)
     grid = (progs, parts) if split else (progs,)
-    use_tma = tma_ok(a, b, out) if tma is None else tma
     if use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         bind_cuda_context(a.device)
-        a_d = TensorDescriptor.from_tensor(a, [BLOCK_K, bm] if a_km else [bm, BLOCK_K])
-        b_d = TensorDescriptor.from_tensor(b, [BLOCK_K, bn] if b_kn else [bn, BLOCK_K])
+        a_d = TensorDescriptor.from_tensor(a, [bk, bm] if a_km else [bm, bk])
+        b_d = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
         c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if split else [bn, bm] if swap else [bm, bn])
         _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, run_of(groups), split,
-                             a_km, b_kn, bm, bn, BLOCK_K, 8, stride, num_warps=warps, num_stages=stages, C_T=swap,
+                             a_km, b_kn, bm, bn, bk, 8, stride, num_warps=warps, num_stages=stages, C_T=swap,
                              FLAT=launch.flat, ACC=accumulate)
     else:
         sam, sak = (a.stride(1), a.stride(0)) if a_km else (a.stride(0), a.stride(1))
