@@ -667,6 +667,17 @@ s41bk2)
         --block-k 64,128
     grep -E "search:|graph:|BITS|skip" "$ROOT_OUT/bk_search.log" | cut -c1-200 | head -40
     ;;
+s41bk3)
+    # session 41's second search with 128-wide K loads (s41bk2 found qkv at 1-64 rows 1.39-1.58x -> 1.03-1.20x cuBLAS
+    # at 1.7B, 1.09-1.21x -> 0.97-1.02x at 8B): the rows between and above (qkv at 32 and 128), and the other
+    # weight-streaming small-M layers (gate_up at 1-64, o/down 1.7B at 1-64); 128-wide candidates only, the default
+    # timed beside them, each timed launch checked bitwise against the default
+    bench bk_search_qkv 200 benchmarks/triton/matmul_sweep.py --search --quick --m 32,128 --shapes qkv_1.7b,qkv \
+        --block-k 128
+    bench bk_search_rest 340 benchmarks/triton/matmul_sweep.py --search --quick --m 1,16,64 \
+        --shapes gate_up_1.7b,gate_up,o_1.7b,down_1.7b --block-k 128
+    grep -hE "search:|graph:|BITS|skip" "$ROOT_OUT"/bk_search_*.log | cut -c1-200 | head -60
+    ;;
 s38c)
     # session 38's third call: the backward with dh split-K at <= 256 rows and dh written in h's dtype, the sync-free
     # targets check: --backward-split, the main sweep's forward + backward against torch, and the changed ops' tests
