@@ -137,7 +137,11 @@
 #                                              # .probe_old)
 #   CALL=s41bk bash scripts/device_calls.sh    # Launch.block_k=128 (two K-tiles a pipeline step in one dot): its
 #                                              # bits against the 64-wide default natively (no carry); CALL=s41bk2:
-#                                              # the small-M search at qkv 1.7B and 8B with and without it
+#                                              # the small-M search at qkv 1.7B and 8B with and without it;
+#                                              # CALL=s41bk3: at qkv's rows 32 and 128, gate_up, o and down 1.7B
+#   CALL=s41v bash scripts/device_calls.sh     # the 128-wide K-load defaults: the 1.7B rollout in CUDA vLLM (rlk's
+#                                              # parity, stock) and every layer's rows at its table edges (carry
+#                                              # .vllm-cuda)
 #   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
 #                                              # (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
@@ -498,7 +502,7 @@ s34)
     # 257-384, 577-768: 192 x 128 Gluon): every M at the 1.7B buckets' edges against the 4096-row product, every sm90
     # form at 160-768 rows each checked bitwise the default, then the whole matmul table against cuBLAS (no carry)
     part s34_tests 200 PART=tests TEST_TIMEOUT=190 \
-        TESTS=tests/gpu/test_triton_contract_8b.py K="test_matmul_rows_at_the_1_7b_shapes"
+        TESTS=tests/gpu/test_triton_contract_8b.py K="test_matmul_rows_at_the_table_edges"
     test_summary s34_tests 12
     bench mm90_17b 150 benchmarks/triton/matmul_sweep.py sm90 --m 160,192,224,256,320,384,448,512,576,640,704,768 \
         --shapes qkv_1.7b,gate_up_1.7b
@@ -510,7 +514,7 @@ s34b)
     # Gluon; qkv 513-768: 192 x 128): the rows at every bucket edge, the sm90 forms at the changed buckets each checked
     # bitwise the default, then the RL-shaped rollout at 1.7B, rlk against stock (carry .vllm-cuda)
     part s34b_tests 90 PART=tests TEST_TIMEOUT=80 \
-        TESTS=tests/gpu/test_triton_contract_8b.py K="test_matmul_rows_at_the_1_7b_shapes"
+        TESTS=tests/gpu/test_triton_contract_8b.py K="test_matmul_rows_at_the_table_edges"
     test_summary s34b_tests 12
     bench mm90_17b_final 100 benchmarks/triton/matmul_sweep.py sm90 --m 288,320,448,512,544,576,640 \
         --shapes qkv_1.7b,gate_up_1.7b
@@ -677,6 +681,17 @@ s41bk3)
     bench bk_search_rest 340 benchmarks/triton/matmul_sweep.py --search --quick --m 1,16,64 \
         --shapes gate_up_1.7b,gate_up,o_1.7b,down_1.7b --block-k 128
     grep -hE "search:|graph:|BITS|skip" "$ROOT_OUT"/bk_search_*.log | cut -c1-200 | head -60
+    ;;
+s41v)
+    # session 41's 128-wide K-load defaults (qkv 1.7B to 128 rows, qkv 8B to 64, gate_up, o and down 1.7B to 16, o
+    # 1.7B to 64): the 1.7B rollout in CUDA vLLM, rlk (then its log-probs against the training class's) and stock,
+    # then every layer's rows at its table edges and against the 64-wide pointer kernel (carry .vllm-cuda)
+    part vllm_1.7b 330 PART=vllm SHAPE=1.7b ENGINES=rlk,stock VLLM_ARGS="--limit 160"
+    grep -hE '"(batch1_tpot_ms|batch1_tpot_vs_stock|tok_per_s|throughput_vs_stock|mismatch_count|max_abs_diff)"' \
+        "$ROOT_OUT"/vllm_1.7b/vllm_cuda_1.7b.json | head -20
+    part edges 200 PART=tests TEST_TIMEOUT=190 TESTS=tests/gpu/test_triton_contract_8b.py \
+        K="rows_at_the_table_edges"
+    test_summary edges 12
     ;;
 s38c)
     # session 38's third call: the backward with dh split-K at <= 256 rows and dh written in h's dtype, the sync-free

@@ -36,7 +36,7 @@ from rlk_models.ops.triton.matmul import (
     run_of,
     sm90_fallback,
 )
-from rlk_models.ops.triton.utils import ONE_PASS
+from rlk_models.ops.triton.utils import BLOCK_K, ONE_PASS
 
 TARGET = GPUTarget("cuda", 90, 32)
 
@@ -135,8 +135,8 @@ def describe(kernel) -> dict:
 
 def forms() -> dict[str, tuple[Launch, int, dict]]:
     """Every default launch (forward; and the plain ones as the two backward layouts), plus the
-    flat form of each grouped default that is fused or split by halves, and each default up to 64 rows
-    loading 128-wide K-tiles (``Launch.block_k``'s candidates, ``/block_k=128``)."""
+    flat form of each grouped default that is fused or split by halves, and each default up to 64 rows or loading
+    128-wide K-tiles beside its other K-tile load (``Launch.block_k``: ``/block_k=128`` or ``/block_k=64``)."""
     out = {}
     tables = {f"{kind}/{width}": (kind, table) for (kind, width), table in LAUNCHES.items()
               if not (table is LAUNCHES["groups", "narrow"] and width == "wide")}  # the same table
@@ -157,8 +157,9 @@ def forms() -> dict[str, tuple[Launch, int, dict]]:
                 out[name + "/dw"] = (lc, 1, dict(a_km=True))
             if kind == "groups" and lc.split in (0, HALF) and not fallback:
                 out[name + "/flat"] = (lc._replace(flat=True, persistent=False), groups, {})
-            if bound <= 64 and not fallback:
-                out[name + "/block_k=128"] = (lc._replace(block_k=128), groups, {})
+            if (bound <= 64 or lc.block_k != BLOCK_K) and not fallback:  # the other K-tile load beside it
+                other = 128 if lc.block_k == BLOCK_K else BLOCK_K
+                out[f"{name}/block_k={other}"] = (lc._replace(block_k=other), groups, {})
     return out
 
 

@@ -125,40 +125,44 @@ def test_matmul_rows_and_launch_choices(name):
 
 
 SHAPES_1_7B = {"qkv": (2048, 4096), "o": (2048, 2048), "gate_up": (2048, 12288), "down": (6144, 2048)}
-# each edge of the 1.7B layers' ``TUNED`` buckets and of the tables under them
-M_1_7B = [1, 16, 17, 32, 33, 64, 65, 128, 129, 192, 193, 256, 257, 384, 385, 512, 513, 576, 577, 700, 768, 769, 1024,
-          4096]
+LAYERS = {**{s: v for s, v in SHAPES.items() if s != "lm_head"}, **{f"{s}_1.7b": v for s, v in SHAPES_1_7B.items()}}
+# each edge of the layers' ``TUNED`` buckets (1.7B and 8B) and of the tables under them
+M_EDGES = [1, 16, 17, 32, 33, 64, 65, 128, 129, 160, 161, 192, 193, 256, 257, 320, 321, 384, 385, 512, 513, 576, 577,
+           640, 641, 700, 768, 769, 1024, 4096]
 
 
-@pytest.mark.parametrize("name", sorted(SHAPES_1_7B))
-def test_matmul_rows_at_the_1_7b_shapes(name):
-    """Qwen3-1.7B's layers run their own launches (``TUNED``: Triton tiles, split-K, the Gluon forms): the
-    product of every M at each bucket's edges equals the first M rows of the 4096-row product (every row, not
-    row 0 alone), and run to run."""
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_matmul_rows_at_the_table_edges(name):
+    """Each layer's shape runs its own launches by M (``TUNED`` over the tables: Triton tiles, split-K, 128-wide K
+    loads, the Gluon forms): the product of every M at each bucket's edges equals the first M rows of the 4096-row
+    product (every row, not row 0 alone), and run to run; and the 64-wide pointer kernel's product."""
     from rlk_models.ops.triton.matmul import matmul
 
-    k, n = SHAPES_1_7B[name]
-    rp = name in ROW_PARALLEL
+    k, n = LAYERS[name]
+    rp = name.split("_")[0] in ROW_PARALLEL
     g = gen(1)
     x, w = randn(4096, k, g=g), randn(n, k, g=g, scale=0.02)
     full = matmul(x, w, row_parallel=rp)
-    for m in M_1_7B:
-        assert torch.equal(matmul(x[:m], w, row_parallel=rp), full[:m]), f"{name} 1.7B: M={m} differs from M=4096"
+    for m in M_EDGES:
+        assert torch.equal(matmul(x[:m], w, row_parallel=rp), full[:m]), f"{name}: M={m} differs from M=4096"
     assert torch.equal(matmul(x[:700], w, row_parallel=rp), full[:700]), "run to run"
+    for m in (1, 16, 64, 128):  # the 128-wide loads' rows (Launch.block_k) against the kernel without TMA or them
+        assert torch.equal(matmul(x[:m], w, row_parallel=rp, tma=False), full[:m]), f"{name}: M={m} pointer kernel"
 
 
 @pytest.mark.parametrize("name", ["qkv", "o", "gate_up", "down", "qkv_1.7b", "o_1.7b"])
 def test_matmul_block_k_128_gives_the_64_wide_bits(name):
     """``Launch.block_k=128`` (two of the contract's 64-wide K-tiles a pipeline step, one ``tl.dot``): every
     candidate config in every form that the search times it in (plain: persistent or not, swap, flat; grouped: split
-    per group or per half, fused, flat), at 1, 64 and 1024 rows, equal to the default launch; with a bias and fp32
-    out too, and the backward's transposed layouts. The claim is the GPU's (a dot is a chain of k16 MMAs into the
+    per group or per half, fused, flat), at 1, 64 and 1024 rows, equal to the pointer kernel (64-wide dots, no
+    ``block_k``: the defaults load 128 wide at some of these rows); with a bias and fp32 out too, and the backward's
+    transposed layouts. The claim is the GPU's (a dot is a chain of k16 MMAs into the
     accumulator; the interpreter's numpy dot is not), so only here."""
     import triton
 
     from rlk_models.ops.triton.matmul import CANDIDATE_CONFIGS, HALF, Launch, k_groups, matmul, mm
 
-    k, n = {**SHAPES, **{f"{s}_1.7b": v for s, v in SHAPES_1_7B.items()}}[name]
+    k, n = LAYERS[name]
     rp = name.split("_")[0] in ROW_PARALLEL
     grouped = rp and k_groups(k) > 1
     g = gen(6)
@@ -167,7 +171,7 @@ def test_matmul_block_k_128_gives_the_64_wide_bits(name):
               dict(flat=True, persistent=False)] if grouped
              else [dict(persistent=False), dict(), dict(swap=True), dict(flat=True, persistent=False)])
     for m in (1, 64, 1024):
-        ref = matmul(x[:m], w, row_parallel=rp)
+        ref = matmul(x[:m], w, row_parallel=rp, tma=False)  # 64-wide dots (the pointer kernel takes no block_k)
         for c in CANDIDATE_CONFIGS:
             for f in forms:
                 if f.get("swap") and m > 256:
@@ -180,13 +184,13 @@ def test_matmul_block_k_128_gives_the_64_wide_bits(name):
     groups = k_groups(k) if rp else 1
     for m in (1, 64):  # bias, fp32 out: the defaults up to 64 rows with the wide loads
         for dt in (torch.bfloat16, torch.float32):
-            ref = mm(x[:m], w, bias, dt, groups=groups)
+            ref = mm(x[:m], w, bias, dt, groups=groups, tma=False)
             lc = Launch((64, 32, 4, 4), swap=True) if not grouped else Launch((64, 128, 4, 4), split=1)
             assert torch.equal(mm(x[:m], w, bias, dt, groups=groups, launch=lc._replace(block_k=128)), ref), (m, dt)
     if not rp:  # the backward's layouts (dx = dy @ w: B as [K, N]; dw = dy^T @ x: A as [K, M])
         dy = randn(1024, n, g=g)
         for a, b, kw in ((dy, w, dict(b_kn=True)), (dy, x, dict(a_km=True, b_kn=True))):
-            ref = mm(a, b, **kw)
+            ref = mm(a, b, tma=False, **kw)
             got = mm(a, b, launch=Launch((128, 128, 4, 4), block_k=128), **kw)
             assert torch.equal(got, ref), f"backward layout {kw} block_k=128"
 

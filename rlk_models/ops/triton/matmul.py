@@ -419,8 +419,17 @@ def sm90_fallback(launch: Launch, kind: str) -> Launch:
 # table's 128 x 128 tiles leave half the SMs idle there (64 tiles at M = 512). qkv 8B M = 161-512 (search at
 # 160-512, one run): 192 1.30x -> 1.26x, 256 1.17x -> 1.09x, 384 1.50x -> 1.34x, 512 1.19x -> 1.09x; at 160 the
 # table's 64 x 128 tiles stay (1.38x; 128 x 128 tiles, half of them padding, 1.65x).
+# Session 41 (``--search --block-k``, every timed launch checked bitwise against the default, the same run): 128-wide
+# K loads (``Launch.block_k``) where the weight-streaming small-M launches sat on their ~250 ns-a-K-tile floor: qkv
+# 1.7B 1.41/1.58/1.57/1.39/1.17x -> 1.09/1.20/1.13/1.03/0.94x cuBLAS at 1/16/32/64/128 rows, qkv 8B 1.09/1.21/1.16/
+# 1.10x -> 0.97/0.98/0.98/1.02x at 1/16/32/64 (at 128: 1.14x -> 1.10x, kept), gate_up 1.7B 1.11/1.16x -> 0.90/0.97x at
+# 1/16, o 1.7B 1.15/1.26/1.24x -> 1.16/1.09/1.12x at 1/16/64, down 1.7B 0.89/0.93x -> 0.86/0.88x at 1/16. gate_up 8B
+# (1.00-1.03x) and gate_up 1.7B at 64 rows (0.99x) gained under 3%: kept
 TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
-    ("plain", 6144, 4096): [(160, None),
+    ("plain", 6144, 4096): [(16, Launch((64, 16, 4, 6), swap=True, block_k=128)),
+                            (32, Launch((64, 32, 4, 6), swap=True, block_k=128)),
+                            (64, Launch((64, 64, 4, 8), persistent=False, block_k=128)),
+                            (160, None),
                             (256, Launch((128, 128, 4, 5))),
                             # session 33, by tiles a wave: 257-320 rows are 5 of 64 (240 tiles of 64 x 128: 1.27x
                             # -> 0.92x at 320), 321-384 two of 192 (96 tiles; the Gluon form in one K-group, three
@@ -439,16 +448,17 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                              (384, Launch((192, 128, 12, 4), sm90=True)),
                              (640, None),
                              (768, Launch((192, 128, 12, 4), sm90=True))],
-    ("plain", 4096, 2048): [(32, Launch((64, 32, 4, 4), swap=True)),  # qkv: M <= 16 1.69x -> 1.58x
-                            (64, Launch((64, 32, 4, 4), persistent=False)),  # 1.54x -> 1.41x
-                            (128, Launch((64, 64, 4, 4), persistent=False)),  # 1.22x -> 1.16x
+    ("plain", 4096, 2048): [(16, Launch((64, 16, 4, 6), swap=True, block_k=128)),  # qkv (session 41, above)
+                            (32, Launch((64, 32, 4, 4), swap=True, block_k=128)),
+                            (64, Launch((64, 32, 4, 4), block_k=128)),
+                            (128, Launch((64, 64, 4, 4), persistent=False, block_k=128)),
                             # session 34 (``matmul_sweep.py sm90``, two calls): 129-256 the table's 64 x 128 tiles,
                             # one program a tile (session 14's 128 x 64 persistent: 1.59x -> 1.01-1.13x at 192,
                             # 1.17x -> 1.15-1.20x at 256); 513-768 rows are 3-4 of 192 (96-128 tiles of 192 x 128
                             # on 132 SMs: 1.62x -> 1.22x at 576, 1.21x -> 0.99-1.02x at 768)
                             (512, None),
                             (768, Launch((192, 128, 12, 4), sm90=True))],
-    ("plain", 12288, 2048): [(16, None),  # gate_up
+    ("plain", 12288, 2048): [(16, Launch((128, 16, 4, 4), swap=True, block_k=128)),  # gate_up (session 41)
                              (64, Launch((64, 128, 4, 6))),  # 1.13x -> 0.98x
                              (128, Launch((128, 128, 4, 6), persistent=False)),  # 1.18x -> 1.05x
                              # session 34: the Gluon forms by tile count (96 tiles a row of 192 x 128, 48 of
@@ -464,13 +474,14 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                              (512, Launch((128, 128, 12, 5), sm90=True)),
                              (640, Launch((128, 256, 12, 3), sm90=True)),
                              (768, Launch((192, 128, 12, 4), sm90=True))],
-    ("groups", 2048, 2048): [(16, None),  # o
-                             (64, Launch((64, 128, 4, 4), split=1)),  # 1.40x -> 1.23x
+    ("groups", 2048, 2048): [(16, Launch((16, 128, 4, 4), split=1, block_k=128)),  # o (session 41)
+                             # 1.40x -> 1.23x (session 16), by halves, flat, 128-wide loads 1.24x -> 1.12x (41)
+                             (64, Launch((64, 32, 4, 4), split=HALF, persistent=False, flat=True, block_k=128)),
                              (256, Launch((64, 64, 4, 4), split=HALF, persistent=False, flat=True)),  # 1.33-1.55x
                              # 512: Triton 64 x 128 1.98x -> 1.33x (session 17), the Gluon form in 64 x 128 tiles
                              # 1.50/1.37x -> 1.36/1.21x at 384/512 (session 31); above, its 128-row tiles
                              (512, Launch((64, 128, 12, 6), sm90=True))],
-    ("groups", 2048, 6144): [(16, None),  # down
+    ("groups", 2048, 6144): [(16, Launch((16, 128, 4, 4), split=1, block_k=128)),  # down (session 41)
                              (64, Launch((64, 128, 4, 4), split=1)),  # 1.10x -> 0.91x
                              (128, Launch((128, 128, 4, 4), split=1)),  # 1.10x -> 0.89x
                              (256, Launch((64, 128, 4, 6), split=HALF, persistent=False, flat=True)),  # 1.22x -> 1.13x

@@ -68,9 +68,9 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 def launch_choices(mm, grouped: bool) -> list:
     """Every default launch of the K order, and each grouped form with every candidate config. (The tables'
     Gluon launches, ``Launch.sm90``, run on an sm_90 GPU only -- tests/gpu proves them; here the Triton form they
-    fall back to stands in.)"""
+    fall back to stands in. So for their 128-wide K loads, ``Launch.block_k``: here the 64-wide form they run as.)"""
     kind = "groups" if grouped else "plain"
-    out = {mm.sm90_fallback(lc, kind) if lc.sm90 else lc
+    out = {(mm.sm90_fallback(lc, kind) if lc.sm90 else lc)._replace(block_k=mm.BLOCK_K)
            for (k, *_), table in (*mm.LAUNCHES.items(), *mm.TUNED.items()) if k == kind for _, lc in table if lc}
     if grouped:
         out |= {mm.Launch(c, split=sp) for c in mm.CANDIDATE_CONFIGS[::3] for sp in (0, 1, mm.HALF)}

@@ -17,8 +17,8 @@ process because this suite's kernels run under ``TRITON_INTERPRET=1``).
   every wgmma of the function and says so only in a note Triton does not show: the same bits, so
   no other test sees it, just a slower kernel. (Triton 3.6 does it to ``_bwd_dq_ds`` with pointer
   loads -- C7515, the fallback off the TMA path -- which is therefore not checked.)
-- The matmul's ``Launch.block_k=128`` candidates take both 64-wide K-tiles of a pipeline step in one dot
-  (twice the MMAs of their base form) and spill nothing.
+- The matmul's ``Launch.block_k=128`` forms (candidates and defaults) take both 64-wide K-tiles of a pipeline
+  step in one dot (twice the MMAs of their 64-wide form) and spill nothing.
 - The Gluon kernels (``benchmarks/triton/gluon_sass.py``): the log-prob head's statistics
   (``head_sm90``) and the matmul's K-group form (``matmul_sm90``: row-parallel in 8 groups, plain in
   one) build wgmmas of their tile's width, none serialized, nothing spilled in the forms they serve.
@@ -95,15 +95,20 @@ def test_no_matmul_form_serializes_its_wgmmas(matmul_forms):
 
 
 def test_matmul_block_k_forms_take_two_k_tiles_a_step_unspilled(matmul_forms):
-    """``Launch.block_k=128``'s candidates (each default up to 64 rows, ``/block_k=128``): twice the base form's
-    MMA instructions (one dot over both 64-wide K-tiles of a pipeline step, so half the steps), no spill; the
-    serialization and int64 checks above cover them too."""
-    wide = {name: r for name, r in matmul_forms.items() if name.endswith("/block_k=128")}
-    assert len(wide) >= 10
-    for name, r in wide.items():
-        base = matmul_forms[name.removesuffix("/block_k=128")]
-        assert r["mma"] == 2 * base["mma"] > 0, (name, r["mma"], base["mma"])
-        assert r["spill_stack_bytes"] == 0, name
+    """``Launch.block_k=128`` beside the 64-wide load of the same launch (each default up to 64 rows with
+    ``/block_k=128``; each default loading 128 wide with ``/block_k=64``): twice the MMA instructions (one dot over
+    both 64-wide K-tiles of a pipeline step, so half the steps), no spill; the serialization and int64 checks above
+    cover them too."""
+    pairs = {}  # name: (the 128-wide form, the 64-wide form)
+    for name, r in matmul_forms.items():
+        if name.endswith("/block_k=128"):
+            pairs[name] = (r, matmul_forms[name.removesuffix("/block_k=128")])
+        elif name.endswith("/block_k=64"):
+            pairs[name] = (matmul_forms[name.removesuffix("/block_k=64")], r)
+    assert len(pairs) >= 10 and any(name.endswith("/block_k=64") for name in pairs)
+    for name, (wide, base) in pairs.items():
+        assert wide["mma"] == 2 * base["mma"] > 0, (name, wide["mma"], base["mma"])
+        assert wide["spill_stack_bytes"] == 0, name
 
 
 @pytest.fixture(scope="module")
