@@ -332,8 +332,9 @@ class Launch(NamedTuple):
     #                     Not so under the interpreter, where a dot is one numpy product: there ``mm`` refuses it
     #                     (a table's default falls back to BLOCK_K). Session 40: qkv's small-M launches take ~250 ns
     #                     a 64-wide K-tile whatever their tile or grid (a pipeline step's waits and barriers), so
-    #                     half the steps is the candidate; session 16's "unroll 2" (two dots a step) lost to a
-    #                     wgmma wait between its dots, which one dot does not have
+    #                     half the steps; session 16's "unroll 2" (two dots a step) lost to a wgmma wait between its
+    #                     dots, which one dot does not have. Session 41: proven bitwise on the H200, and the default
+    #                     of the small-M launches it made faster (``TUNED``)
 
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
@@ -423,8 +424,9 @@ def sm90_fallback(launch: Launch, kind: str) -> Launch:
 # K loads (``Launch.block_k``) where the weight-streaming small-M launches sat on their ~250 ns-a-K-tile floor: qkv
 # 1.7B 1.41/1.58/1.57/1.39/1.17x -> 1.09/1.20/1.13/1.03/0.94x cuBLAS at 1/16/32/64/128 rows, qkv 8B 1.09/1.21/1.16/
 # 1.10x -> 0.97/0.98/0.98/1.02x at 1/16/32/64 (at 128: 1.14x -> 1.10x, kept), gate_up 1.7B 1.11/1.16x -> 0.90/0.97x at
-# 1/16, o 1.7B 1.15/1.26/1.24x -> 1.16/1.09/1.12x at 1/16/64, down 1.7B 0.89/0.93x -> 0.86/0.88x at 1/16. gate_up 8B
-# (1.00-1.03x) and gate_up 1.7B at 64 rows (0.99x) gained under 3%: kept
+# 1/16, o 1.7B 1.15/1.26/1.24x -> 1.18/1.09/1.12x at 1/16/64 (at 1 row 0.1 us slower: one launch serves 1-16), down
+# 1.7B 0.89/0.93x -> 0.86/0.88x at 1/16. gate_up 8B (1.00-1.03x) and gate_up 1.7B at 64 rows (0.99x) gained under 3%:
+# kept (docs/benchmarks.md, session 41)
 TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
     ("plain", 6144, 4096): [(16, Launch((64, 16, 4, 6), swap=True, block_k=128)),
                             (32, Launch((64, 32, 4, 6), swap=True, block_k=128)),
