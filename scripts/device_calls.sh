@@ -142,6 +142,10 @@
 #   CALL=s41v bash scripts/device_calls.sh     # the 128-wide K-load defaults: the 1.7B rollout in CUDA vLLM (rlk's
 #                                              # parity, stock) and every layer's rows at its table edges (carry
 #                                              # .vllm-cuda)
+#   CALL=s42v bash scripts/device_calls.sh     # the same rollout paired with stock, its engines given time to compile
+#                                              # (carry .vllm-cuda); CALL=s42bk: 256-wide K loads' bits and the
+#                                              # small-M search with them; CALL=s42rows: 128-wide loads at 128-256
+#                                              # rows (no carry)
 #   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
 #                                              # (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
@@ -661,7 +665,8 @@ s41bk)
     # Launch.block_k=128 (session 40, CPU-built: twice the MMAs a pipeline step, no spill): every candidate form with
     # it against the default at 6 layer shapes (the first test compiles the forms, the rest reuse them; a hang fails
     # at the test's timeout)
-    part bk_bits 540 PART=tests TEST_TIMEOUT=300 TESTS=tests/gpu/test_triton_contract_8b.py K="block_k_128"
+    part bk_bits 540 PART=tests TEST_TIMEOUT=300 TESTS=tests/gpu/test_triton_contract_8b.py \
+        K="wide_k_loads and 128"
     test_summary bk_bits 12
     ;;
 s41bk2)
@@ -692,6 +697,32 @@ s41v)
     part edges 200 PART=tests TEST_TIMEOUT=190 TESTS=tests/gpu/test_triton_contract_8b.py \
         K="rows_at_the_table_edges"
     test_summary edges 12
+    ;;
+s42v)
+    # session 41's 128-wide K-load defaults in CUDA vLLM, paired: the 1.7B rollout, rlk (then its log-probs against the
+    # training class's) and stock, each engine given the time to compile its Triton launches on a cold cache (s41v's
+    # 160 s was not) (carry .vllm-cuda)
+    part vllm_1.7b 570 PART=vllm SHAPE=1.7b ENGINES=rlk,stock VLLM_ARGS="--limit 250"
+    grep -hE '"(batch1_tpot_ms|batch1_tpot_vs_stock|tok_per_s|throughput_vs_stock|mismatch_count|max_abs_diff)"' \
+        "$ROOT_OUT"/vllm_1.7b/vllm_cuda_1.7b.json | head -20
+    ;;
+s42bk)
+    # 256-wide K loads (four K-tiles a pipeline step, one dot; CPU-built in session 41: four times the MMAs of the
+    # 64-wide form, no spill): their bits at 6 layer shapes, 1 and 64 rows, against the pointer kernel; then the
+    # small-M search with 128- and 256-wide loads where 128 left the most (qkv 1.7B 1.09-1.20x, o 1.7B 1.09-1.18x)
+    part bk256_bits 300 PART=tests TEST_TIMEOUT=290 TESTS=tests/gpu/test_triton_contract_8b.py \
+        K="wide_k_loads and 256"
+    test_summary bk256_bits 8
+    bench bk256_search 260 benchmarks/triton/matmul_sweep.py --search --quick --m 1,16,32,64 \
+        --shapes qkv_1.7b,o_1.7b --block-k 128,256
+    grep -hE "search:|graph:|BITS|skip" "$ROOT_OUT"/bk256_search.log | cut -c1-200 | head -30
+    ;;
+s42rows)
+    # 128-wide K loads above 64 rows, at the row-parallel 1.7B layers' worst misses (o 1.7B 1.30/1.54x at 128/256
+    # rows, down 1.7B 1.18x at 256) and qkv 8B / gate_up 1.7B at 128-256 (no carry)
+    bench bk_rows 560 benchmarks/triton/matmul_sweep.py --search --quick --m 128,256 \
+        --shapes o_1.7b,down_1.7b,qkv,gate_up_1.7b --block-k 64,128
+    grep -hE "search:|graph:|BITS|skip" "$ROOT_OUT"/bk_rows.log | cut -c1-200 | head -30
     ;;
 s38c)
     # session 38's third call: the backward with dh split-K at <= 256 rows and dh written in h's dtype, the sync-free

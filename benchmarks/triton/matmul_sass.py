@@ -39,6 +39,7 @@ from rlk_models.ops.triton.matmul import (
 from rlk_models.ops.triton.utils import BLOCK_K, ONE_PASS
 
 TARGET = GPUTarget("cuda", 90, 32)
+BLOCK_KS = (BLOCK_K, 2 * BLOCK_K, 4 * BLOCK_K)  # ``Launch.block_k``'s loads: one, two or four K-tiles a step
 
 
 def _cuobjdump() -> str:
@@ -136,7 +137,7 @@ def describe(kernel) -> dict:
 def forms() -> dict[str, tuple[Launch, int, dict]]:
     """Every default launch (forward; and the plain ones as the two backward layouts), plus the
     flat form of each grouped default that is fused or split by halves, and each default up to 64 rows or loading
-    128-wide K-tiles beside its other K-tile load (``Launch.block_k``: ``/block_k=128`` or ``/block_k=64``)."""
+    wider K-tiles with each of its other K-tile loads (``Launch.block_k``: ``/block_k=64``, ``128``, ``256``)."""
     out = {}
     tables = {f"{kind}/{width}": (kind, table) for (kind, width), table in LAUNCHES.items()
               if not (table is LAUNCHES["groups", "narrow"] and width == "wide")}  # the same table
@@ -157,9 +158,9 @@ def forms() -> dict[str, tuple[Launch, int, dict]]:
                 out[name + "/dw"] = (lc, 1, dict(a_km=True))
             if kind == "groups" and lc.split in (0, HALF) and not fallback:
                 out[name + "/flat"] = (lc._replace(flat=True, persistent=False), groups, {})
-            if (bound <= 64 or lc.block_k != BLOCK_K) and not fallback:  # the other K-tile load beside it
-                other = 128 if lc.block_k == BLOCK_K else BLOCK_K
-                out[f"{name}/block_k={other}"] = (lc._replace(block_k=other), groups, {})
+            if (bound <= 64 or lc.block_k != BLOCK_K) and not fallback:  # the other K-tile loads beside it
+                for other in {*BLOCK_KS} - {lc.block_k}:
+                    out[f"{name}/block_k={other}"] = (lc._replace(block_k=other), groups, {})
     return out
 
 

@@ -150,14 +150,15 @@ def test_matmul_rows_at_the_table_edges(name):
         assert torch.equal(matmul(x[:m], w, row_parallel=rp, tma=False), full[:m]), f"{name}: M={m} pointer kernel"
 
 
+@pytest.mark.parametrize("load", [128, 256])
 @pytest.mark.parametrize("name", ["qkv", "o", "gate_up", "down", "qkv_1.7b", "o_1.7b"])
-def test_matmul_block_k_128_gives_the_64_wide_bits(name):
-    """``Launch.block_k=128`` (two of the contract's 64-wide K-tiles a pipeline step, one ``tl.dot``): every
-    candidate config in every form that the search times it in (plain: persistent or not, swap, flat; grouped: split
-    per group or per half, fused, flat), at 1, 64 and 1024 rows, equal to the pointer kernel (64-wide dots, no
-    ``block_k``: the defaults load 128 wide at some of these rows); with a bias and fp32 out too, and the backward's
-    transposed layouts. The claim is the GPU's (a dot is a chain of k16 MMAs into the
-    accumulator; the interpreter's numpy dot is not), so only here."""
+def test_matmul_wide_k_loads_give_the_64_wide_bits(name, load):
+    """``Launch.block_k`` of 128 or 256 (two or four of the contract's 64-wide K-tiles a pipeline step, one
+    ``tl.dot``): every candidate config in every form that the search times it in (plain: persistent or not, swap,
+    flat; grouped: split per group or per half, fused, flat), at 1, 64 and 1024 rows (256: at 1 and 64, the rows it is
+    a candidate at), equal to the pointer kernel (64-wide dots, no ``block_k``: the defaults load 128 wide at some of
+    these rows); with a bias and fp32 out too, and the backward's transposed layouts. The claim is the GPU's (a dot
+    is a chain of k16 MMAs into the accumulator; the interpreter's numpy dot is not), so only here."""
     import triton
 
     from rlk_models.ops.triton.matmul import CANDIDATE_CONFIGS, HALF, Launch, k_groups, matmul, mm
@@ -170,29 +171,29 @@ def test_matmul_block_k_128_gives_the_64_wide_bits(name):
     forms = ([dict(split=1), dict(split=HALF), dict(), dict(split=HALF, flat=True, persistent=False),
               dict(flat=True, persistent=False)] if grouped
              else [dict(persistent=False), dict(), dict(swap=True), dict(flat=True, persistent=False)])
-    for m in (1, 64, 1024):
+    for m in (1, 64, 1024) if load == 128 else (1, 64):
         ref = matmul(x[:m], w, row_parallel=rp, tma=False)  # 64-wide dots (the pointer kernel takes no block_k)
         for c in CANDIDATE_CONFIGS:
             for f in forms:
                 if f.get("swap") and m > 256:
                     continue
                 try:
-                    got = matmul(x[:m], w, row_parallel=rp, launch=Launch(c, block_k=128, **f))
+                    got = matmul(x[:m], w, row_parallel=rp, launch=Launch(c, block_k=load, **f))
                 except triton.runtime.errors.OutOfResources:
                     continue  # does not fit shared memory: never chosen
-                assert torch.equal(got, ref), f"M={m} config {c} {f} block_k=128"
+                assert torch.equal(got, ref), f"M={m} config {c} {f} block_k={load}"
     groups = k_groups(k) if rp else 1
     for m in (1, 64):  # bias, fp32 out: the defaults up to 64 rows with the wide loads
         for dt in (torch.bfloat16, torch.float32):
             ref = mm(x[:m], w, bias, dt, groups=groups, tma=False)
             lc = Launch((64, 32, 4, 4), swap=True) if not grouped else Launch((64, 128, 4, 4), split=1)
-            assert torch.equal(mm(x[:m], w, bias, dt, groups=groups, launch=lc._replace(block_k=128)), ref), (m, dt)
+            assert torch.equal(mm(x[:m], w, bias, dt, groups=groups, launch=lc._replace(block_k=load)), ref), (m, dt)
     if not rp:  # the backward's layouts (dx = dy @ w: B as [K, N]; dw = dy^T @ x: A as [K, M])
         dy = randn(1024, n, g=g)
         for a, b, kw in ((dy, w, dict(b_kn=True)), (dy, x, dict(a_km=True, b_kn=True))):
             ref = mm(a, b, tma=False, **kw)
-            got = mm(a, b, launch=Launch((128, 128, 4, 4), block_k=128), **kw)
-            assert torch.equal(got, ref), f"backward layout {kw} block_k=128"
+            got = mm(a, b, launch=Launch((128, 128, 4, 4), block_k=load), **kw)
+            assert torch.equal(got, ref), f"backward layout {kw} block_k={load}"
 
 
 def test_matmul_accumulate_at_the_head_backward_shape():

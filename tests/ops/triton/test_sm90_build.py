@@ -17,8 +17,8 @@ process because this suite's kernels run under ``TRITON_INTERPRET=1``).
   every wgmma of the function and says so only in a note Triton does not show: the same bits, so
   no other test sees it, just a slower kernel. (Triton 3.6 does it to ``_bwd_dq_ds`` with pointer
   loads -- C7515, the fallback off the TMA path -- which is therefore not checked.)
-- The matmul's ``Launch.block_k=128`` forms (candidates and defaults) take both 64-wide K-tiles of a pipeline
-  step in one dot (twice the MMAs of their 64-wide form) and spill nothing.
+- The matmul's ``Launch.block_k`` forms (candidates and defaults, 128 and 256 wide) take all the 64-wide K-tiles of
+  a pipeline step in one dot (MMAs in proportion to the load) and spill nothing.
 - The Gluon kernels (``benchmarks/triton/gluon_sass.py``): the log-prob head's statistics
   (``head_sm90``) and the matmul's K-group form (``matmul_sm90``: row-parallel in 8 groups, plain in
   one) build wgmmas of their tile's width, none serialized, nothing spilled in the forms they serve.
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,21 +95,20 @@ def test_no_matmul_form_serializes_its_wgmmas(matmul_forms):
     assert not serialized, serialized
 
 
-def test_matmul_block_k_forms_take_two_k_tiles_a_step_unspilled(matmul_forms):
-    """``Launch.block_k=128`` beside the 64-wide load of the same launch (each default up to 64 rows with
-    ``/block_k=128``; each default loading 128 wide with ``/block_k=64``): twice the MMA instructions (one dot over
-    both 64-wide K-tiles of a pipeline step, so half the steps), no spill; the serialization and int64 checks above
-    cover them too."""
-    pairs = {}  # name: (the 128-wide form, the 64-wide form)
-    for name, r in matmul_forms.items():
-        if name.endswith("/block_k=128"):
-            pairs[name] = (r, matmul_forms[name.removesuffix("/block_k=128")])
-        elif name.endswith("/block_k=64"):
-            pairs[name] = (matmul_forms[name.removesuffix("/block_k=64")], r)
-    assert len(pairs) >= 10 and any(name.endswith("/block_k=64") for name in pairs)
-    for name, (wide, base) in pairs.items():
-        assert wide["mma"] == 2 * base["mma"] > 0, (name, wide["mma"], base["mma"])
-        assert wide["spill_stack_bytes"] == 0, name
+def test_matmul_block_k_forms_take_their_k_tiles_in_one_dot_unspilled(matmul_forms):
+    """``Launch.block_k`` beside the other K-tile loads of the same launch (each default up to 64 rows or loading
+    wider than 64, with ``/block_k=64``, ``/block_k=128``, ``/block_k=256``): MMA instructions in proportion to the
+    load (one dot over all the 64-wide K-tiles of a pipeline step: 128 twice 64's, 256 four times), no spill; the
+    serialization and int64 checks above cover them too."""
+    def load(r: dict) -> int:
+        return int(re.search(r"block_k=(\d+)", r["launch"]).group(1))
+
+    others = {name: m for name in matmul_forms if (m := re.search(r"/block_k=\d+$", name))}
+    assert len(others) >= 20 and {m.group() for m in others.values()} == {"/block_k=64", "/block_k=128", "/block_k=256"}
+    for name, m in others.items():
+        r, base = matmul_forms[name], matmul_forms[name[:m.start()]]
+        assert r["mma"] * load(base) == base["mma"] * load(r) > 0, (name, r["mma"], base["mma"])
+        assert r["spill_stack_bytes"] == 0 == base["spill_stack_bytes"], name
 
 
 @pytest.fixture(scope="module")
