@@ -579,11 +579,13 @@ def _block_k(launch: Launch, gpu_tma: bool, kg: int, grouped: bool, explicit: bo
     K-group, on the GPU's TMA kernel. Elsewhere BLOCK_K, or, for a launch asked for by name, a ValueError saying
     which of those it lacks."""
     bk = launch.block_k
+    if bk == BLOCK_K:  # every launch but the wide-load ones: nothing to check on mm's path
+        return bk
     why = ("a multiple of BLOCK_K" if bk < BLOCK_K or bk % BLOCK_K else
            f"K-groups of whole loads (a group here is {kg} long)" if grouped and kg % bk else
            "the TMA kernel on a GPU (under the interpreter one dot is one numpy product, whose bits two dots over "
            "its halves need not give)" if not gpu_tma else "")
-    if bk == BLOCK_K or not why:
+    if not why:
         return bk
     if explicit:
         raise ValueError(f"matmul: Launch.block_k={bk} needs {why}")
