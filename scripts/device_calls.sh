@@ -178,6 +178,11 @@ bench() {  # bench NAME SECONDS SCRIPT ARGS...: one benchmark script, its JSON i
     OUT="$ROOT_OUT/$name" PYTHONPATH="$PWD" timeout "$secs" python3 "$@" > "$ROOT_OUT/$name.log" 2>&1
     echo "$name exit $?"
 }
+vllm_figures() {  # vllm_figures NAME SHAPE: a PART=vllm part's batch-1 TPOT, throughput (and their ratios to
+                 # stock) and rlk's log-prob mismatches, from its JSON
+    grep -hE '"(batch1_tpot_ms|batch1_tpot_vs_stock|tok_per_s|throughput_vs_stock|mismatch_count|max_abs_diff)"' \
+        "$ROOT_OUT/$1/vllm_cuda_$2.json" | head -20
+}
 test_summary() {  # test_summary NAME [LINES]: the failures, PASSED lines and totals of part NAME's GPU tests
     grep -E "^E  .*|FAILED|PASSED|passed|failed" "$ROOT_OUT/$1/gpu_tests.log" | cut -c1-200 | head -"${2:-24}"
 }
@@ -692,8 +697,7 @@ s41v)
     # 1.7B to 64): the 1.7B rollout in CUDA vLLM, rlk (then its log-probs against the training class's) and stock,
     # then every layer's rows at its table edges and against the 64-wide pointer kernel (carry .vllm-cuda)
     part vllm_1.7b 330 PART=vllm SHAPE=1.7b ENGINES=rlk,stock VLLM_ARGS="--limit 160"
-    grep -hE '"(batch1_tpot_ms|batch1_tpot_vs_stock|tok_per_s|throughput_vs_stock|mismatch_count|max_abs_diff)"' \
-        "$ROOT_OUT"/vllm_1.7b/vllm_cuda_1.7b.json | head -20
+    vllm_figures vllm_1.7b 1.7b
     part edges 200 PART=tests TEST_TIMEOUT=190 TESTS=tests/gpu/test_triton_contract_8b.py \
         K="rows_at_the_table_edges"
     test_summary edges 12
@@ -703,8 +707,7 @@ s42v)
     # training class's) and stock, each engine given the time to compile its Triton launches on a cold cache (s41v's
     # 160 s was not) (carry .vllm-cuda)
     part vllm_1.7b 570 PART=vllm SHAPE=1.7b ENGINES=rlk,stock VLLM_ARGS="--limit 250"
-    grep -hE '"(batch1_tpot_ms|batch1_tpot_vs_stock|tok_per_s|throughput_vs_stock|mismatch_count|max_abs_diff)"' \
-        "$ROOT_OUT"/vllm_1.7b/vllm_cuda_1.7b.json | head -20
+    vllm_figures vllm_1.7b 1.7b
     ;;
 s42bk)
     # 256-wide K loads (four K-tiles a pipeline step, one dot; CPU-built in session 41: four times the MMAs of the
