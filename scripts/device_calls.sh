@@ -146,6 +146,9 @@
 #                                              # (carry .vllm-cuda); CALL=s42bk: 256-wide K loads' bits and the
 #                                              # small-M search with them; CALL=s42rows: 128-wide loads at 128-256
 #                                              # rows (no carry)
+#   CALL=s42d bash scripts/device_calls.sh     # session 42's defaults: every layer's rows at its table edges, the
+#                                              # changed rows re-timed, the 1.7B rollout in CUDA vLLM, rlk only
+#                                              # (its log-probs against the training class's; carry .vllm-cuda)
 #   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
 #                                              # (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
@@ -719,6 +722,19 @@ s42bk)
     bench bk256_search 260 benchmarks/triton/matmul_sweep.py --search --quick --m 1,16,32,64 \
         --shapes qkv_1.7b,o_1.7b --block-k 128,256
     grep -hE "search:|graph:|BITS|skip" "$ROOT_OUT"/bk256_search.log | cut -c1-200 | head -30
+    ;;
+s42d)
+    # session 42's defaults (256-wide loads at qkv 1.7B to 64 rows and o 1.7B at 17-32; 128-wide at o/down 1.7B to
+    # 256, gate_up 1.7B at 193-256): the table edges' bits first, then the changed rows timed against cuBLAS, then the
+    # 1.7B rollout in CUDA vLLM, rlk only, with its parity against the training class (carry .vllm-cuda)
+    part edges 150 PART=tests TEST_TIMEOUT=140 TESTS=tests/gpu/test_triton_contract_8b.py \
+        K="rows_at_the_table_edges"
+    test_summary edges 12
+    bench rows42 110 benchmarks/triton/matmul_sweep.py --m 1,16,32,64,128,256 \
+        --shapes qkv_1.7b,o_1.7b,down_1.7b,gate_up_1.7b
+    grep -hE "graph:|BITS|skip" "$ROOT_OUT"/rows42.log | cut -c1-200 | head -30
+    part vllm_rlk 320 PART=vllm SHAPE=1.7b ENGINES=rlk VLLM_ARGS="--limit 200 --n 64 --max-tokens 256"
+    vllm_figures vllm_rlk 1.7b
     ;;
 s42rows)
     # 128-wide K loads above 64 rows, at the row-parallel 1.7B layers' worst misses (o 1.7B 1.30/1.54x at 128/256

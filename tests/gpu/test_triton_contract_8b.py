@@ -133,9 +133,10 @@ M_EDGES = [1, 16, 17, 32, 33, 64, 65, 128, 129, 160, 161, 192, 193, 256, 257, 32
 
 @pytest.mark.parametrize("name", sorted(LAYERS))
 def test_matmul_rows_at_the_table_edges(name):
-    """Each layer's shape runs its own launches by M (``TUNED`` over the tables: Triton tiles, split-K, 128-wide K
-    loads, the Gluon forms): the product of every M at each bucket's edges equals the first M rows of the 4096-row
-    product (every row, not row 0 alone), and run to run; and the 64-wide pointer kernel's product."""
+    """Each layer's shape runs its own launches by M (``TUNED`` over the tables: Triton tiles, split-K, 128- and
+    256-wide K loads, the Gluon forms): the product of every M at each bucket's edges equals the first M rows of the
+    4096-row product (every row, not row 0 alone), and run to run; and, at the rows where the defaults load 128 or
+    256 wide, the 64-wide pointer kernel's product."""
     from rlk_models.ops.triton.matmul import matmul
 
     k, n = LAYERS[name]
@@ -146,7 +147,7 @@ def test_matmul_rows_at_the_table_edges(name):
     for m in M_EDGES:
         assert torch.equal(matmul(x[:m], w, row_parallel=rp), full[:m]), f"{name}: M={m} differs from M=4096"
     assert torch.equal(matmul(x[:700], w, row_parallel=rp), full[:700]), "run to run"
-    for m in (1, 16, 64, 128):  # the 128-wide loads' rows (Launch.block_k) against the kernel without TMA or them
+    for m in (1, 16, 32, 64, 128, 256):  # the wide loads' rows (Launch.block_k) against the kernel without TMA or them
         assert torch.equal(matmul(x[:m], w, row_parallel=rp, tma=False), full[:m]), f"{name}: M={m} pointer kernel"
 
 

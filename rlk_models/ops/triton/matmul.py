@@ -427,6 +427,11 @@ def sm90_fallback(launch: Launch, kind: str) -> Launch:
 # 1/16, o 1.7B 1.15/1.26/1.24x -> 1.18/1.09/1.12x at 1/16/64 (at 1 row 0.1 us slower: one launch serves 1-16), down
 # 1.7B 0.89/0.93x -> 0.86/0.88x at 1/16. gate_up 8B (1.00-1.03x) and gate_up 1.7B at 64 rows (0.99x) gained under 3%:
 # kept (docs/benchmarks.md, session 41)
+# Session 42 (the same search with 64-, 128- and 256-wide loads; 256-wide proven bitwise on the H200 first): qkv
+# 1.7B 256-wide, swap to 64 rows, 1.10/1.21/1.13/1.06x -> 1.06/1.03/1.05/0.94x at 1/16/32/64 rows; o 1.7B 1.50x ->
+# 1.12x at 32, 1.30x -> 1.14x at 128, 1.54x -> 1.27x at 256; down 1.7B 0.88x -> 0.82x at 128, 1.07x -> 1.00x at 256;
+# gate_up 1.7B 1.20x -> 1.11x at 256. Under 4% kept: o 1.7B at 1 and 64 rows (256-wide), qkv 8B at 128 (1.11x ->
+# 1.08x), gate_up 1.7B at 128
 TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
     ("plain", 6144, 4096): [(16, Launch((64, 16, 4, 6), swap=True, block_k=128)),
                             (32, Launch((64, 32, 4, 6), swap=True, block_k=128)),
@@ -450,9 +455,9 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                              (384, Launch((192, 128, 12, 4), sm90=True)),
                              (640, None),
                              (768, Launch((192, 128, 12, 4), sm90=True))],
-    ("plain", 4096, 2048): [(16, Launch((64, 16, 4, 6), swap=True, block_k=128)),  # qkv (session 41, above)
-                            (32, Launch((64, 32, 4, 4), swap=True, block_k=128)),
-                            (64, Launch((64, 32, 4, 4), block_k=128)),
+    # qkv (session 41, above; session 42: 256-wide loads, swap to 64 rows)
+    ("plain", 4096, 2048): [(16, Launch((64, 16, 4, 6), swap=True, block_k=256)),  # 5 deep at 256 wide (fitted)
+                            (64, Launch((64, 32, 4, 4), swap=True, block_k=256)),
                             (128, Launch((64, 64, 4, 4), persistent=False, block_k=128)),
                             # session 34 (``matmul_sweep.py sm90``, two calls): 129-256 the table's 64 x 128 tiles,
                             # one program a tile (session 14's 128 x 64 persistent: 1.59x -> 1.01-1.13x at 192,
@@ -470,23 +475,30 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                              # 385-512 (1.17/1.13x -> 0.98/0.97x at 448/512), 128 x 256 at 513-640 (1.06/1.15x ->
                              # 1.00/0.99x at 576/640)
                              (192, Launch((192, 128, 12, 4), sm90=True)),
-                             (256, Launch((128, 128, 4, 6))),  # 1.34x -> 1.17x
+                             # 1.34x -> 1.17x (session 34); 64 x 128, 128-wide loads 1.20x -> 1.11x (42)
+                             (256, Launch((64, 128, 4, 4), block_k=128)),
                              (320, Launch((64, 256, 12, 4), sm90=True)),
                              (384, Launch((192, 128, 12, 4), sm90=True)),
                              (512, Launch((128, 128, 12, 5), sm90=True)),
                              (640, Launch((128, 256, 12, 3), sm90=True)),
                              (768, Launch((192, 128, 12, 4), sm90=True))],
     ("groups", 2048, 2048): [(16, Launch((16, 128, 4, 4), split=1, block_k=128)),  # o (session 41)
+                             # 17-32 rows: 16 x 64 tiles, 256-wide loads 1.50x -> 1.12x (session 42)
+                             (32, Launch((16, 64, 4, 4), split=HALF, persistent=False, flat=True, block_k=256)),
                              # 1.40x -> 1.23x (session 16), by halves, flat, 128-wide loads 1.24x -> 1.12x (41)
                              (64, Launch((64, 32, 4, 4), split=HALF, persistent=False, flat=True, block_k=128)),
-                             (256, Launch((64, 64, 4, 4), split=HALF, persistent=False, flat=True)),  # 1.33-1.55x
+                             # session 42, 128-wide loads: 1.30x -> 1.14x at 128; fused, 1.54x -> 1.27x at 256
+                             (128, Launch((64, 64, 4, 4), split=HALF, persistent=False, flat=True, block_k=128)),
+                             (256, Launch((64, 64, 4, 4), persistent=False, flat=True, block_k=128)),
                              # 512: Triton 64 x 128 1.98x -> 1.33x (session 17), the Gluon form in 64 x 128 tiles
                              # 1.50/1.37x -> 1.36/1.21x at 384/512 (session 31); above, its 128-row tiles
                              (512, Launch((64, 128, 12, 6), sm90=True))],
     ("groups", 2048, 6144): [(16, Launch((16, 128, 4, 4), split=1, block_k=128)),  # down (session 41)
                              (64, Launch((64, 128, 4, 4), split=1)),  # 1.10x -> 0.91x
-                             (128, Launch((128, 128, 4, 4), split=1)),  # 1.10x -> 0.89x
-                             (256, Launch((64, 128, 4, 6), split=HALF, persistent=False, flat=True)),  # 1.22x -> 1.13x
+                             # 1.10x -> 0.89x (session 16); flat 64 x 64 by halves, 128-wide loads 0.88x -> 0.82x (42)
+                             (128, Launch((64, 64, 4, 6), split=HALF, persistent=False, flat=True, block_k=128)),
+                             # 1.22x -> 1.13x (session 16); fused 64 x 64, 128-wide loads 1.07x -> 1.00x (42)
+                             (256, Launch((64, 64, 4, 6), persistent=False, flat=True, block_k=128)),
                              # 512: Triton 64 x 128 1.61x -> 1.09x (session 17); the Gluon form in 64 x 128
                              # tiles 1.11/1.16x -> 1.03/0.99x at 384/512 (session 31)
                              (512, Launch((64, 128, 12, 6), sm90=True))],
