@@ -149,6 +149,8 @@
 #   CALL=s42d bash scripts/device_calls.sh     # session 42's defaults: every layer's rows at its table edges, the
 #                                              # changed rows re-timed, the 1.7B rollout in CUDA vLLM, rlk only
 #                                              # (its log-probs against the training class's; carry .vllm-cuda)
+#   CALL=s43rows bash scripts/device_calls.sh  # qkv 1.7B at 33-64 rows with and without swap, repeated; o/down
+#                                              # 1.7B at 384-512 and 4096 rows with 128-wide loads (no carry)
 #   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
 #                                              # (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
@@ -735,6 +737,19 @@ s42d)
     grep -hE "graph:|BITS|skip" "$ROOT_OUT"/rows42.log | cut -c1-200 | head -30
     part vllm_rlk 320 PART=vllm SHAPE=1.7b ENGINES=rlk VLLM_ARGS="--limit 200 --n 64 --max-tokens 256"
     vllm_figures vllm_rlk 1.7b
+    ;;
+s43rows)
+    # session 42 left: qkv 1.7B's swap launch at 64 rows bimodal run to run (0.94x / 1.07x, the plain tile 0.98-0.99x
+    # in both), so three searches back to back at 48 and 64 rows; then the row-parallel 1.7B layers where the Gluon
+    # form misses (o 1.7B 1.20x at 512, o/down 1.7B 1.07-1.10x at 4096) against the Triton forms with 128-wide loads
+    for i in 1 2 3; do
+        bench "q64_$i" 90 benchmarks/triton/matmul_sweep.py --search --quick --m 48,64 --shapes qkv_1.7b \
+            --tiles 64x32,64x64 --block-k 256
+        grep -hE "search:|graph:|BITS" "$ROOT_OUT/q64_$i.log" | cut -c1-200
+    done
+    bench rp_rows 300 benchmarks/triton/matmul_sweep.py --search --quick --m 384,512,4096 \
+        --shapes o_1.7b,down_1.7b --block-k 64,128
+    grep -hE "search:|graph:|BITS|skip" "$ROOT_OUT"/rp_rows.log | cut -c1-200 | head -30
     ;;
 s42rows)
     # 128-wide K loads above 64 rows, at the row-parallel 1.7B layers' worst misses (o 1.7B 1.30/1.54x at 128/256
