@@ -4,7 +4,8 @@ head's statistics (``head_sm90._stats_ws`` and ``_stats_pingpong``) in each form
 kept or not, the entropy's sum or not, every ``STATS_SM90_CANDIDATES`` config -- and the matmul's fused
 K-group form (``matmul_sm90._mm_groups_ws``) in every ``matmul.SM90_CANDIDATES`` config in 8 K-groups (the
 row-parallel layers) and every ``SM90_PLAIN_CANDIDATES`` config in one (the plain layers), with and without
-bias, bf16 and fp32 out, at the K slots ``matmul_sm90.slots`` leaves it.
+bias, bf16 and fp32 out, at the K slots ``matmul_sm90.slots`` leaves it, with 64- and (where two slots fit)
+128-wide slots (``Launch.block_k``).
 Gluon has no interpreter mode, so this is what the CPU can check of these kernels between device
 sessions (the attention forward's Gluon kernel is built by attention_sass.py).
 
@@ -47,17 +48,17 @@ def stats_sm90(config: tuple = head_sm90.STATS_SM90_CONFIG, keep_probs: bool = T
 
 
 def mm_groups_sm90(block_m: int = 128, block_n: int = 128, num_buf: int = 4, k: int = 4096, bias: bool = False,
-                   out_dtype: str = "bf16", groups: int = 8):
+                   out_dtype: str = "bf16", groups: int = 8, block_k: int = BLOCK_K):
     """``_mm_groups_ws`` for sm_90 in block_m x block_n tiles (``groups`` K-groups, 8 folded in halves; bf16
-    operands) in the form ``matmul_sm90.launch`` runs (``matmul_sm90.form``), descriptors from host ones over CPU
-    tensors."""
+    operands; K slots ``block_k`` wide) in the form ``matmul_sm90.launch`` runs (``matmul_sm90.form``), descriptors
+    from host ones over CPU tensors."""
     import torch
 
     a, b = torch.empty(256, k, dtype=torch.bfloat16), torch.empty(512, k, dtype=torch.bfloat16)
     c = torch.empty(256, 512, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[out_dtype])
-    descs = matmul_sm90.descriptors(a, b, c, block_m, block_n, BLOCK_K)
+    descs = matmul_sm90.descriptors(a, b, c, block_m, block_n, block_k)
     types = dict(bias_ptr="*bf16", M="i32", N="i32", K="i32", KG="i32")
-    tile, maxnreg = matmul_sm90.form(block_m, block_n, BLOCK_K, num_buf, a.element_size(), c.element_size())
+    tile, maxnreg = matmul_sm90.form(block_m, block_n, block_k, num_buf, a.element_size(), c.element_size())
     consts = dict(HAS_BIAS=bias, GROUPS=groups, RUN=min(groups, 4), **tile, num_warps=4)
     return build_gluon(matmul_sm90._mm_groups_ws, dict(zip(("a_desc", "b_desc", "c_desc"), descs)), types, consts,
                        (), maxnreg)
@@ -66,9 +67,12 @@ def mm_groups_sm90(block_m: int = 128, block_n: int = 128, num_buf: int = 4, k: 
 def main() -> None:
     heads = {f"{c} keep_probs={kp} entropy={e}": (c, kp, e) for c in head_sm90.STATS_SM90_CANDIDATES
              for kp in (True, False) for e in (False, True)}
-    def mms(launches: list, groups: int) -> dict:
-        return {f"{c} bias={bias} out={od}": mm_groups_sm90(c[0], c[1], c[3], 4096, bias, od, groups)
-                for c in sorted({lc.config for lc in launches}) for bias in (False, True) for od in ("bf16", "fp32")}
+    def mms(launches: list, groups: int) -> dict:  # 128-wide slots where two fit (a ring of one is refused)
+        return {f"{c} bias={bias} out={od}{'' if bk == BLOCK_K else f' block_k={bk}'}":
+                mm_groups_sm90(c[0], c[1], c[3], 4096, bias, od, groups, bk)
+                for c in sorted({lc.config for lc in launches}) for bias in (False, True) for od in ("bf16", "fp32")
+                for bk in (BLOCK_K, 2 * BLOCK_K)
+                if matmul_sm90.slots(c[0], c[1], bk, c[3], 2, 4 if od == "fp32" else 2) >= 2}
 
     res = {"stats_sm90": {name: stats_sm90(*f) for name, f in heads.items()},
            "mm_groups_sm90": mms(SM90_CANDIDATES, 8), "mm_plain_sm90": mms(SM90_PLAIN_CANDIDATES, 1)}

@@ -19,9 +19,9 @@ row-parallel (canonical K-groups), the others plain (one group).
     python benchmarks/triton/matmul_sweep.py --search --shapes o,o_1.7b,down_1.7b  # and Qwen3-1.7B's
     python benchmarks/triton/matmul_sweep.py plot BEFORE.json AFTER.json OUT.png  # ratio vs M, two runs
     python benchmarks/triton/matmul_sweep.py plot-cold RUN.json OUT.png  # a --cold run's L2-hot and -cold rows
-    python benchmarks/triton/matmul_sweep.py sm90 [--m 192,384] [--shapes o,qkv]  # the Gluon fused form
-        # (Launch.sm90) against the Triton launches it competes with: row-parallel shapes in K-groups (default o, down
-        # at 8B and 1.7B), plain ones in one
+    python benchmarks/triton/matmul_sweep.py sm90 [--m 192,384] [--shapes o,qkv] [--block-k 64,128]  # the Gluon
+        # fused form (Launch.sm90) against the Triton launches it competes with: row-parallel shapes in K-groups
+        # (default o, down at 8B and 1.7B), plain ones in one; each form at each K slot width
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from rlk_models.ops.triton.matmul import (  # noqa: E402
     matmul,
     mm,
 )
+from rlk_models.ops.triton.utils import BLOCK_K  # noqa: E402
 
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 24576), "down": (12288, 4096),
           "lm_head": (4096, 151936)}
@@ -69,7 +70,7 @@ def candidates(m: int, grouped: bool, tiles: set[tuple[int, int]] | None = None,
     M=1024), fused, and the last two with flat K loops; plain, M <= 256: also swap launches, config (weight
     rows, tokens, ...), of 64 weight rows and more (at M <= 64 also 16 and 32). ``tiles`` keeps the configs of
     those (BLOCK_M, BLOCK_N) only, ``stages`` replaces each config's pipeline depth by each of these, ``block_ks``
-    times each Triton launch at each of these K-tile loads (``Launch.block_k``; the Gluon forms keep theirs)."""
+    times each launch at each of these K-tile loads (``Launch.block_k``; the Gluon forms' K slots too)."""
     flat = [dict(split=HALF, flat=True, persistent=False), dict(flat=True, persistent=False)]
     forms = ([dict(split=1), dict(split=HALF), dict(), *flat] if grouped
              else [dict(persistent=False), dict()])
@@ -86,7 +87,7 @@ def candidates(m: int, grouped: bool, tiles: set[tuple[int, int]] | None = None,
     if stages:
         out = [lc._replace(config=(*lc.config[:3], s)) for lc in out for s in stages]
     if block_ks:
-        out = [lc._replace(block_k=bk) if not lc.sm90 else lc for lc in out for bk in block_ks]
+        out = [lc._replace(block_k=bk) for lc in out for bk in block_ks]
     return list(dict.fromkeys(out))
 
 
@@ -129,11 +130,11 @@ SM90_MS = (128, 256, 384, 512, 640, 768, 1024, 1100, 16384)
 SM90_SHAPES = ("o", "down", "o_1.7b", "down_1.7b")
 
 
-def sm90_forms(ms=SM90_MS, shapes=SM90_SHAPES) -> dict:
+def sm90_forms(ms=SM90_MS, shapes=SM90_SHAPES, block_ks=(BLOCK_K,)) -> dict:
     """The Gluon fused form (``Launch.sm90``, ``matmul_sm90``) against the Triton launches it competes with
     (``SM90_RIVALS``), the default launch and cuBLAS under CUDA graphs: the row-parallel shapes in their K-groups
-    (``SM90_CANDIDATES``), the plain ones in one (``SM90_PLAIN_CANDIDATES``); us, ratios, and whether each form
-    is bitwise the default."""
+    (``SM90_CANDIDATES``), the plain ones in one (``SM90_PLAIN_CANDIDATES``), each at every K slot width in
+    ``block_ks`` (``Launch.block_k``); us, ratios, and whether each form is bitwise the default."""
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     res = {"info": info(), "shapes": {}}
@@ -149,8 +150,9 @@ def sm90_forms(ms=SM90_MS, shapes=SM90_SHAPES) -> dict:
             row = {"cublas_us": 1e3 * bench_graph(lambda: F.linear(xm, w)),
                    "default_us": 1e3 * bench_graph(lambda: matmul(xm, w, row_parallel=rp)),
                    "default": str(launch_for(m, n, groups, k))}
-            forms = [(f"sm90 {lc.config}{' persistent' if lc.persistent else ''}{' tail' if lc.tail else ''}", lc)
-                     for lc in (SM90_CANDIDATES if rp else SM90_PLAIN_CANDIDATES)]
+            forms = [(f"sm90 {lc.config}{' persistent' if lc.persistent else ''}{' tail' if lc.tail else ''}"
+                      f"{'' if bk == BLOCK_K else f' k{bk}'}", lc._replace(block_k=bk))
+                     for lc in (SM90_CANDIDATES if rp else SM90_PLAIN_CANDIDATES) for bk in block_ks]
             rivals = SM90_RIVALS["groups" if rp else "plain"]
             for label, lc in forms + [(f"triton {r.config}{'' if r.persistent else ' grid'}", r) for r in rivals]:
                 try:
@@ -175,11 +177,13 @@ def main() -> None:
         ap.add_argument("--m", default=",".join(map(str, SM90_MS)), help="comma-separated row counts")
         ap.add_argument("--shapes", default=",".join(SM90_SHAPES), help="comma-separated subset of "
                         + ",".join(SHAPES))
+        ap.add_argument("--block-k", default=str(BLOCK_K),
+                        help="comma-separated K slot widths (Launch.block_k) to time each Gluon form at, e.g. 64,128")
         a = ap.parse_args(sys.argv[2:])
         shapes = a.shapes.split(",")
         if bad := sorted(set(shapes) - set(SHAPES)):
             ap.error(f"--shapes: no shapes {bad} ({', '.join(SHAPES)})")
-        return sm90_forms(tuple(int(m) for m in a.m.split(",")), shapes)
+        return sm90_forms(tuple(int(m) for m in a.m.split(",")), shapes, tuple(int(b) for b in a.block_k.split(",")))
     if sys.argv[1:2] == ["plot-cold"]:  # RUN.json OUT.png: one --cold run, weight in L2 (dashed) and out (solid)
         return plot(sys.argv[2], sys.argv[2], sys.argv[3], ("graph", "graph_cold"), ("L2-hot", "L2-cold"))
     if sys.argv[1:2] == ["plot"]:

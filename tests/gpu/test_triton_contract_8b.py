@@ -158,11 +158,21 @@ def test_matmul_wide_k_loads_give_the_64_wide_bits(name, load):
     ``tl.dot``): every candidate config in every form that the search times it in (plain: persistent or not, swap,
     flat; grouped: split per group or per half, fused, flat), at 1, 64 and 1024 rows (256: at 1 and 64, the rows it is
     a candidate at), equal to the pointer kernel (64-wide dots, no ``block_k``: the defaults load 128 wide at some of
-    these rows); with a bias and fp32 out too, and the backward's transposed layouts. The claim is the GPU's (a dot
-    is a chain of k16 MMAs into the accumulator; the interpreter's numpy dot is not), so only here."""
+    these rows); with a bias and fp32 out too, and the backward's transposed layouts; 128: also the Gluon form's
+    128-wide K slots. The claim is the GPU's (a dot is a chain of k16 MMAs into the accumulator; the interpreter's
+    numpy dot is not), so only here."""
     import triton
 
-    from rlk_models.ops.triton.matmul import CANDIDATE_CONFIGS, HALF, Launch, k_groups, matmul, mm
+    from rlk_models.ops.triton.matmul import (
+        CANDIDATE_CONFIGS,
+        HALF,
+        SM90_CANDIDATES,
+        SM90_PLAIN_CANDIDATES,
+        Launch,
+        k_groups,
+        matmul,
+        mm,
+    )
 
     k, n = LAYERS[name]
     rp = name.split("_")[0] in ROW_PARALLEL
@@ -195,6 +205,23 @@ def test_matmul_wide_k_loads_give_the_64_wide_bits(name, load):
             ref = mm(a, b, tma=False, **kw)
             got = mm(a, b, launch=Launch((128, 128, 4, 4), block_k=load), **kw)
             assert torch.equal(got, ref), f"backward layout {kw} block_k={load}"
+    if load == 128 and torch.cuda.get_device_capability() == (9, 0):
+        # the Gluon form (matmul_sm90) with 128-wide K slots, where two fit: every candidate at 200, 700 (a tail
+        # launch's two) and 1024 rows, bf16 and, with bias, fp32 out; grouped also a TP=2 rank's half of K
+        half_x, half_w = x[:, :k // 2].contiguous(), w[:, :k // 2].contiguous()
+        for m in (200, 700, 1024):
+            runs = [(x[:m], w, None, torch.bfloat16, groups), (x[:m], w, bias, torch.float32, groups)]
+            if grouped:
+                runs.append((half_x[:m], half_w, None, torch.bfloat16, HALF))
+            for a_, w_, b, dt, gr in runs:
+                ref = mm(a_, w_, b, dt, groups=gr, tma=False)
+                for lc in SM90_CANDIDATES if grouped else SM90_PLAIN_CANDIDATES:
+                    try:
+                        got = mm(a_, w_, b, dt, groups=gr, launch=lc._replace(block_k=load))
+                    except ValueError as exc:
+                        assert "two K slots" in str(exc), exc  # the one refusal a 128-wide slot may meet here
+                        continue
+                    assert torch.equal(got, ref), f"M={m} {lc} block_k={load} bias={b is not None} {dt} groups={gr}"
 
 
 def test_matmul_accumulate_at_the_head_backward_shape():

@@ -334,7 +334,8 @@ class Launch(NamedTuple):
     #                     a 64-wide K-tile whatever their tile or grid (a pipeline step's waits and barriers), so
     #                     half the steps; session 16's "unroll 2" (two dots a step) lost to a wgmma wait between its
     #                     dots, which one dot does not have. Session 41: proven bitwise on the H200, and the default
-    #                     of the small-M launches it made faster (``TUNED``)
+    #                     of the small-M launches it made faster (``TUNED``). sm90: each K slot block_k wide, one
+    #                     wgmma a slot (the same chain of k16 MMAs; fewer, larger slots in shared memory)
 
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
@@ -631,8 +632,16 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     launch = launch or launch_for(m, n, groups, k)
     if launch.tail and not launch.sm90:
         raise ValueError(f"matmul: Launch.tail is a form of the sm90 launch ({launch})")
-    if launch.sm90 and launch.block_k != BLOCK_K:
-        raise ValueError(f"matmul: Launch.block_k is a form of the Triton TMA kernel, not of sm90 ({launch})")
+    if launch.sm90 and launch.block_k != BLOCK_K:  # the Gluon form's K slots, block_k wide
+        bk, (bm, bn, _, num_buf) = launch.block_k, launch.config
+        why = (f"a multiple of BLOCK_K and K-groups of whole loads (a group here is {k // groups} long)"
+               if bk % BLOCK_K or k % (groups * bk) else
+               "two K slots in shared memory (the ring of one deadlocks)"
+               if matmul_sm90.slots(bm, bn, bk, num_buf, a.element_size(), out.element_size()) < 2 else "")
+        if why and explicit:
+            raise ValueError(f"matmul: Launch.block_k={bk} needs {why} ({launch})")
+        if why:
+            launch = launch._replace(block_k=BLOCK_K)
     if launch.sm90 and not (k % (groups * BLOCK_K) == 0 and not (a_km or b_kn or accumulate)
                             and tma is not False and matmul_sm90.serves_tile(*launch.config[:2], plain=groups == 1)
                             and (not launch.tail or launch.config[0] == 2 * matmul_sm90.HALF)
@@ -646,10 +655,11 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     if launch.sm90:
         bind_cuda_context(a.device)
         head = wave_rows(m, n, launch.config, num_sms(a.device)) if launch.tail else m
-        for lo, hi, lc in ((0, head, launch), (head, m, SM90_TAIL)):  # rows lo..hi-1 in lc's tiles
+        tail = SM90_TAIL._replace(block_k=launch.block_k)
+        for lo, hi, lc in ((0, head, launch), (head, m, tail)):  # rows lo..hi-1 in lc's tiles
             if hi > lo:
                 matmul_sm90.launch(a[lo:hi], b, out[lo:hi], bias, groups, run_of(groups), *lc.config[:2],
-                                   lc.config[3], BLOCK_K, lc.persistent)
+                                   lc.config[3], lc.block_k, lc.persistent)
         return out
     if launch.swap and (a_km or b_kn or accumulate) and not explicit:  # a table's swap serves forward layouts only
         launch = launch._replace(swap=False)

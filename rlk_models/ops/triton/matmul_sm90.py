@@ -296,6 +296,9 @@ def launch(a, b, out, bias, groups: int, run: int, block_m: int, block_n: int, n
     if not serves_tile(block_m, block_n, plain=groups == 1):
         raise ValueError(f"matmul_sm90: no form for {block_m} x {block_n} tiles in {groups} K-group(s)")
     consts, maxnreg = form(block_m, block_n, block_k, num_buf, a.element_size(), out.element_size())
+    if consts["NUM_BUF"] < 2:  # the consumers free a slot one K step late: a ring of one waits on itself
+        raise ValueError(f"matmul_sm90: {block_m} x {block_n} tiles of {block_k}-wide K slots fit one slot in shared "
+                         "memory; the ring needs two")
     m, k = a.shape
     n = b.shape[0]
     ad, bd, cd = descriptors(a, b, out, block_m, block_n, block_k)

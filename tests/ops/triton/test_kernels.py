@@ -118,7 +118,9 @@ def test_matmul_tma_kernel_is_the_pointer_kernel(row_parallel):
 def test_matmul_block_k_runs_on_the_gpu_only_and_is_refused_by_name_elsewhere(monkeypatch):
     """``Launch.block_k=128`` (one dot over two 64-wide K-tiles) gives the 64-wide bits on the GPU, where a dot is a
     chain of k16 MMAs (tests/gpu proves it); under the interpreter a dot is one numpy product, so a launch that asks
-    for it is refused, naming why, and a table's default that carried it would run the contract's 64."""
+    for it is refused, naming why, and a table's default that carried it would run the contract's 64. The Gluon
+    form's wide K slots (sm90) are refused by name where a K-group is not whole slots, and run as its Triton
+    fallback off an sm_90 GPU."""
     mm = _mod("matmul")
     g = torch.Generator().manual_seed(11)
     x, w = bitwise_data(g, 5, 512, dtype=torch.bfloat16), bitwise_data(g, 48, 512, dtype=torch.bfloat16)
@@ -129,11 +131,16 @@ def test_matmul_block_k_runs_on_the_gpu_only_and_is_refused_by_name_elsewhere(mo
         mm.matmul(x, w, launch=mm.Launch((16, 32, 4, 3), block_k=96), tma=True)
     with pytest.raises(ValueError, match=r"block_k=128 needs K-groups of whole loads \(a group here is 64 long\)"):
         mm.matmul(x, w, row_parallel=True, launch=mm.Launch((16, 32, 4, 3), split=1, block_k=128), tma=True)
-    with pytest.raises(ValueError, match="block_k is a form of the Triton TMA kernel"):
+    # the Gluon form's wide K slots: whole loads a K-group, then (here, no sm_90 GPU) its usual refusal by name
+    with pytest.raises(ValueError, match=r"block_k=128 needs a multiple of BLOCK_K and K-groups of whole loads \(a "
+                                         r"group here is 64 long\)"):
+        mm.matmul(x, w, row_parallel=True, launch=mm.Launch((128, 128, 12, 5), sm90=True, block_k=128))
+    with pytest.raises(ValueError, match="an sm90 launch"):
         mm.matmul(x, w, launch=mm.Launch((128, 128, 12, 5), sm90=True, block_k=128))
     want = mm.matmul(x, w, tma=True)
-    monkeypatch.setattr(mm, "launch_for", lambda *a: mm.Launch((16, 32, 4, 3), swap=True, block_k=128))
-    assert torch.equal(mm.matmul(x, w, tma=True), want)
+    for lc in (mm.Launch((16, 32, 4, 3), swap=True, block_k=128), mm.Launch((128, 128, 12, 5), sm90=True, block_k=128)):
+        monkeypatch.setattr(mm, "launch_for", lambda *a, lc=lc: lc)  # a table's default: the 64-wide bits
+        assert torch.equal(mm.matmul(x, w, tma=True), want), lc
 
 
 def test_matmul_accumulate_is_out_plus_the_product():

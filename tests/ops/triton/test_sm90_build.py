@@ -194,8 +194,9 @@ def test_head_stats_sm90_builds_unspilled_wgmma_pipeline(gluon):
 def test_matmul_sm90_builds_unspilled_wgmma_pipeline(gluon):
     """The matmul's Gluon K-group form (``matmul_sm90``, ``Launch.sm90``, the row-parallel default above 128
     rows) in every config, in 8 K-groups and (the plain layers' candidates, up to 128 x 256 tiles) in one, bias or
-    not, bf16 or fp32 out: wgmmas as wide as a consumer's columns (the tile's, or half of them in a 64-row tile),
-    none serialized, nothing spilled, one program's shared memory."""
+    not, bf16 or fp32 out, 64-wide K slots and (where two fit) 128-wide: wgmmas as wide as a consumer's columns
+    (the tile's, or half of them in a 64-row tile), none serialized, nothing spilled, one program's shared memory;
+    a 128-wide slot's dot twice the 64-wide one's k16 wgmmas (the same chain, hence the same bits)."""
     from rlk_models.ops.triton import matmul_sm90
 
     forms = {**gluon["mm_groups_sm90"], **{f"{name} plain": r for name, r in gluon["mm_plain_sm90"].items()}}
@@ -214,3 +215,7 @@ def test_matmul_sm90_builds_unspilled_wgmma_pipeline(gluon):
     # and each launches: its warps (Triton pads them to whole warpgroups) at its registers fit an SM's register file
     assert not {name: (r["warps"], r["registers"]) for name, r in forms.items()
                 if not matmul_sm90.fits_sm(r["registers"], r["warps"])}
+    wide = {name: r for name, r in forms.items() if " block_k=128" in name}
+    assert any(name.startswith("(128, 128,") for name in wide) and any(name.startswith("(64, 128,") for name in wide)
+    assert not {name: (r["mma"], forms[name.replace(" block_k=128", "")]["mma"]) for name, r in wide.items()
+                if r["mma"] != 2 * forms[name.replace(" block_k=128", "")]["mma"]}
