@@ -151,9 +151,9 @@
 #                                              # (its log-probs against the training class's; carry .vllm-cuda)
 #   CALL=s43rows bash scripts/device_calls.sh  # qkv 1.7B at 33-64 rows with and without swap, repeated; o/down
 #                                              # 1.7B at 384-512 and 4096 rows with 128-wide loads (no carry)
-#   CALL=s43g bash scripts/device_calls.sh     # the Gluon form's 128-wide K slots: their bits natively (the wide
-#                                              # loads' test at 128), then each Gluon form at 64- and 128-wide
-#                                              # slots against the default and cuBLAS (no carry)
+#   CALL=s43g bash scripts/device_calls.sh     # the Gluon form's 128-wide K slots: each Gluon form at 64- and
+#                                              # 128-wide slots against the default and cuBLAS; CALL=s43gbits: their
+#                                              # bits natively (the wide loads' test at 128) (no carry)
 #   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
 #                                              # (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
@@ -744,17 +744,22 @@ s42d)
 s43g)
     # session 42 (CPU-built: twice the k16 wgmmas a slot, no spill, <= 227 KiB): the Gluon form (the default above 256
     # rows for o/down, at 192-768 for the plain layers) with 128-wide K slots, fewer and larger (3 for 128 x 128
-    # tiles, not 5): half the K steps' barrier waits and consumer hand-offs. Bits first, then the row-parallel
-    # layers where they miss #17's 1.05x from 4096 rows (1.06-1.10x) and the plain ones at 384/768 rows
-    part g128_bits 300 PART=tests TEST_TIMEOUT=290 TESTS=tests/gpu/test_triton_contract_8b.py \
-        K="wide_k_loads and 128"
-    test_summary g128_bits 8
-    bench g128_rp 150 benchmarks/triton/matmul_sweep.py sm90 --block-k 64,128 --m 512,1024,4096,8192 \
+    # tiles, not 5): half the K steps' barrier waits and consumer hand-offs. Timed (each form checked bitwise against
+    # the default at every point) where the layers miss #17's goal: the row-parallel ones from 4096 rows (1.06-1.10x)
+    # and o 1.7B at 256-512, the plain ones at 256 (1.7B: 1.18-1.19x) and 384/768; then CALL=s43gbits
+    bench g128_rp 250 benchmarks/triton/matmul_sweep.py sm90 --block-k 64,128 --m 256,512,1024,4096,8192 \
         --shapes o,down,o_1.7b,down_1.7b
     grep -hE " M=" "$ROOT_OUT"/g128_rp.log | cut -c1-400 | head -20
-    bench g128_plain 100 benchmarks/triton/matmul_sweep.py sm90 --block-k 64,128 --m 384,768 \
-        --shapes qkv,gate_up,gate_up_1.7b,qkv_1.7b
+    bench g128_plain 200 benchmarks/triton/matmul_sweep.py sm90 --block-k 64,128 --m 256,384,768 \
+        --shapes qkv,gate_up,qkv_1.7b,gate_up_1.7b
     grep -hE " M=" "$ROOT_OUT"/g128_plain.log | cut -c1-400 | head -12
+    ;;
+s43gbits)
+    # the wide loads' GPU bits test at 128: every Triton candidate and form, and every Gluon candidate with 128-wide
+    # K slots (bias, fp32 out, a TP=2 rank's half of K), against the 64-wide pointer kernel (no carry)
+    part g128_bits 560 PART=tests TEST_TIMEOUT=550 TESTS=tests/gpu/test_triton_contract_8b.py \
+        K="wide_k_loads and 128"
+    test_summary g128_bits 8
     ;;
 s43rows)
     # session 42 left: qkv 1.7B's swap launch at 64 rows bimodal run to run (0.94x / 1.07x, the plain tile 0.98-0.99x
