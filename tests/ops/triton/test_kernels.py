@@ -119,8 +119,8 @@ def test_matmul_block_k_runs_on_the_gpu_only_and_is_refused_by_name_elsewhere(mo
     """``Launch.block_k=128`` (one dot over two 64-wide K-tiles) gives the 64-wide bits on the GPU, where a dot is a
     chain of k16 MMAs (tests/gpu proves it); under the interpreter a dot is one numpy product, so a launch that asks
     for it is refused, naming why, and a table's default that carried it would run the contract's 64. The Gluon
-    form's wide K slots (sm90) are refused by name where a K-group is not whole slots, and run as its Triton
-    fallback off an sm_90 GPU."""
+    form's wide K slots (sm90) are refused by name where a K-group is not whole slots or one slot is all that fits,
+    and run as its Triton fallback off an sm_90 GPU."""
     mm = _mod("matmul")
     g = torch.Generator().manual_seed(11)
     x, w = bitwise_data(g, 5, 512, dtype=torch.bfloat16), bitwise_data(g, 48, 512, dtype=torch.bfloat16)
@@ -137,6 +137,11 @@ def test_matmul_block_k_runs_on_the_gpu_only_and_is_refused_by_name_elsewhere(mo
         mm.matmul(x, w, row_parallel=True, launch=mm.Launch((128, 128, 12, 5), sm90=True, block_k=128))
     with pytest.raises(ValueError, match="an sm90 launch"):
         mm.matmul(x, w, launch=mm.Launch((128, 128, 12, 5), sm90=True, block_k=128))
+    # where one 128-wide slot is all that fits (128 x 256 tiles), its ring would wait on itself: refused by both
+    with pytest.raises(ValueError, match=r"block_k=128 needs two K slots in shared memory"):
+        mm.matmul(x, w, launch=mm.Launch((128, 256, 12, 3), sm90=True, block_k=128))
+    with pytest.raises(ValueError, match="fit one slot in shared memory; the ring needs two"):
+        _mod("matmul_sm90").launch(x, w, torch.empty(5, 48, dtype=x.dtype), None, 1, 1, 128, 256, 3, 128)
     want = mm.matmul(x, w, tma=True)
     for lc in (mm.Launch((16, 32, 4, 3), swap=True, block_k=128), mm.Launch((128, 128, 12, 5), sm90=True, block_k=128)):
         monkeypatch.setattr(mm, "launch_for", lambda *a, lc=lc: lc)  # a table's default: the 64-wide bits
