@@ -632,16 +632,15 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     launch = launch or launch_for(m, n, groups, k)
     if launch.tail and not launch.sm90:
         raise ValueError(f"matmul: Launch.tail is a form of the sm90 launch ({launch})")
-    if launch.sm90 and launch.block_k != BLOCK_K:  # the Gluon form's K slots, block_k wide
-        bk, (bm, bn, _, num_buf) = launch.block_k, launch.config
-        why = (f"a multiple of BLOCK_K and K-groups of whole loads (a group here is {k // groups} long)"
-               if bk % BLOCK_K or k % (groups * bk) else
-               "two K slots in shared memory (the ring of one deadlocks)"
-               if matmul_sm90.slots(bm, bn, bk, num_buf, a.element_size(), out.element_size()) < 2 else "")
-        if why and explicit:
-            raise ValueError(f"matmul: Launch.block_k={bk} needs {why} ({launch})")
-        if why:
-            launch = launch._replace(block_k=BLOCK_K)
+    if launch.sm90 and launch.block_k != BLOCK_K:  # the Gluon form's K slots, block_k wide: whole slots a K-group
+        # (one K-group too: its loop takes K // block_k steps), whether it runs here is asked below; then two slots
+        bk, (bm, bn, _, num_buf) = _block_k(launch, True, k // groups, True, explicit), launch.config
+        if bk != BLOCK_K and matmul_sm90.slots(bm, bn, bk, num_buf, a.element_size(), out.element_size()) < 2:
+            if explicit:
+                raise ValueError(f"matmul: Launch.block_k={bk} needs two K slots in shared memory (the ring of one "
+                                 f"deadlocks) ({launch})")
+            bk = BLOCK_K
+        launch = launch._replace(block_k=bk)
     if launch.sm90 and not (k % (groups * BLOCK_K) == 0 and not (a_km or b_kn or accumulate)
                             and tma is not False and matmul_sm90.serves_tile(*launch.config[:2], plain=groups == 1)
                             and (not launch.tail or launch.config[0] == 2 * matmul_sm90.HALF)

@@ -132,9 +132,10 @@ def test_matmul_block_k_runs_on_the_gpu_only_and_is_refused_by_name_elsewhere(mo
     with pytest.raises(ValueError, match=r"block_k=128 needs K-groups of whole loads \(a group here is 64 long\)"):
         mm.matmul(x, w, row_parallel=True, launch=mm.Launch((16, 32, 4, 3), split=1, block_k=128), tma=True)
     # the Gluon form's wide K slots: whole loads a K-group, then (here, no sm_90 GPU) its usual refusal by name
-    with pytest.raises(ValueError, match=r"block_k=128 needs a multiple of BLOCK_K and K-groups of whole loads \(a "
-                                         r"group here is 64 long\)"):
+    with pytest.raises(ValueError, match=r"block_k=128 needs K-groups of whole loads \(a group here is 64 long\)"):
         mm.matmul(x, w, row_parallel=True, launch=mm.Launch((128, 128, 12, 5), sm90=True, block_k=128))
+    with pytest.raises(ValueError, match="block_k=96 needs a multiple of BLOCK_K"):
+        mm.matmul(x, w, launch=mm.Launch((128, 128, 12, 5), sm90=True, block_k=96))
     with pytest.raises(ValueError, match="an sm90 launch"):
         mm.matmul(x, w, launch=mm.Launch((128, 128, 12, 5), sm90=True, block_k=128))
     # where one 128-wide slot is all that fits (128 x 256 tiles), its ring would wait on itself: refused by both
