@@ -153,7 +153,12 @@
 #                                              # 1.7B at 384-512 and 4096 rows with 128-wide loads (no carry)
 #   CALL=s43g bash scripts/device_calls.sh     # the Gluon form's 128-wide K slots: each Gluon form at 64- and
 #                                              # 128-wide slots against the default and cuBLAS; CALL=s43gbits: their
-#                                              # bits natively (the wide loads' test at 128) (no carry)
+#                                              # bits natively (the wide loads' test at 128, its items compiled
+#                                              # side by side: XDIST) (no carry)
+#   CALL=s43rows8b bash scripts/device_calls.sh  # the 8B layers' small/mid-M misses (o at 64, gate_up at 32/192, qkv
+#                                              # at 192) and qkv 1.7B at 256 searched with 128/256-wide loads
+#   CALL=s43edges bash scripts/device_calls.sh  # after a TUNED change: the table-edges bits (XDIST) and the
+#                                              # table of SHAPES43 (default the 1.7B layers) against cuBLAS (no carry)
 #   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
 #                                              # (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
@@ -761,9 +766,33 @@ s43g)
 s43gbits)
     # the wide loads' GPU bits test at 128: every Triton candidate and form, and every Gluon candidate with 128-wide
     # K slots (bias, fp32 out, a TP=2 rank's half of K), against the 64-wide pointer kernel (no carry)
-    part g128_bits 560 PART=tests TEST_TIMEOUT=550 TESTS=tests/gpu/test_triton_contract_8b.py \
+    # XDIST: its 6 items (one a layer shape) compile beside each other (session 42's 256-wide run: 6 items in 202 s
+    # one after another, nearly all of it compiling)
+    part g128_bits 560 PART=tests TEST_TIMEOUT=550 XDIST=6 TESTS=tests/gpu/test_triton_contract_8b.py \
         K="wide_k_loads and 128"
     test_summary g128_bits 8
+    ;;
+s43edges)
+    # after a TUNED change: every layer's rows at its table edges against the 64-wide pointer kernel (8 items, one a
+    # layer shape, compiled side by side), then the table (14 M, eager and backward rows) of SHAPES43 (no carry)
+    part edges 200 PART=tests TEST_TIMEOUT=190 XDIST=8 TESTS=tests/gpu/test_triton_contract_8b.py \
+        K="rows_at_the_table_edges"
+    test_summary edges 12
+    bench rows43 240 benchmarks/triton/matmul_sweep.py --shapes "${SHAPES43:-qkv_1.7b,o_1.7b,down_1.7b,gate_up_1.7b}"
+    grep -hE "graph:|BITS|skip" "$ROOT_OUT"/rows43.log | cut -c1-200 | head -40
+    ;;
+s43rows8b)
+    # the 8B layers' small- and mid-M misses in session 34's table (not re-run since) searched with 128- and
+    # 256-wide loads, which took the 1.7B layers' small-M points into the goal (sessions 41-42): o 8B at 64 rows
+    # (1.36x), gate_up 8B at 32 and 192 (1.18-1.48x), qkv 8B at 192; and qkv 1.7B at 256 (1.18x: its 64 x 128 tiles,
+    # untouched since session 34). One bench a layer, so one cut at its limit loses only its own JSON (no carry)
+    bench r8_o 160 benchmarks/triton/matmul_sweep.py --search --quick --m 64 --shapes o --block-k 128,256
+    bench r8_gate_up 150 benchmarks/triton/matmul_sweep.py --search --quick --m 32,192 --shapes gate_up \
+        --block-k 128,256
+    bench r8_qkv 100 benchmarks/triton/matmul_sweep.py --search --quick --m 192 --shapes qkv --block-k 128,256
+    bench r17_qkv 100 benchmarks/triton/matmul_sweep.py --search --quick --m 256 --shapes qkv_1.7b \
+        --block-k 128,256
+    grep -hE "search:|graph:|BITS" "$ROOT_OUT"/r8_*.log "$ROOT_OUT"/r17_qkv.log | cut -c1-200 | head -30
     ;;
 s43rows)
     # session 42 left: qkv 1.7B's swap launch at 64 rows bimodal run to run (0.94x / 1.07x, the plain tile 0.98-0.99x

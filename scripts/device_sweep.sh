@@ -4,7 +4,9 @@
 # pytest and hypothesis; vLLM 0.26 comes from ../shared/tools/vllm-cuda (bundle it into
 # .vllm-cuda here and carry it: `run(..., carry=[".vllm-cuda"])`).
 #
-#   PART=tests  bash scripts/device_sweep.sh   # pytest -m gpu + the kernel/contract tests natively (TESTS, K: -k)
+#   PART=tests  bash scripts/device_sweep.sh   # pytest -m gpu + the kernel/contract tests natively (TESTS, K: -k;
+#                                              # XDIST=N: N pytest-xdist workers on the one GPU, for compile-bound
+#                                              # kernel tests only: each vLLM engine test takes most of the GPU)
 #   PART=vllm   bash scripts/device_sweep.sh   # benchmarks/vllm_cuda.py (SHAPE, ENGINES, TP, VLLM_ARGS)
 #   PART=sweep  bash scripts/device_sweep.sh   # the Triton benchmarks (SKIP_ATTN/OPS/HEAD/MATMUL=1; ATTN_ARGS=--decode:
 #                                              # paged decode at rollout shapes vs FA3; args -> matmul,
@@ -50,9 +52,11 @@ echo "=== part $part ($(date -u +%T))"
 case "$part" in
 tests)
     # -v: the log names each test as it finishes (a call cut at its time limit still says which passed);
-    # --timeout: one hung engine fails its test instead of eating the call (pytest-timeout is in the image)
+    # --timeout: one hung engine fails its test instead of eating the call (pytest-timeout is in the image);
+    # XDIST: the kernel bits tests spend their time compiling (Triton, ptxas: one CPU core each), a test item a
+    # worker compiles beside the others on the machine's 16 cores (pytest-xdist is in the image)
     python3 -m pytest -v -p no:cacheprovider -W ignore::DeprecationWarning --junitxml="$OUT/gpu_tests.xml" \
-        --timeout "${TEST_TIMEOUT:-420}" \
+        --timeout "${TEST_TIMEOUT:-420}" ${XDIST:+-n "$XDIST"} \
         ${TESTS:-tests/gpu tests/ops/triton tests/ops/test_contract.py} ${K:+-k "$K"} 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
     ;;
 vllm)
