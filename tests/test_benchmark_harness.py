@@ -33,3 +33,26 @@ def test_bench_graph_cold_calls_each_copy_in_turn(monkeypatch):
     ops = [torch.zeros(1) for _ in range(3)]
     assert harness.bench_graph_cold(lambda op: seen.append(id(op)), ops) == 1.0
     assert seen == [id(ops[i % 3]) for i in range(7)]
+
+
+def test_matmul_goal_counts_the_recorded_tables():
+    """``matmul_sweep.py goal`` on two recorded H200 tables gives the counts docs/benchmarks.md states for them
+    (session 34's full table: 112 of 153, #17's grid 62 of 70; session 42's 1.7B table: 47 of 56, 36 before)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))
+    import matmul_sweep
+
+    data = Path(__file__).resolve().parents[1] / "docs" / "data"
+    s34 = matmul_sweep.goal(str(data / "matmul_sweep_2026-12-03-s34-table.json"))
+    assert (s34["in_goal"], s34["points"], s34["issue_grid_in_goal"], s34["issue_grid"]) == (112, 153, 62, 70)
+    s42 = matmul_sweep.goal(str(data / "matmul_sweep_1.7b_2026-12-04-s42.json"),
+                            str(data / "matmul_sweep_2026-12-03-s34-table.json"))
+    assert (s42["in_goal"], s42["points"], s42["before_in_goal_at_these_points"], s42["issue_grid"]) == (47, 56, 36, 0)
+    assert {(name, m) for name, m, _ in s42["misses"]} == {
+        ("qkv_1.7b", 64), ("qkv_1.7b", 256), ("o_1.7b", 256), ("o_1.7b", 512), ("o_1.7b", 4096), ("o_1.7b", 8192),
+        ("down_1.7b", 4096), ("down_1.7b", 8192), ("gate_up_1.7b", 256)}
+    assert "| qkv_1.7b after | **0.99** |" in s42["table"]  # bold: entered the goal (session 34: 1.44x)
+    # session 35's L2-hot and -cold rows: 58 and 65 of #17's 70 by the measured ratio (its note's 60 and 66 took
+    # o and down at 8192 rows, 1.052-1.054x, as their display's 1.05x)
+    s35 = data / "matmul_sweep_2026-12-04-s35-cold.json"
+    assert [matmul_sweep.goal(str(s35), row=row)["issue_grid_in_goal"] for row in ("graph", "graph_cold")] == [58, 65]
+    assert matmul_sweep.in_goal(4095, 1.15) and not matmul_sweep.in_goal(4096, 1.06)

@@ -19,6 +19,8 @@ row-parallel (canonical K-groups), the others plain (one group).
     python benchmarks/triton/matmul_sweep.py --search --shapes o,o_1.7b,down_1.7b  # and Qwen3-1.7B's
     python benchmarks/triton/matmul_sweep.py plot BEFORE.json AFTER.json OUT.png  # ratio vs M, two runs
     python benchmarks/triton/matmul_sweep.py plot-cold RUN.json OUT.png  # a --cold run's L2-hot and -cold rows
+    python benchmarks/triton/matmul_sweep.py goal RUN.json [BEFORE.json] [--cold]  # #17's count (<= 1.15x, <= 1.05x
+        # from 4096 rows), the misses, a markdown table of the ratios (BEFORE's rows above; bold: entered the goal)
     python benchmarks/triton/matmul_sweep.py sm90 [--m 192,384] [--shapes o,qkv] [--block-k 64,128]  # the Gluon
         # fused form (Launch.sm90) against the Triton launches it competes with: row-parallel shapes in K-groups
         # (default o, down at 8B and 1.7B), plain ones in one; each form at each K slot width
@@ -119,6 +121,54 @@ def plot(before: str, after: str, png: str, rows: tuple[str, str] = ("graph", "g
     fig.savefig(png, dpi=110)
 
 
+GOAL, GOAL_LARGE_M, LARGE_M = 1.15, 1.05, 4096  # #17: <= 1.15x cuBLAS at every M, <= 1.05x from 4096 rows
+ISSUE_SHAPES = ("qkv", "o", "gate_up", "down", "lm_head")  # #17's own grid: these five 8B shapes x M_ALL
+
+
+def in_goal(m: int, ratio: float) -> bool:
+    """The measured ratio against the goal at m rows, not its two-decimal display: 1.052x at 8192 rows, shown as 1.05,
+    is out (session 35's counts, 60 and 66 of 70, took the display; this count gives 58 and 65)."""
+    return ratio <= (GOAL_LARGE_M if m >= LARGE_M else GOAL)
+
+
+def goal(after: str, before: str | None = None, row: str = "graph") -> dict:
+    """#17's count of a run's table (``row``: its "graph" rows, or "graph_cold" of a ``--cold`` run): every point
+    and #17's own grid (``ISSUE_SHAPES`` x ``M_ALL``) in the goal, the misses, and a markdown table of ratios to
+    cuBLAS, a row a shape (``before``'s row above it, where given: bold marks the points that entered the goal)."""
+    runs = [json.loads(Path(f).read_text())["shapes"] if f else {} for f in (before, after)]
+    ratios = [{(name, int(m)): v["ratio"] for name, r in run.items() for m, v in r.get(row, {}).items()}
+              for run in runs]
+    old, new = ratios
+    names = list(dict.fromkeys(name for name, _ in new))
+    ms = sorted({m for _, m in new})
+    lines = ["| layer | " + " | ".join(map(str, ms)) + " |", "|---|" + "---|" * len(ms)]
+    for name in names:
+        for label, pts, is_new in (("before", old, False), ("after", new, True)):
+            if not is_new and not any((name, m) in pts for m in ms):
+                continue
+            cells = []
+            for m in ms:
+                r = pts.get((name, m))
+                was = old.get((name, m))
+                entered = is_new and r is not None and in_goal(m, r) and was is not None and not in_goal(m, was)
+                cells.append("--" if r is None else f"**{r:.2f}**" if entered else f"{r:.2f}")
+            lines.append(f"| {name}{f' {label}' if old else ''} | " + " | ".join(cells) + " |")
+    grid = [(name, m) for name in ISSUE_SHAPES for m in M_ALL if (name, m) in new]
+    res = {"points": len(new), "in_goal": sum(in_goal(m, r) for (_, m), r in new.items()),
+           "issue_grid": len(grid), "issue_grid_in_goal": sum(in_goal(p[1], new[p]) for p in grid),
+           "misses": [(name, m, r) for (name, m), r in new.items() if not in_goal(m, r)], "table": "\n".join(lines)}
+    same = [p for p in new if p in old]
+    if old:
+        res["before_in_goal_at_these_points"] = sum(in_goal(p[1], old[p]) for p in same)
+    log(res["table"])
+    log(f"in #17's goal (<= {GOAL}x, <= {GOAL_LARGE_M}x from {LARGE_M} rows): {res['in_goal']} of {res['points']}"
+        + (f" (before, at the {len(same)} points both ran: {res['before_in_goal_at_these_points']})" if old else "")
+        + (f"; #17's grid (five 8B shapes x {len(M_ALL)} M): {res['issue_grid_in_goal']} of {res['issue_grid']}"
+           if grid else ""))
+    log("missed: " + ", ".join(f"{name} at {m} ({r:.2f}x)" for name, m, r in res["misses"]))
+    return res
+
+
 # the Triton launches the Gluon form replaced or competes with from 129 rows, by K order: grouped, the 8B table's
 # flat 128 x 128 tiles and the 64 x 128 ones it replaced from 129 rows (``SM90_FALLBACKS``), and the 1.7B layers'
 # 64 x 128 (``TUNED``); plain, the fallbacks (the narrow table's tiles to 1024 rows) and the wide table's 128 x 256
@@ -184,6 +234,12 @@ def main() -> None:
         if bad := sorted(set(shapes) - set(SHAPES)):
             ap.error(f"--shapes: no shapes {bad} ({', '.join(SHAPES)})")
         return sm90_forms(tuple(int(m) for m in a.m.split(",")), shapes, tuple(int(b) for b in a.block_k.split(",")))
+    if sys.argv[1:2] == ["goal"]:  # RUN.json [BEFORE.json] [--cold]: #17's count, misses and a markdown table
+        files = [f for f in sys.argv[2:] if f != "--cold"]
+        if not 1 <= len(files) <= 2:
+            sys.exit("usage: matmul_sweep.py goal RUN.json [BEFORE.json] [--cold]")
+        return goal(files[0], files[1] if len(files) == 2 else None,
+                    "graph_cold" if "--cold" in sys.argv[2:] else "graph")
     if sys.argv[1:2] == ["plot-cold"]:  # RUN.json OUT.png: one --cold run, weight in L2 (dashed) and out (solid)
         return plot(sys.argv[2], sys.argv[2], sys.argv[3], ("graph", "graph_cold"), ("L2-hot", "L2-cold"))
     if sys.argv[1:2] == ["plot"]:
