@@ -56,3 +56,15 @@ def test_matmul_goal_counts_the_recorded_tables():
     s35 = data / "matmul_sweep_2026-12-04-s35-cold.json"
     assert [matmul_sweep.goal(str(s35), row=row)["issue_grid_in_goal"] for row in ("graph", "graph_cold")] == [58, 65]
     assert matmul_sweep.in_goal(4095, 1.15) and not matmul_sweep.in_goal(4096, 1.06)
+
+
+def test_matmul_search_gives_the_gluon_form_only_its_proven_slot_widths():
+    """``--block-k 128,256``: every Triton candidate at both loads, the Gluon form (``Launch.sm90``) at 128 only --
+    its 256-wide slot fits twice in a 64-row tile, but it was never built (gluon_sass.py) nor proven on the GPU."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))
+    import matmul_sweep
+
+    launches = matmul_sweep.candidates(192, grouped=False, block_ks=[128, 256])
+    widths = {(lc.sm90, lc.block_k) for lc in launches}
+    assert widths == {(False, 128), (False, 256), (True, 128)}, widths
+    assert {lc._replace(block_k=64) for lc in launches if lc.sm90} == set(matmul_sweep.SM90_PLAIN_CANDIDATES)
