@@ -156,7 +156,8 @@
 #                                              # bits natively (the wide loads' test at 128, its items compiled
 #                                              # side by side: XDIST) (no carry)
 #   CALL=s43rows8b bash scripts/device_calls.sh  # the 8B layers' small/mid-M misses (o at 64, gate_up at 32/192, qkv
-#                                              # at 192) and qkv 1.7B at 256 searched with 128/256-wide loads
+#                                              # at 192) and qkv 1.7B at 256 searched with 128/256-wide loads; the
+#                                              # plain lm_head at 192 against 192-row Gluon tiles (no carry)
 #   CALL=s43edges bash scripts/device_calls.sh  # after a TUNED change: the table-edges bits (XDIST) and the
 #                                              # table of SHAPES43 (default the 1.7B layers) against cuBLAS (no carry)
 #   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
@@ -786,12 +787,16 @@ s43rows8b)
     # 256-wide loads, which took the 1.7B layers' small-M points into the goal (sessions 41-42): o 8B at 64 rows
     # (1.36x), gate_up 8B at 32 and 192 (1.18-1.48x), qkv 8B at 192; and qkv 1.7B at 256 (1.18x: its 64 x 128 tiles,
     # untouched since session 34). One bench a layer, so one cut at its limit loses only its own JSON (no carry)
-    bench r8_o 160 benchmarks/triton/matmul_sweep.py --search --quick --m 64 --shapes o --block-k 128,256
-    bench r8_gate_up 150 benchmarks/triton/matmul_sweep.py --search --quick --m 32,192 --shapes gate_up \
+    bench r8_o 150 benchmarks/triton/matmul_sweep.py --search --quick --m 64 --shapes o --block-k 128,256
+    bench r8_gate_up 140 benchmarks/triton/matmul_sweep.py --search --quick --m 32,192 --shapes gate_up \
         --block-k 128,256
-    bench r8_qkv 100 benchmarks/triton/matmul_sweep.py --search --quick --m 192 --shapes qkv --block-k 128,256
-    bench r17_qkv 100 benchmarks/triton/matmul_sweep.py --search --quick --m 256 --shapes qkv_1.7b \
+    bench r8_qkv 90 benchmarks/triton/matmul_sweep.py --search --quick --m 192 --shapes qkv --block-k 128,256
+    bench r17_qkv 90 benchmarks/triton/matmul_sweep.py --search --quick --m 256 --shapes qkv_1.7b \
         --block-k 128,256
+    # the plain lm_head at 192 rows (1.41-1.48x: 128-row tiles, the second half padding) against the Gluon form's
+    # 192 x 128 tiles (three consumers; proven at every layer shape at 64-wide slots, the only width here)
+    bench r8_lm_head 80 benchmarks/triton/matmul_sweep.py --search --quick --m 192 --shapes lm_head --block-k 64 \
+        --tiles 64x128,128x128,128x256,192x128,64x256
     grep -hE "search:|graph:|BITS" "$ROOT_OUT"/r8_*.log "$ROOT_OUT"/r17_qkv.log | cut -c1-200 | head -30
     ;;
 s43rows)
