@@ -785,8 +785,9 @@ s43edges)
 s43rows8b)
     # the 8B layers' small- and mid-M misses in session 34's table (not re-run since) searched with 128- and
     # 256-wide loads, which took the 1.7B layers' small-M points into the goal (sessions 41-42): o 8B at 64 rows
-    # (1.36x), gate_up 8B at 32 and 192 (1.18-1.48x), qkv 8B at 192; and qkv 1.7B at 256 (1.18x: its 64 x 128 tiles,
-    # untouched since session 34). One bench a layer, so one cut at its limit loses only its own JSON (no carry)
+    # (1.36x), gate_up 8B at 32 and 192 (1.18-1.25x), qkv 8B at 192 (1.28-1.33x); and qkv 1.7B at 256 (1.18x: its
+    # 64 x 128 tiles, untouched since session 34). One bench a layer, so one cut at its limit loses only its own JSON
+    # (no carry)
     bench r8_o 150 benchmarks/triton/matmul_sweep.py --search --quick --m 64 --shapes o --block-k 128,256
     bench r8_gate_up 140 benchmarks/triton/matmul_sweep.py --search --quick --m 32,192 --shapes gate_up \
         --block-k 128,256
