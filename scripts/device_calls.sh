@@ -788,29 +788,29 @@ s43rows8b)
     # (1.36x), gate_up 8B at 32 and 192 (1.18-1.25x), qkv 8B at 192 (1.28-1.33x); and qkv 1.7B at 256 (1.18x: its
     # 64 x 128 tiles, untouched since session 34). One bench a layer, so one cut at its limit loses only its own JSON
     # (no carry)
-    bench r8_o 150 benchmarks/triton/matmul_sweep.py --search --quick --m 64 --shapes o --block-k 128,256
+    # --retime: the 6 fastest, the default and cuBLAS again, 5 rounds round-robin (a default changes on the medians)
+    rt="--retime 6 --rounds 5"
+    bench r8_o 150 benchmarks/triton/matmul_sweep.py --search --quick --m 64 --shapes o --block-k 128,256 $rt
     bench r8_gate_up 140 benchmarks/triton/matmul_sweep.py --search --quick --m 32,192 --shapes gate_up \
-        --block-k 128,256
-    bench r8_qkv 90 benchmarks/triton/matmul_sweep.py --search --quick --m 192 --shapes qkv --block-k 128,256
+        --block-k 128,256 $rt
+    bench r8_qkv 90 benchmarks/triton/matmul_sweep.py --search --quick --m 192 --shapes qkv --block-k 128,256 $rt
     bench r17_qkv 90 benchmarks/triton/matmul_sweep.py --search --quick --m 256 --shapes qkv_1.7b \
-        --block-k 128,256
+        --block-k 128,256 $rt
     # the plain lm_head at 192 rows (1.41-1.48x: 128-row tiles, the second half padding) against the Gluon form's
     # 192 x 128 tiles (three consumers; proven at every layer shape at 64-wide slots, the only width here)
     bench r8_lm_head 80 benchmarks/triton/matmul_sweep.py --search --quick --m 192 --shapes lm_head --block-k 64 \
-        --tiles 64x128,128x128,128x256,192x128,64x256
-    grep -hE "search:|graph:|BITS" "$ROOT_OUT"/r8_*.log "$ROOT_OUT"/r17_qkv.log | cut -c1-200 | head -30
+        --tiles 64x128,128x128,128x256,192x128,64x256 $rt
+    grep -hE "search:|graph:|retimed:|BITS" "$ROOT_OUT"/r8_*.log "$ROOT_OUT"/r17_qkv.log | cut -c1-200 | head -40
     ;;
 s43rows)
     # session 42 left: qkv 1.7B's swap launch at 64 rows bimodal run to run (0.94x / 1.07x, the plain tile 0.98-0.99x
-    # in both), so three searches back to back at 48 and 64 rows; then the row-parallel 1.7B layers where the Gluon
+    # in both), so the 8 fastest at 48 and 64 rows timed again 7 rounds round-robin (--retime); then the row-parallel 1.7B layers where the Gluon
     # form misses (o 1.7B 1.20x at 512, o/down 1.7B 1.07-1.10x at 4096) against the Triton forms with 128-wide loads
-    for i in 1 2 3; do
-        bench "q64_$i" 90 benchmarks/triton/matmul_sweep.py --search --quick --m 48,64 --shapes qkv_1.7b \
-            --tiles 64x32,64x64 --block-k 256
-        grep -hE "search:|graph:|BITS" "$ROOT_OUT/q64_$i.log" | cut -c1-200
-    done
+    bench q64 150 benchmarks/triton/matmul_sweep.py --search --quick --m 48,64 --shapes qkv_1.7b \
+        --tiles 64x32,64x64 --block-k 256 --retime 8 --rounds 7
+    grep -hE "search:|graph:|retimed:|BITS" "$ROOT_OUT/q64.log" | cut -c1-200
     bench rp_rows 300 benchmarks/triton/matmul_sweep.py --search --quick --m 384,512,4096 \
-        --shapes o_1.7b,down_1.7b --block-k 64,128
+        --shapes o_1.7b,down_1.7b --block-k 64,128 --retime 4 --rounds 5
     grep -hE "search:|graph:|BITS|skip" "$ROOT_OUT"/rp_rows.log | cut -c1-200 | head -30
     ;;
 s42rows)

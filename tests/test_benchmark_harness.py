@@ -69,3 +69,24 @@ def test_matmul_search_gives_the_gluon_form_only_its_proven_slot_widths():
     widths = {(lc.sm90, lc.block_k) for lc in launches}
     assert widths == {(False, 128), (False, 256), (True, 128)}, widths
     assert {lc._replace(block_k=64) for lc in launches if lc.sm90} == set(matmul_sweep.SM90_PLAIN_CANDIDATES)
+
+
+def test_matmul_retime_rotates_the_order_each_round():
+    """``retime``: every name timed once a round, each round starting one name later, so a drift over the rounds
+    falls on every name alike; ``median`` of its runs picks the best."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))
+    import matmul_sweep
+
+    order = []
+    fns = {name: (lambda name=name: name) for name in ("a", "b", "c")}
+    clock = iter(range(100))
+
+    def fake_bench(fn):  # the time is the call's place in the whole sequence: a steady drift
+        order.append(fn())
+        return float(next(clock))
+
+    runs = matmul_sweep.retime(fns, 4, bench=fake_bench)
+    assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]
+    assert runs == {"a": [0.0, 5.0, 7.0, 9.0], "b": [1.0, 3.0, 8.0, 10.0], "c": [2.0, 4.0, 6.0, 11.0]}
+    assert [matmul_sweep.median(runs[k]) for k in "abc"] == [6.0, 5.5, 5.0]
+    assert matmul_sweep.median([3.0, 1.0, 2.0]) == 2.0

@@ -11,7 +11,8 @@ row-parallel (canonical K-groups), the others plain (one group).
      step; the graph rows call one weight back to back, and one under L2's 50 MB is then read from L2);
   3. ``--search``: every candidate launch (config x form) at ``M_SEARCH`` (or ``--m``), the best per (shape,
      M) -- what ``LAUNCHES`` in ops/triton/matmul.py is picked from (plain shapes above 64 rows: the Gluon
-     forms in one K-group too, ``SM90_PLAIN_CANDIDATES``);
+     forms in one K-group too, ``SM90_PLAIN_CANDIDATES``); ``--retime K``: the K fastest, the default and cuBLAS
+     timed again ``--rounds`` times round-robin, the best by its median (``retime``);
   4. the backward's GEMMs (dx, dw) at M = 1024, 4096, 16384 under CUDA graphs, and forward + backward
      at M=4096 (eager).
 
@@ -122,6 +123,25 @@ def plot(before: str, after: str, png: str, rows: tuple[str, str] = ("graph", "g
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
+
+
+def retime(fns: dict, rounds: int, bench=None) -> dict[str, list[float]]:
+    """Each of ``fns`` (name -> a callable) timed ``rounds`` times, round-robin, each round starting one name later
+    (``bench_graph``, rep 20 ms): each name takes every place in a round in turn, so a clock or power drift spreads
+    over the names instead of falling on the last ones, and a name's bimodal timing shows as a spread in its own
+    times (session 42: qkv 1.7B's swap launch at 64 rows, 0.94x in one search and 1.07x in the next)."""
+    bench = bench or (lambda fn: bench_graph(fn, rep=20))
+    names = list(fns)
+    out: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            out[name].append(bench(fns[name]))
+    return out
+
+
+def median(xs: list[float]) -> float:
+    ys = sorted(xs)
+    return (ys[(len(ys) - 1) // 2] + ys[len(ys) // 2]) / 2
 
 
 GOAL, GOAL_LARGE_M, LARGE_M = 1.15, 1.05, 4096  # #17: <= 1.15x cuBLAS at every M, <= 1.05x from 4096 rows
@@ -262,6 +282,10 @@ def main() -> None:
     ap.add_argument("--block-k", default="",
                     help="with --search: each Triton candidate at each of these K-tile loads (Launch.block_k), "
                          "e.g. 64,128")
+    ap.add_argument("--retime", type=int, default=0,
+                    help="with --search: the K fastest candidates at each M, the default and cuBLAS timed again "
+                         "--rounds times round-robin; the best is picked by its median (search rows 'retimed')")
+    ap.add_argument("--rounds", type=int, default=5, help="with --retime: rounds of the round-robin")
     ap.add_argument("--cold", action="store_true",
                     help="also time every graph row with the weight out of L2 (``bench_graph_cold``), as in a model "
                          "step: rows 'graph_cold'")
@@ -310,8 +334,9 @@ def main() -> None:
             xm = x[:m]
             t_cu = r["graph"][m]["cublas_ms"]
             want = matmul(xm, w, row_parallel=rp)
-            times, differs = {}, []
+            times, differs, launches = {}, [], {}
             for lc in candidates(m, grouped, **pick):
+                launches[str(lc)] = lc
                 try:
                     # every timed launch must give the default's bits (the contract tests prove it at
                     # M = 1 and 1024; this at the searched M): one that does not is said, never picked
@@ -328,6 +353,20 @@ def main() -> None:
             r["search"][m] = {"cublas_ms": t_cu, "times_ms": times, "best": best, "best_ratio": times[best] / t_cu,
                               "bits_differ": differs}
             log(f"{name:8} M={m:5} search: best {times[best] * 1e3:8.1f} us ({times[best] / t_cu:5.2f}x) {best}")
+            if args.retime:
+                fns = {key: (lambda lc=launches[key]: matmul(xm, w, row_parallel=rp, launch=lc))
+                       for key in sorted(times, key=times.get)[:args.retime]}
+                fns |= {"default": lambda: matmul(xm, w, row_parallel=rp), "cublas": lambda: F.linear(xm, w)}
+                runs = retime(fns, args.rounds)
+                med = {key: median(v) for key, v in runs.items()}
+                top = min((key for key in med if key not in ("default", "cublas")), key=med.get)
+                r["search"][m]["retimed"] = {key: {"runs_ms": v, "median_ms": med[key], "vs_cublas": med[key] /
+                                                   med["cublas"]} for key, v in runs.items()}
+                r["search"][m]["retimed_best"] = top
+                for key in (top, "default"):
+                    log(f"{name:8} M={m:5} retimed: {key if key == 'default' else 'best'} "
+                        f"{med[key] * 1e3:8.1f} us ({med[key] / med['cublas']:5.2f}x; runs "
+                        f"{min(runs[key]) * 1e3:.1f}-{max(runs[key]) * 1e3:.1f} us) {'' if key == 'default' else key}")
         # the backward's two GEMMs alone, under CUDA graphs (kernel time: at the 1.7B shapes the eager
         # forward + backward below is host-bound), at the token counts of a training step:
         # dx = dy @ w (B given as [K, N]) and dw = dy^T @ x (A as [K, M] too), plain K, against cuBLAS
