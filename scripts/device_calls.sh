@@ -811,7 +811,7 @@ s43rows)
     grep -hE "search:|graph:|retimed:|BITS" "$ROOT_OUT/q64.log" | cut -c1-200
     bench rp_rows 300 benchmarks/triton/matmul_sweep.py --search --quick --m 384,512,4096 \
         --shapes o_1.7b,down_1.7b --block-k 64,128 --retime 4 --rounds 5
-    grep -hE "search:|graph:|BITS|skip" "$ROOT_OUT"/rp_rows.log | cut -c1-200 | head -30
+    grep -hE "search:|graph:|retimed:|BITS|skip" "$ROOT_OUT"/rp_rows.log | cut -c1-200 | head -30
     ;;
 s42rows)
     # 128-wide K loads above 64 rows, at the row-parallel 1.7B layers' worst misses (o 1.7B 1.30/1.54x at 128/256
