@@ -73,7 +73,7 @@ def test_matmul_search_gives_the_gluon_form_only_its_proven_slot_widths():
 
 def test_matmul_retime_rotates_the_order_each_round():
     """``retime``: every name timed once a round, each round starting one name later, so a drift over the rounds
-    falls on every name alike; ``median`` of its runs picks the best."""
+    spreads over the names instead of falling on the last ones; the median of its runs picks the best."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))
     import matmul_sweep
 

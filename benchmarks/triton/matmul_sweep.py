@@ -33,6 +33,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from statistics import median
 
 import torch
 import torch.nn.functional as F
@@ -137,11 +138,6 @@ def retime(fns: dict, rounds: int, bench=None) -> dict[str, list[float]]:
         for name in names[r % len(names):] + names[:r % len(names)]:
             out[name].append(bench(fns[name]))
     return out
-
-
-def median(xs: list[float]) -> float:
-    ys = sorted(xs)
-    return (ys[(len(ys) - 1) // 2] + ys[len(ys) // 2]) / 2
 
 
 GOAL, GOAL_LARGE_M, LARGE_M = 1.15, 1.05, 4096  # #17: <= 1.15x cuBLAS at every M, <= 1.05x from 4096 rows
