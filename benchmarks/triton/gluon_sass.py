@@ -71,7 +71,7 @@ def main() -> None:
         return {f"{c} bias={bias} out={od}{'' if bk == BLOCK_K else f' block_k={bk}'}":
                 mm_groups_sm90(c[0], c[1], c[3], 4096, bias, od, groups, bk)
                 for c in sorted({lc.config for lc in launches}) for bias in (False, True) for od in ("bf16", "fp32")
-                for bk in (BLOCK_K, 2 * BLOCK_K)
+                for bk in matmul_sm90.SLOT_WIDTHS
                 if matmul_sm90.slots(c[0], c[1], bk, c[3], 2, 4 if od == "fp32" else 2) >= 2}
 
     res = {"stats_sm90": {name: stats_sm90(*f) for name, f in heads.items()},

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import bench, bench_graph, bench_graph_cold, info, l2_cold_copies, log, rel_err, save  # noqa: E402
 
-from rlk_models.ops.triton import linear  # noqa: E402
+from rlk_models.ops.triton import linear, matmul_sm90  # noqa: E402
 from rlk_models.ops.triton.matmul import (  # noqa: E402
     CANDIDATE_CONFIGS,
     HALF,
@@ -66,9 +66,6 @@ SHAPES |= {"qkv_1.7b": (2048, 4096), "o_1.7b": (2048, 2048), "gate_up_1.7b": (20
 ROW_PARALLEL = {"o", "down", "o_1.7b", "down_1.7b"}
 M_ALL = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
 M_SEARCH = [1, 4, 16, 64, 256, 1024, 4096]
-# the Gluon form's K slot widths that gluon_sass.py builds and the GPU bits test proves (64; 128 where two slots fit):
-# a 256-wide slot fits twice at 64-row tiles, but neither has built or run one
-SM90_BLOCK_KS = (BLOCK_K, 2 * BLOCK_K)
 
 
 def candidates(m: int, grouped: bool, tiles: set[tuple[int, int]] | None = None,
@@ -93,8 +90,9 @@ def candidates(m: int, grouped: bool, tiles: set[tuple[int, int]] | None = None,
         out = [lc for lc in out if lc.config[:2] in tiles]
     if stages:
         out = [lc._replace(config=(*lc.config[:3], s)) for lc in out for s in stages]
-    if block_ks:  # the Gluon form only at the K slots built on the CPU and proven on the GPU (SM90_BLOCK_KS)
-        out = [lc._replace(block_k=bk) for lc in out for bk in block_ks if not lc.sm90 or bk in SM90_BLOCK_KS]
+    if block_ks:  # the Gluon form only at the K slots built on the CPU and proven on the GPU
+        out = [lc._replace(block_k=bk) for lc in out for bk in block_ks
+               if not lc.sm90 or bk in matmul_sm90.SLOT_WIDTHS]
     return list(dict.fromkeys(out))
 
 

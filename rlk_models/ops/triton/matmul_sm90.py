@@ -52,9 +52,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .gluon_sm90 import GL_DTYPES, is_sm90, ring, smem_layout, turns
-from .utils import fit_stages, num_sms
+from .utils import BLOCK_K, fit_stages, num_sms
 
 HALF = 64  # a consumer warpgroup's rows: a tile is 128 or 192 x BLOCK_N (64 rows each) or 64 x BLOCK_N split by columns
+# the K slot widths (``Launch.block_k``) benchmarks/triton/gluon_sass.py builds and tests/gpu proves, each where two
+# slots fit (``slots``); a 256-wide slot fits twice in a 64-row tile, but none has been built or run
+SLOT_WIDTHS = (BLOCK_K, 2 * BLOCK_K)
 SMEM_BYTES, SMEM_BARRIERS = 227 * 1024, 512  # an sm_90 block's shared memory; the ring's and turns' mbarriers (280 B)
 # by consumer warpgroups: setmaxnreg of the consumers (the loader's warpgroup: 24) and the registers a thread at
 # launch. Triton pads the warps to whole warpgroups (2 consumers: 9 warps launch as 12; 3: 13 as 16), and an SM's
