@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -90,3 +91,44 @@ def test_matmul_retime_rotates_the_order_each_round():
     assert runs == {"a": [0.0, 5.0, 7.0, 9.0], "b": [1.0, 3.0, 8.0, 10.0], "c": [2.0, 4.0, 6.0, 11.0]}
     assert [matmul_sweep.median(runs[k]) for k in "abc"] == [6.0, 5.5, 5.0]
     assert matmul_sweep.median([3.0, 1.0, 2.0]) == 2.0
+
+
+def test_matmul_search_writes_a_launch_file_the_package_runs(tmp_path):
+    """``--write-launches``: the retimed best of a (shape, M) as a launch file entry that ``use_launches`` loads and
+    ``launch_for`` runs at that M; a launch the GPU tests do not prove (a ``--stages`` depth outside
+    ``CANDIDATE_CONFIGS``) is not written."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))
+    import matmul_sweep
+
+    from rlk_models.ops.triton import matmul as mm
+
+    best = mm.Launch((64, 64, 4, 4), split=mm.HALF, persistent=False, flat=True, block_k=128)
+    med = {str(best): 0.0101, "default": 0.0123, "cublas": 0.0095}
+    entries = matmul_sweep.launch_entry("o", 96, True, best, med)
+    assert entries[0]["measured"] == {"us": 10.1, "default_us": 12.3, "default": str(mm.launch_for(96, 4096, 8, 4096)),
+                                      "cublas_us": 9.5}
+    path = tmp_path / "launches.json"
+    mm.save_launches(path, entries)
+    try:
+        assert mm.use_launches(path) == {("groups", 4096, 4096): [(96, 96, best)]}
+        assert mm.launch_for(96, 4096, 8, 4096) == best and mm.launch_for(97, 4096, 8, 4096) != best
+    finally:
+        mm.use_launches(None)
+    deeper = best._replace(config=(64, 64, 4, 9))
+    assert matmul_sweep.launch_entry("o", 96, True, deeper, {**med, str(deeper): 0.001}) == []
+
+
+def test_matmul_sweep_reads_a_models_linear_shapes():
+    """``--model DIR``: a Qwen3 config's linear layers as (K, N) at TP=1 -- Qwen3-8B's are the sweep's own five."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))
+    import matmul_sweep
+
+    qwen3_8b = {"hidden_size": 4096, "intermediate_size": 12288, "vocab_size": 151936, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "head_dim": 128}
+    shapes = matmul_sweep.model_shapes(qwen3_8b)
+    assert list(shapes.values()) == [matmul_sweep.SHAPES[s] for s in ("qkv", "o", "gate_up", "down", "lm_head")]
+    assert list(shapes) == ["qkv_4096h", "o_4096h", "gate_up_4096h", "down_4096h", "lm_head_4096h"]
+    llama = {"hidden_size": 2048, "intermediate_size": 8192, "vocab_size": 128256, "num_attention_heads": 32}
+    assert matmul_sweep.model_shapes(llama)["qkv_2048h"] == (2048, 3 * 2048)  # no kv heads, no head_dim: MHA
+    with pytest.raises(ValueError, match="no 'vocab_size'"):
+        matmul_sweep.model_shapes({k: v for k, v in qwen3_8b.items() if k != "vocab_size"})

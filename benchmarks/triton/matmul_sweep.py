@@ -51,8 +51,11 @@ from rlk_models.ops.triton.matmul import (  # noqa: E402
     Launch,
     k_groups,
     launch_for,
+    launch_json,
+    launch_problem,
     matmul,
     mm,
+    save_launches,
 )
 from rlk_models.ops.triton.utils import BLOCK_K  # noqa: E402
 
@@ -140,6 +143,37 @@ def retime(fns: dict, rounds: int, bench=None) -> dict[str, list[float]]:
 
 GOAL, GOAL_LARGE_M, LARGE_M = 1.15, 1.05, 4096  # #17: <= 1.15x cuBLAS at every M, <= 1.05x from 4096 rows
 ISSUE_SHAPES = ("qkv", "o", "gate_up", "down", "lm_head")  # #17's own grid: these five 8B shapes x M_ALL
+
+
+def model_shapes(config: dict) -> dict[str, tuple[int, int]]:
+    """The linear layers of a transformers Qwen3/Llama config at TP=1 as (K, N), named ``<layer>_<hidden>h`` (qkv
+    and gate_up fused, as the rlk classes run them; o and down row-parallel)."""
+    try:
+        hidden, inter, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+        heads = config["num_attention_heads"]
+        kv = config.get("num_key_value_heads") or heads
+        head_dim = config.get("head_dim") or hidden // heads
+    except KeyError as e:
+        raise ValueError(f"--model: config.json has no {e.args[0]!r}") from None
+    tag = f"{hidden}h"
+    return {f"qkv_{tag}": (hidden, (heads + 2 * kv) * head_dim), f"o_{tag}": (heads * head_dim, hidden),
+            f"gate_up_{tag}": (hidden, 2 * inter), f"down_{tag}": (inter, hidden), f"lm_head_{tag}": (hidden, vocab)}
+
+
+def launch_entry(name: str, m: int, grouped: bool, lc: Launch, med: dict) -> list[dict]:
+    """The launch file entry (``matmul.save_launches``) of shape ``name``'s retimed best ``lc`` at m rows, with the
+    retimed medians it won on; none (said in the log) where ``lc`` is not a form the GPU tests prove."""
+    k, n = SHAPES[name]
+    kind = "groups" if grouped else "plain"
+    problem = launch_problem(lc, kind)
+    if problem:
+        log(f"{name:8} M={m:5} not written: {problem}")
+        return []
+    us = {key: round(med[key] * 1e3, 2) for key in ("default", "cublas")}
+    return [{"kind": kind, "n": n, "k": k, "rows": [m, m], "launch": launch_json(lc), "layer": name,
+             "measured": {"us": round(med[str(lc)] * 1e3, 2), "default_us": us["default"],
+                          "default": str(launch_for(m, n, k_groups(k) if grouped else 1, k)),
+                          "cublas_us": us["cublas"]}}]
 
 
 def in_goal(m: int, ratio: float) -> bool:
@@ -266,10 +300,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--search", action="store_true", help="time every candidate launch at M_SEARCH")
     ap.add_argument("--m", default=",".join(map(str, M_SEARCH)),
-                    help="the M values --search times (e.g. 32,128,512: the buckets the default search skips)")
+                    help="the M values --search times (e.g. 32,128,512: the buckets the default search skips), and "
+                         "--quick's table")
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="comma-separated subset of " + ",".join(SHAPES))
+    ap.add_argument("--model", default="", metavar="DIR",
+                    help="the linear layers of the checkpoint (or config.json) at DIR, TP=1 (model_shapes), in "
+                         "place of --shapes")
     ap.add_argument("--quick", action="store_true",
-                    help="with --search: time the default and cuBLAS at the searched M only, no eager or backward rows")
+                    help="time the default and cuBLAS at --m only (no eager or backward rows)")
     ap.add_argument("--tiles", default="",
                     help="with --search: only candidates of these BLOCK_MxBLOCK_N tiles, e.g. 64x16,64x128")
     ap.add_argument("--stages", default="", help="with --search: each candidate at each of these pipeline depths")
@@ -280,16 +318,34 @@ def main() -> None:
                     help="with --search: the K fastest candidates at each M, the default and cuBLAS timed again "
                          "--rounds times round-robin; the best is picked by its median (search rows 'retimed')")
     ap.add_argument("--rounds", type=int, default=5, help="with --retime: rounds of the round-robin")
+    ap.add_argument("--write-launches", default="", metavar="PATH",
+                    help="with --retime: write each (shape, M) whose retimed best beats the default's median by more "
+                         "than --margin into the launch file PATH (rows [M, M]; kept: the file's other entries), "
+                         "which RLK_MATMUL_LAUNCHES=PATH then runs (matmul.use_launches)")
+    ap.add_argument("--margin", type=float, default=0.04,
+                    help="with --write-launches: the least gain over the default's median that is written")
     ap.add_argument("--cold", action="store_true",
                     help="also time every graph row with the weight out of L2 (``bench_graph_cold``), as in a model "
                          "step: rows 'graph_cold'")
     args = ap.parse_args()
-    search_ms = [int(v) for v in args.m.split(",")] if args.search else []
+    if args.model:
+        mine = model_shapes(json.loads((Path(args.model) / "config.json" if Path(args.model).is_dir()
+                                        else Path(args.model)).read_text()))
+        SHAPES.update(mine)
+        ROW_PARALLEL.update(name for name in mine if name.split("_")[0] in ("o", "down"))
+        args.shapes = ",".join(mine)
+    if bad := sorted(set(args.shapes.split(",")) - set(SHAPES)):
+        ap.error(f"--shapes: no shapes {bad} ({', '.join(SHAPES)})")
+    if args.write_launches and not (args.search and args.retime):
+        ap.error("--write-launches needs --search --retime K: a launch is written on its retimed median only")
+    ms = [int(v) for v in args.m.split(",")]
+    search_ms = ms if args.search else []
     pick = dict(tiles={tuple(map(int, t.split("x"))) for t in args.tiles.split(",")} if args.tiles else None,
                 stages=[int(v) for v in args.stages.split(",")] if args.stages else None,
                 block_ks=[int(v) for v in args.block_k.split(",")] if args.block_k else None)
     dev = torch.device("cuda")
     res = {"info": info(), "shapes": {}}
+    written = []  # --write-launches: the launch file's new entries
     log(res["info"])
     g = torch.Generator(device=dev).manual_seed(0)
     for name in args.shapes.split(","):
@@ -303,7 +359,7 @@ def main() -> None:
              "cublas_rel_err_vs_fp64_M128": rel_err(F.linear(x[:128], w), ref64), "graph": {}, "eager": {},
              "search": {}, "graph_cold": {}}
         ws = l2_cold_copies(w) if args.cold else []
-        for m in (search_ms if args.quick else M_ALL):
+        for m in (ms if args.quick else M_ALL):
             xm = x[:m]
             t_cu = bench_graph(lambda: F.linear(xm, w))
             t_ours = bench_graph(lambda: matmul(xm, w, row_parallel=rp))
@@ -361,6 +417,8 @@ def main() -> None:
                     log(f"{name:8} M={m:5} retimed: {key if key == 'default' else 'best'} "
                         f"{med[key] * 1e3:8.1f} us ({med[key] / med['cublas']:5.2f}x; runs "
                         f"{min(runs[key]) * 1e3:.1f}-{max(runs[key]) * 1e3:.1f} us) {'' if key == 'default' else key}")
+                if args.write_launches and med[top] < med["default"] * (1 - args.margin):
+                    written += launch_entry(name, m, grouped, launches[top], med)
         # the backward's two GEMMs alone, under CUDA graphs (kernel time: at the 1.7B shapes the eager
         # forward + backward below is host-bound), at the token counts of a training step:
         # dx = dy @ w (B given as [K, N]) and dw = dy^T @ x (A as [K, M] too), plain K, against cuBLAS
@@ -392,7 +450,13 @@ def main() -> None:
         res["shapes"][name] = r
         del x, w, xg, wg, dy
         torch.cuda.empty_cache()
-    save("matmul_sweep", res)
+    res["launches_written"] = written
+    save("matmul_sweep", res)  # first: a launch file that cannot be written loses no measurement
+    if args.write_launches:
+        kept = save_launches(args.write_launches, written, {"device": res["info"]["gpu"], "torch":
+                                                            res["info"]["torch"], "triton": res["info"]["triton"]})
+        log(f"launch file {args.write_launches}: {len(written)} entr{'y' if len(written) == 1 else 'ies'} written, "
+            f"{len(kept)} in the file")
 
 
 if __name__ == "__main__":

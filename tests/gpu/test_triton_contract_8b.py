@@ -134,17 +134,21 @@ M_EDGES = [1, 16, 17, 32, 33, 64, 65, 128, 129, 160, 161, 192, 193, 256, 257, 32
 @pytest.mark.parametrize("name", sorted(LAYERS))
 def test_matmul_rows_at_the_table_edges(name):
     """Each layer's shape runs its own launches by M (``TUNED`` over the tables: Triton tiles, split-K, 128- and
-    256-wide K loads, the Gluon forms): the product of every M at each bucket's edges equals the first M rows of the
-    4096-row product (every row, not row 0 alone), and run to run; and, at the rows where the defaults load 128 or
-    256 wide, the 64-wide pointer kernel's product."""
-    from rlk_models.ops.triton.matmul import matmul
+    256-wide K loads, the Gluon forms; and a launch file's, ``RLK_MATMUL_LAUNCHES``): the product of every M at each
+    bucket's edges (and each file entry's) equals the first M rows of the 4096-row product (every row, not row 0
+    alone), and run to run; and, at the rows where the defaults load 128 or 256 wide, the 64-wide pointer kernel's
+    product."""
+    from rlk_models.ops.triton.matmul import FILE_LAUNCHES, k_groups, matmul
 
     k, n = LAYERS[name]
     rp = name.split("_")[0] in ROW_PARALLEL
     g = gen(1)
     x, w = randn(4096, k, g=g), randn(n, k, g=g, scale=0.02)
     full = matmul(x, w, row_parallel=rp)
-    for m in M_EDGES:
+    kind = "groups" if rp and k_groups(k) > 1 else "plain"
+    in_file = {m for lo, hi, _ in FILE_LAUNCHES.get((kind, n, k), ()) for m in (lo - 1, lo, hi, hi + 1)
+               if 0 < m <= 4096}
+    for m in sorted(set(M_EDGES) | in_file):
         assert torch.equal(matmul(x[:m], w, row_parallel=rp), full[:m]), f"{name}: M={m} differs from M=4096"
     assert torch.equal(matmul(x[:700], w, row_parallel=rp), full[:700]), "run to run"
     for m in (1, 16, 32, 64, 128, 256):  # the wide loads' rows (Launch.block_k) against the kernel without TMA or them

@@ -55,6 +55,9 @@ Backward
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -552,13 +555,25 @@ CANDIDATE_CONFIGS = sorted({(sm90_fallback(lc, kind) if lc.sm90 else lc).config
 
 
 def launch_for(m: int, n: int, groups: int, k: int) -> Launch:
-    """The default launch of an [M, K] x [N, K] product in ``groups`` K-groups: ``TUNED`` for its shape where
-    it names one for M, else the table of its K order and width."""
+    """The default launch of an [M, K] x [N, K] product in ``groups`` K-groups: a launch file's for its shape and M
+    (``use_launches``), else ``TUNED``'s where it names one for M, else the table of its K order and width."""
     kind = "groups" if groups > 1 else "plain"
+    for lo, hi, lc in FILE_LAUNCHES.get((kind, n, k), ()):
+        if lo <= m <= hi:
+            return lc
     tuned = next((lc for bound, lc in TUNED.get((kind, n, k), ()) if m <= bound), None)
     if tuned is not None:
         return tuned
     return next(lc for bound, lc in LAUNCHES[(kind, "narrow" if n <= 8192 else "wide")] if m <= bound)
+
+
+# Launch files (``use_launches``): launches measured on the GPU at hand for the shapes of the model at hand, over
+# ``TUNED`` and the tables, by (K order, N, K) and rows lo..hi. A launch never changes the bits, so a file changes
+# the speed only, and it may name only the forms tests/gpu proves (``launch_problem``). Written by
+# ``benchmarks/triton/matmul_sweep.py --search --retime K --write-launches PATH`` (``save_launches``)
+LAUNCH_FILE_FORMAT = "rlk-matmul-launches/1"
+LAUNCH_FILE_ENV = "RLK_MATMUL_LAUNCHES"  # read at import: a file every process of a run (vLLM's workers too) uses
+FILE_LAUNCHES: dict[tuple[str, int, int], list[tuple[int, int, Launch]]] = {}
 
 
 def wave_rows(m: int, n: int, config: tuple[int, int, int, int], sms: int) -> int:
@@ -791,3 +806,144 @@ def combine_partials(parts: torch.Tensor, bias: torch.Tensor | None, out_dtype: 
                          "halves or their all-reduced sum")
     out = torch.empty(*flat.shape[1:], dtype=out_dtype, device=parts.device)
     return fold_partials(flat.contiguous(), out, bias, count, run_of(count))
+
+
+def launch_problem(launch: Launch, kind: str) -> str:
+    """Why ``launch`` is not a form that tests/gpu proves for K order ``kind`` ("plain" or "groups"), or "": a
+    Triton config of ``CANDIDATE_CONFIGS`` with 64-, 128- or 256-wide K loads (split-K per group or per half in
+    K-groups only, swap in plain K only), or a Gluon form of the candidates (``SM90_CANDIDATES``; plain K also
+    ``SM90_PLAIN_CANDIDATES``) with K slots of ``matmul_sm90.SLOT_WIDTHS``."""
+    if kind not in ("plain", "groups"):
+        return f"K order {kind!r} is not 'plain' or 'groups'"
+    if launch.sm90:
+        forms = {lc.config for lc in (SM90_CANDIDATES if kind == "groups" else SM90_PLAIN_CANDIDATES)}
+        if launch.config not in forms:
+            return f"sm90 config {launch.config} is none of the proven Gluon forms {sorted(forms)}"
+        if launch.block_k not in matmul_sm90.SLOT_WIDTHS:
+            return f"sm90 K slots {launch.block_k} wide: proven {matmul_sm90.SLOT_WIDTHS}"
+        if launch.split or launch.swap or launch.flat:
+            return "an sm90 launch has no split, swap or flat form"
+        if launch.tail and launch.config[0] != 2 * matmul_sm90.HALF:
+            return "Launch.tail follows 128-row tiles only"
+        return ""
+    if launch.tail:
+        return "Launch.tail is a form of the sm90 launch"
+    if launch.config not in CANDIDATE_CONFIGS:
+        return f"config {launch.config} is not in CANDIDATE_CONFIGS (the configs tests/gpu proves)"
+    if launch.block_k not in (BLOCK_K, 2 * BLOCK_K, 4 * BLOCK_K):
+        return f"block_k {launch.block_k}: proven {BLOCK_K}, {2 * BLOCK_K} and {4 * BLOCK_K}"
+    if launch.split not in (0, 1, HALF) or (launch.split and kind == "plain"):
+        return f"split {launch.split}: split-K runs per group (1) or per half ({HALF}), in K-groups only"
+    if launch.swap and kind == "groups":
+        return "a swap launch computes plain K only"
+    return ""
+
+
+def launch_json(launch: Launch) -> dict:
+    """A launch as a launch file names it: its config and the fields it sets away from their defaults."""
+    return {"config": list(launch.config)} | {f: v for f, v in launch._asdict().items()
+                                             if f != "config" and v != Launch._field_defaults[f]}
+
+
+def _file_launch(spec, where: str) -> Launch:
+    if not isinstance(spec, dict) or "config" not in spec:
+        raise ValueError(f"{where}: 'launch' must be an object with a 'config' of 4 integers")
+    unknown = set(spec) - set(Launch._fields)
+    if unknown:
+        raise ValueError(f"{where}: unknown launch field(s) {sorted(unknown)}; known: {list(Launch._fields)}")
+    config = spec["config"]
+    if not (isinstance(config, list) and len(config) == 4 and all(type(v) is int and v > 0 for v in config)):
+        raise ValueError(f"{where}: launch config {config!r} is not 4 positive integers (BLOCK_M, BLOCK_N, warps, "
+                         "stages)")
+    for f, v in spec.items():
+        if f != "config" and type(v) is not type(Launch._field_defaults[f]):
+            raise ValueError(f"{where}: launch field {f!r} is {v!r}; expected a "
+                             f"{type(Launch._field_defaults[f]).__name__}")
+    return Launch(**{**spec, "config": tuple(config)})
+
+
+def load_launches(path) -> dict[tuple[str, int, int], list[tuple[int, int, Launch]]]:
+    """A launch file's table, each entry checked: (K order, N, K) -> [(first row, last row, launch)]. A ValueError
+    names the file, the entry and what is wrong (not a launch file, a missing or unknown field, rows that overlap
+    another entry's, a launch that tests/gpu does not prove)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"matmul launch file {path}: cannot read it ({e})") from e
+    if not isinstance(doc, dict) or doc.get("format") != LAUNCH_FILE_FORMAT or not isinstance(doc.get("launches"),
+                                                                                                list):
+        raise ValueError(f"matmul launch file {path}: not a launch file (expected an object with \"format\": "
+                         f"{LAUNCH_FILE_FORMAT!r} and a \"launches\" list)")
+    table: dict[tuple[str, int, int], list[tuple[int, int, Launch]]] = {}
+    for i, e in enumerate(doc["launches"]):
+        where = f"matmul launch file {path}: launches[{i}]"
+        need = {"kind", "n", "k", "rows", "launch"}
+        if not isinstance(e, dict) or need - set(e):
+            raise ValueError(f"{where}: missing field(s) {sorted(need - set(e) if isinstance(e, dict) else need)}")
+        if set(e) - need - {"layer", "measured"}:
+            raise ValueError(f"{where}: unknown field(s) {sorted(set(e) - need - {'layer', 'measured'})}")
+        kind, n, k, rows = e["kind"], e["n"], e["k"], e["rows"]
+        if not all(type(v) is int and v > 0 for v in (n, k)):
+            raise ValueError(f"{where}: n and k must be positive integers (got {n!r}, {k!r})")
+        if not (isinstance(rows, list) and len(rows) == 2 and all(type(v) is int for v in rows)
+                and 1 <= rows[0] <= rows[1]):
+            raise ValueError(f"{where}: rows {rows!r} is not [first, last] with 1 <= first <= last")
+        if kind == "groups" and k_groups(k) == 1:
+            raise ValueError(f"{where}: K={k} has no canonical K-groups (a multiple of {K_GROUPS * BLOCK_K}): a "
+                             "layer of that K runs plain K")
+        launch = _file_launch(e["launch"], where)
+        problem = launch_problem(launch, kind)
+        if problem:
+            raise ValueError(f"{where}: {problem}")
+        lo, hi = rows
+        same = table.setdefault((kind, n, k), [])
+        clash = next((r for r in same if r[0] <= hi and lo <= r[1]), None)
+        if clash:
+            raise ValueError(f"{where}: rows {lo}-{hi} overlap rows {clash[0]}-{clash[1]} of another entry for "
+                             f"({kind}, N={n}, K={k})")
+        same.append((lo, hi, launch))
+    return table
+
+
+def use_launches(path=None) -> dict[tuple[str, int, int], list[tuple[int, int, Launch]]]:
+    """Run every product by the launch file at ``path`` where it names a launch for the shape and M
+    (``launch_for``), or by the built-in tables alone (None). The file is read and checked whole before anything
+    changes. Returns the table in use."""
+    table = load_launches(path) if path is not None else {}
+    FILE_LAUNCHES.clear()
+    FILE_LAUNCHES.update(table)
+    return FILE_LAUNCHES
+
+
+def save_launches(path, entries: list[dict], meta: dict | None = None) -> list[dict]:
+    """Write ``entries`` (launch file entries: kind, n, k, rows, launch as ``launch_json``, optionally layer and
+    measured) into the launch file at ``path``, over the entries already there whose rows they overlap for the same
+    shape (and over earlier ones of ``entries``: two layers of one shape, e.g. o and down where the intermediate
+    size is the hidden size, are one product measured twice); the rest are kept. Written whole to a temporary file
+    and renamed, and read back by ``load_launches`` first, so the file on disk is always a launch file. Returns the
+    file's entries."""
+    path = Path(path)
+    old = json.loads(path.read_text())["launches"] if path.exists() else []
+
+    def clash(a, b):
+        return (a["kind"], a["n"], a["k"]) == (b["kind"], b["n"], b["k"]) and a["rows"][0] <= b["rows"][1] \
+            and b["rows"][0] <= a["rows"][1]
+
+    entries = [e for i, e in enumerate(entries) if not any(clash(e, later) for later in entries[i + 1:])]
+    kept = [o for o in old if not any(clash(o, e) for e in entries)]
+    doc = {"format": LAUNCH_FILE_FORMAT, **(meta or {}),
+           "launches": sorted(kept + entries, key=lambda e: (e["kind"], e["n"], e["k"], e["rows"]))}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    try:
+        load_launches(tmp)
+    except ValueError:
+        tmp.unlink()
+        raise
+    os.replace(tmp, path)
+    return doc["launches"]
+
+
+if os.environ.get(LAUNCH_FILE_ENV):
+    use_launches(os.environ[LAUNCH_FILE_ENV])

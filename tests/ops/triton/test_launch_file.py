@@ -1,0 +1,153 @@
+"""Matmul launch files (``matmul.use_launches``, ``RLK_MATMUL_LAUNCHES``): launches measured on the GPU at hand, over
+the built-in tables. A file may change which launch runs, never the bits; a bad file is refused whole, with the
+entry and what is wrong named, and a write never leaves a half-written file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from rlk_models.ops.triton import matmul as mm  # noqa: E402
+
+from .test_kernels import NATIVE, bitwise_data, pytestmark  # noqa: E402, F401 (the interpreter's skip)
+
+# a row-parallel product in the canonical K-groups (K = 1024: 8 groups of 2 K-tiles), and a plain one
+GROUPS_KEY, PLAIN_KEY = ("groups", 48, 1024), ("plain", 96, 256)
+
+
+def entry(key, rows, launch: mm.Launch, **extra) -> dict:
+    kind, n, k = key
+    return {"kind": kind, "n": n, "k": k, "rows": list(rows), "launch": mm.launch_json(launch), **extra}
+
+
+@pytest.fixture
+def builtin_tables():
+    """Every test leaves the process on the built-in tables, as it found it."""
+    assert not mm.FILE_LAUNCHES
+    yield
+    mm.use_launches(None)
+
+
+def test_launch_file_routes_its_rows_and_keeps_the_bits(tmp_path, builtin_tables):
+    split = mm.Launch((16, 32, 4, 4), split=1)
+    swap = mm.Launch((64, 16, 4, 6), swap=True)
+    path = tmp_path / "launches.json"
+    mm.save_launches(path, [entry(GROUPS_KEY, (2, 5), split, layer="o"), entry(PLAIN_KEY, (1, 3), swap)],
+                     {"device": "test"})
+    g = torch.Generator().manual_seed(0)
+    xg, wg = bitwise_data(g, 8, 1024), bitwise_data(g, 48, 1024, scale=0.5)
+    xp, wp = bitwise_data(g, 8, 256), bitwise_data(g, 96, 256, scale=0.5)
+    builtin = {m: mm.launch_for(m, 48, 8, 1024) for m in range(1, 9)}
+    want = {m: (mm.matmul(xg[:m], wg, row_parallel=True), mm.matmul(xp[:m], wp)) for m in range(1, 9)}
+    assert split not in builtin.values()
+
+    table = mm.use_launches(path)
+    assert table == {GROUPS_KEY: [(2, 5, split)], PLAIN_KEY: [(1, 3, swap)]}
+    for m in range(1, 9):
+        assert mm.launch_for(m, 48, 8, 1024) == (split if 2 <= m <= 5 else builtin[m]), m
+        assert (mm.launch_for(m, 96, 1, 256) == swap) == (m <= 3), m
+        got = (mm.matmul(xg[:m], wg, row_parallel=True), mm.matmul(xp[:m], wp))
+        assert torch.equal(got[0], want[m][0]) and torch.equal(got[1], want[m][1]), f"M={m}: the file changed bits"
+    assert mm.launch_for(4, 48, 1, 1024) != split, "a K-groups entry is not the plain product's"
+    mm.use_launches(None)
+    assert mm.launch_for(3, 48, 8, 1024) == builtin[3]
+
+
+def test_save_launches_replaces_overlapping_rows_and_keeps_the_rest(tmp_path, builtin_tables):
+    path = tmp_path / "launches.json"
+    a, b, c = mm.Launch((16, 32, 4, 4), split=1), mm.Launch((64, 64, 4, 4)), mm.Launch((16, 64, 4, 4), split=mm.HALF)
+    mm.save_launches(path, [entry(GROUPS_KEY, (1, 4), a), entry(GROUPS_KEY, (9, 16), b)])
+    # one shape measured twice in one search (o and down where the intermediate size is the hidden size): the last
+    kept = mm.save_launches(path, [entry(GROUPS_KEY, (3, 8), a, layer="o"),
+                                   entry(GROUPS_KEY, (3, 8), c, layer="down", measured={"us": 1.0})],
+                            {"device": "test"})
+    assert [(e["rows"], mm.Launch(**{**e["launch"], "config": tuple(e["launch"]["config"])})) for e in kept] == [
+        ([3, 8], c), ([9, 16], b)]
+    doc = json.loads(path.read_text())
+    assert doc["format"] == mm.LAUNCH_FILE_FORMAT and doc["device"] == "test"
+    assert mm.load_launches(path) == {GROUPS_KEY: [(3, 8, c), (9, 16, b)]}
+    # an entry the loader refuses: nothing written, the file as it was, no temporary left behind
+    before = path.read_text()
+    with pytest.raises(ValueError, match="not in CANDIDATE_CONFIGS"):
+        mm.save_launches(path, [entry(GROUPS_KEY, (1, 2), mm.Launch((48, 48, 4, 4)))])
+    assert path.read_text() == before and sorted(p.name for p in tmp_path.iterdir()) == ["launches.json"]
+
+
+@pytest.mark.parametrize("doc, says", [
+    ("not json", "cannot read it"),
+    ({"launches": []}, "not a launch file"),
+    ({"format": mm.LAUNCH_FILE_FORMAT, "launches": [{"kind": "plain", "n": 96, "k": 256, "rows": [1, 2]}]},
+     r"launches\[0\]: missing field\(s\) \['launch'\]"),
+    ({"format": mm.LAUNCH_FILE_FORMAT, "launches": [{**entry(PLAIN_KEY, (1, 2), mm.Launch((64, 64, 4, 4))),
+                                                     "tiles": 3}]}, r"unknown field\(s\) \['tiles'\]"),
+    ({"format": mm.LAUNCH_FILE_FORMAT, "launches": [entry(PLAIN_KEY, (3, 2), mm.Launch((64, 64, 4, 4)))]},
+     r"rows \[3, 2\]"),
+    ({"format": mm.LAUNCH_FILE_FORMAT, "launches": [{**entry(PLAIN_KEY, (1, 2), mm.Launch((64, 64, 4, 4))),
+                                                     "launch": {"config": [64, 64, 4, 4], "stages": 3}}]},
+     r"unknown launch field\(s\) \['stages'\]"),
+    ({"format": mm.LAUNCH_FILE_FORMAT, "launches": [{**entry(PLAIN_KEY, (1, 2), mm.Launch((64, 64, 4, 4))),
+                                                     "launch": {"config": [64, 64, 4, 4], "swap": 1}}]},
+     "launch field 'swap' is 1; expected a bool"),
+    ({"format": mm.LAUNCH_FILE_FORMAT, "launches": [entry(("groups", 48, 960), (1, 2), mm.Launch((64, 64, 4, 4)))]},
+     "K=960 has no canonical K-groups"),
+    ({"format": mm.LAUNCH_FILE_FORMAT, "launches": [entry(PLAIN_KEY, (1, 2), mm.Launch((64, 64, 4, 4), split=1))]},
+     "in K-groups only"),
+    ({"format": mm.LAUNCH_FILE_FORMAT, "launches": [entry(GROUPS_KEY, (1, 2), mm.Launch((64, 16, 4, 6), swap=True))]},
+     "plain K only"),
+    ({"format": mm.LAUNCH_FILE_FORMAT, "launches": [entry(PLAIN_KEY, (1, 2), mm.Launch((64, 64, 4, 4), block_k=96))]},
+     "block_k 96"),
+    ({"format": mm.LAUNCH_FILE_FORMAT, "launches": [entry(GROUPS_KEY, (1, 2),
+                                                          mm.Launch((128, 256, 12, 3), sm90=True))]},
+     r"sm90 config \(128, 256, 12, 3\) is none of the proven Gluon forms"),
+    ({"format": mm.LAUNCH_FILE_FORMAT, "launches": [entry(GROUPS_KEY, (1, 2),
+                                                          mm.Launch((128, 128, 12, 5), sm90=True, block_k=256))]},
+     "sm90 K slots 256 wide"),
+    ({"format": mm.LAUNCH_FILE_FORMAT, "launches": [entry(GROUPS_KEY, (1, 4), mm.Launch((64, 64, 4, 4))),
+                                                    entry(GROUPS_KEY, (4, 9), mm.Launch((64, 128, 4, 4)))]},
+     r"launches\[1\]: rows 4-9 overlap rows 1-4"),
+])
+def test_load_launches_names_what_is_wrong_and_changes_nothing(tmp_path, doc, says, builtin_tables):
+    path = tmp_path / "launches.json"
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    with pytest.raises(ValueError, match=says) as e:
+        mm.use_launches(path)
+    assert str(path) in str(e.value)
+    assert not mm.FILE_LAUNCHES
+
+
+def test_every_builtin_launch_is_a_form_a_file_may_name():
+    """The tables' own launches pass ``launch_problem``: a file may write down any launch the package runs by
+    default (and the GPU tests prove)."""
+    for (kind, *_), table in (*mm.LAUNCHES.items(), *mm.TUNED.items()):
+        for _, lc in table:
+            if lc is not None:
+                assert mm.launch_problem(lc, kind) == "", (kind, lc)
+    for lc in (*mm.SM90_PLAIN_CANDIDATES, mm.SM90_TAIL):
+        assert mm.launch_problem(lc, "plain") == ""
+        assert mm.launch_problem(lc._replace(block_k=2 * mm.BLOCK_K), "plain") == ""
+
+
+@pytest.mark.skipif(NATIVE, reason="a subprocess on the CPU interpreter suffices")
+def test_the_environment_variable_loads_the_file_at_import(tmp_path):
+    path = tmp_path / "launches.json"
+    lc = mm.Launch((16, 32, 4, 4), split=1)
+    mm.save_launches(path, [entry(GROUPS_KEY, (2, 5), lc)])
+    code = ("from rlk_models.ops.triton import matmul as mm; "
+            "print(mm.launch_for(3, 48, 8, 1024) == mm.Launch((16, 32, 4, 4), split=1), mm.launch_for(6, 48, 8, "
+            "1024) == mm.Launch((16, 32, 4, 4), split=1))")
+    env = {**os.environ, mm.LAUNCH_FILE_ENV: str(path), "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "False"]
+    path.write_text(json.dumps({"format": "something else"}))
+    bad = subprocess.run([sys.executable, "-c", "import rlk_models.ops.triton.matmul"], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert bad.returncode != 0 and f"matmul launch file {path}: not a launch file" in bad.stderr
+
