@@ -158,6 +158,9 @@
 #   CALL=s43rows8b bash scripts/device_calls.sh  # the 8B layers' small/mid-M misses (o at 64, gate_up at 32/192, qkv
 #                                              # at 192) and qkv 1.7B at 256 searched with 128/256-wide loads; the
 #                                              # plain lm_head at 192 against 192-row Gluon tiles (no carry)
+#   CALL=s44prove bash scripts/device_calls.sh  # a search's launch file (carried as .tuned/launches.json) as the
+#                                              # default: the table-edges bits (XDIST), its rows timed without and
+#                                              # with it (carry .tuned)
 #   CALL=s43edges bash scripts/device_calls.sh  # after a TUNED change: the table-edges bits (XDIST) and the
 #                                              # table of SHAPES43 (default the 1.7B layers) against cuBLAS (no carry)
 #   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
@@ -788,8 +791,10 @@ s43rows8b)
     # (1.36x), gate_up 8B at 32 and 192 (1.18-1.25x), qkv 8B at 192 (1.28-1.33x); and qkv 1.7B at 256 (1.18x: its
     # 64 x 128 tiles, untouched since session 34). One bench a layer, so one cut at its limit loses only its own JSON
     # (no carry)
-    # --retime: the 6 fastest, the default and cuBLAS again, 5 rounds round-robin (a default changes on the medians)
-    rt="--retime 6 --rounds 5"
+    # --retime: the 6 fastest, the default and cuBLAS again, 5 rounds round-robin (a default changes on the medians);
+    # each winner by > 4% into one launch file ($ROOT_OUT/launches.json; every bench adds its own), which
+    # CALL=s44prove (carry .tuned: the file as .tuned/launches.json) proves and times as the default
+    rt="--retime 6 --rounds 5 --write-launches $ROOT_OUT/launches.json"
     bench r8_o 150 benchmarks/triton/matmul_sweep.py --search --quick --m 64 --shapes o --block-k 128,256 $rt
     bench r8_gate_up 140 benchmarks/triton/matmul_sweep.py --search --quick --m 32,192 --shapes gate_up \
         --block-k 128,256 $rt
@@ -800,7 +805,26 @@ s43rows8b)
     # 192 x 128 tiles (three consumers; proven at every layer shape at 64-wide slots, the only width here)
     bench r8_lm_head 80 benchmarks/triton/matmul_sweep.py --search --quick --m 192 --shapes lm_head --block-k 64 \
         --tiles 64x128,128x128,128x256,192x128,64x256 $rt
-    grep -hE "search:|graph:|retimed:|BITS" "$ROOT_OUT"/r8_*.log "$ROOT_OUT"/r17_qkv.log | cut -c1-200 | head -40
+    grep -hE "search:|graph:|retimed:|BITS|launch file|not written" "$ROOT_OUT"/r8_*.log "$ROOT_OUT"/r17_qkv.log \
+        | cut -c1-200 | head -40
+    ;;
+s44prove)
+    # a search's launch file (s43rows8b's launches.json, carried as .tuned/launches.json) as the default, with no code
+    # edit (RLK_MATMUL_LAUNCHES): every layer's rows at its table edges and the file's own against the 4096-row
+    # product and the 64-wide pointer kernel (8 items side by side), then its layers at its rows, the built-in
+    # tables' defaults and the file's timed against cuBLAS in the same call (carry .tuned)
+    lf="$PWD/.tuned/launches.json"
+    [ -f "$lf" ] || { echo "no $lf: carry .tuned"; exit 1; }
+    read -r layers rows < <(python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['launches']
+print(','.join(dict.fromkeys(x['layer'] for x in e)), ','.join(map(str, sorted({m for x in e for m in x['rows']}))))" "$lf")
+    echo "launch file: layers $layers, rows $rows"
+    bench before 150 benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers"
+    export RLK_MATMUL_LAUNCHES="$lf"
+    part edges 200 PART=tests TEST_TIMEOUT=190 XDIST=8 TESTS=tests/gpu/test_triton_contract_8b.py \
+        K="rows_at_the_table_edges"
+    test_summary edges 12
+    bench after 150 benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers"
+    grep -hE "graph:" "$ROOT_OUT"/before.log "$ROOT_OUT"/after.log | cut -c1-200
     ;;
 s43rows)
     # session 42 left: qkv 1.7B's swap launch at 64 rows bimodal run to run (0.94x / 1.07x, the plain tile 0.98-0.99x
