@@ -830,11 +830,12 @@ s43rows)
     # session 42 left: qkv 1.7B's swap launch at 64 rows bimodal run to run (0.94x / 1.07x, the plain tile 0.98-0.99x
     # in both), so the 8 fastest at 48 and 64 rows timed again 7 rounds round-robin (--retime); then the row-parallel 1.7B layers where the Gluon
     # form misses (o 1.7B 1.20x at 512, o/down 1.7B 1.07-1.10x at 4096) against the Triton forms with 128-wide loads
+    # (winners by > 4% into $ROOT_OUT/launches.json, for CALL=s44prove)
     bench q64 150 benchmarks/triton/matmul_sweep.py --search --quick --m 48,64 --shapes qkv_1.7b \
-        --tiles 64x32,64x64 --block-k 256 --retime 8 --rounds 7
+        --tiles 64x32,64x64 --block-k 256 --retime 8 --rounds 7 --write-launches "$ROOT_OUT/launches.json"
     grep -hE "search:|graph:|retimed:|BITS" "$ROOT_OUT/q64.log" | cut -c1-200
     bench rp_rows 300 benchmarks/triton/matmul_sweep.py --search --quick --m 384,512,4096 \
-        --shapes o_1.7b,down_1.7b --block-k 64,128 --retime 4 --rounds 5
+        --shapes o_1.7b,down_1.7b --block-k 64,128 --retime 4 --rounds 5 --write-launches "$ROOT_OUT/launches.json"
     grep -hE "search:|graph:|retimed:|BITS|skip" "$ROOT_OUT"/rp_rows.log | cut -c1-200 | head -30
     ;;
 s42rows)
