@@ -158,6 +158,8 @@
 #   CALL=s43rows8b bash scripts/device_calls.sh  # the 8B layers' small/mid-M misses (o at 64, gate_up at 32/192, qkv
 #                                              # at 192) and qkv 1.7B at 256 searched with 128/256-wide loads; the
 #                                              # plain lm_head at 192 against 192-row Gluon tiles (no carry)
+#   CALL=s44park bash scripts/device_calls.sh   # the parked 192 x 128 K-group form timed with every Gluon form at
+#                                              # o/down (8B, 1.7B) from 1024 rows, then its bits (no carry)
 #   CALL=s44prove bash scripts/device_calls.sh  # a search's launch file (carried as .tuned/launches.json) as the
 #                                              # default: the table-edges bits (XDIST), its rows timed without and
 #                                              # with it (carry .tuned)
@@ -807,6 +809,15 @@ s43rows8b)
         --tiles 64x128,128x128,128x256,192x128,64x256 $rt
     grep -hE "search:|graph:|retimed:|BITS|launch file|not written" "$ROOT_OUT"/r8_*.log "$ROOT_OUT"/r17_qkv.log \
         | cut -c1-200 | head -40
+    ;;
+s44park)
+    # session 44's parked 192 x 128 K-group form (matmul_sm90.parks; built on the CPU, never run): every Gluon K-group
+    # form at the row-parallel layers' large M, each checked bitwise against the default at each point, timed against
+    # cuBLAS; then its bits with a bias, fp32 out and a TP=2 rank's half of K (the launch-choices test at o and down,
+    # 1-8192 rows, side by side) (no carry)
+    bench park_sweep 200 benchmarks/triton/matmul_sweep.py sm90 --m 1024,2048,4096,8192,16384
+    grep -E "M=" "$ROOT_OUT/park_sweep.log" | cut -c1-400
+    XDIST=2 matmul_bits park_bits 330 o down
     ;;
 s44prove)
     # a search's launch file (s43rows8b's launches.json, carried as .tuned/launches.json) as the default, with no code

@@ -525,8 +525,14 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
 # Session 34: 64 x 64 tiles (m64n32k16 dots, 6 slots: 168 registers, no spill), twice the 64 x 128 tiles' count
 # where N is narrow; session 35: bitwise (o, down), but 0.97-2.10x the default at o/down 1.7B and 8B, 128-768 rows,
 # under it only at o 1.7B, 256 rows (1.51 against 1.56x cuBLAS: noise): dropped (commit 612b6d9 has it)
+# Session 44 (CPU, not yet timed or proven): 192 x 128 tiles in K-groups, the three consumers' sums parked in fp32
+# shared memory between the halves (``matmul_sm90.parks``: two fp32 tiles a thread at 160 registers, not three), 3 K
+# slots beside them. At large M the K-group forms' 128 x 128 cap is most of their gap: the plain forms at the head's
+# shape, 16384 rows (session 34), 128 x 128 1.023x cuBLAS, 192 x 128 0.990x, 128 x 256 0.961x; o 8B's 128 x 128 in
+# K-groups 1.03-1.04x there, 1.07-1.08x at 4096-8192 rows (session 34's table)
 SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5), persistent=False, sm90=True),
-                   SM90_TAIL, Launch((128, 128, 12, 5), sm90=True, tail=True), Launch((192, 64, 12, 6), sm90=True)]
+                   SM90_TAIL, Launch((128, 128, 12, 5), sm90=True, tail=True), Launch((192, 64, 12, 6), sm90=True),
+                   Launch((192, 128, 12, 4), sm90=True)]
 # Session 32 (CPU, not yet timed): the plain layers (qkv, gate_up, the head's matmul) in the same kernel, one K-group,
 # where the Triton tiles measured 1.17-1.60x cuBLAS at 192-768 rows (session 31's table): the grouped forms, and
 # the tiles one group frees registers for -- 128 x 256 (cuBLAS's; m64n256k16, 3 slots: 208 KiB), 64 x 256 split
@@ -534,8 +540,8 @@ SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5
 # 2.9 waves, against 288 of 128 x 256 in 2.2) -- built for sm_90 without a spill (gluon_sass.py)
 SM90_PLAIN_CANDIDATES = [*SM90_CANDIDATES, Launch((128, 256, 12, 3), sm90=True),
                          Launch((128, 256, 12, 3), persistent=False, sm90=True),
-                         Launch((128, 256, 12, 3), sm90=True, tail=True), Launch((64, 256, 12, 4), sm90=True),
-                         Launch((192, 128, 12, 4), sm90=True)]
+                         Launch((128, 256, 12, 3), sm90=True, tail=True), Launch((64, 256, 12, 4), sm90=True)]
+# (192 x 128 is in both: SM90_CANDIDATES since session 44, parked there)
 
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
 CANDIDATE_CONFIGS = sorted({(sm90_fallback(lc, kind) if lc.sm90 else lc).config
@@ -650,7 +656,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     if launch.sm90 and launch.block_k != BLOCK_K:  # the Gluon form's K slots, block_k wide: whole slots a K-group
         # (one K-group too: its loop takes K // block_k steps), whether it runs here is asked below; then two slots
         bk, (bm, bn, _, num_buf) = _block_k(launch, True, k // groups, True, explicit), launch.config
-        if bk != BLOCK_K and matmul_sm90.slots(bm, bn, bk, num_buf, a.element_size(), out.element_size()) < 2:
+        if bk != BLOCK_K and matmul_sm90.slots(bm, bn, bk, num_buf, a.element_size(), out.element_size(),
+                                               matmul_sm90.parks(bm, bn, groups == 1)) < 2:
             if explicit:
                 raise ValueError(f"matmul: Launch.block_k={bk} needs two K slots in shared memory (the ring of one "
                                  f"deadlocks) ({launch})")
