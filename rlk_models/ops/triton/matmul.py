@@ -873,6 +873,10 @@ def load_launches(path) -> dict[tuple[str, int, int], list[tuple[int, int, Launc
     """A launch file's table, each entry checked: (K order, N, K) -> [(first row, last row, launch)]. A ValueError
     names the file, the entry and what is wrong (not a launch file, a missing or unknown field, rows that overlap
     another entry's, a launch that tests/gpu does not prove)."""
+    return _launch_table(_launch_doc(path), path)
+
+
+def _launch_doc(path) -> dict:
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
@@ -881,6 +885,10 @@ def load_launches(path) -> dict[tuple[str, int, int], list[tuple[int, int, Launc
                                                                                                 list):
         raise ValueError(f"matmul launch file {path}: not a launch file (expected an object with \"format\": "
                          f"{LAUNCH_FILE_FORMAT!r} and a \"launches\" list)")
+    return doc
+
+
+def _launch_table(doc: dict, path) -> dict[tuple[str, int, int], list[tuple[int, int, Launch]]]:
     table: dict[tuple[str, int, int], list[tuple[int, int, Launch]]] = {}
     for i, e in enumerate(doc["launches"]):
         where = f"matmul launch file {path}: launches[{i}]"
@@ -926,11 +934,11 @@ def save_launches(path, entries: list[dict], meta: dict | None = None) -> list[d
     """Write ``entries`` (launch file entries: kind, n, k, rows, launch as ``launch_json``, optionally layer and
     measured) into the launch file at ``path``, over the entries already there whose rows they overlap for the same
     shape (and over earlier ones of ``entries``: two layers of one shape, e.g. o and down where the intermediate
-    size is the hidden size, are one product measured twice); the rest are kept. Written whole to a temporary file
-    and renamed, and read back by ``load_launches`` first, so the file on disk is always a launch file. Returns the
-    file's entries."""
+    size is the hidden size, are one product measured twice); the rest are kept. The whole file is checked as
+    ``load_launches`` checks it before anything is written, then written to a temporary file and renamed, so the file
+    on disk is always a launch file. Returns the file's entries."""
     path = Path(path)
-    old = json.loads(path.read_text())["launches"] if path.exists() else []
+    old = _launch_doc(path)["launches"] if path.exists() else []
 
     def clash(a, b):
         return (a["kind"], a["n"], a["k"]) == (b["kind"], b["n"], b["k"]) and a["rows"][0] <= b["rows"][1] \
@@ -940,14 +948,10 @@ def save_launches(path, entries: list[dict], meta: dict | None = None) -> list[d
     kept = [o for o in old if not any(clash(o, e) for e in entries)]
     doc = {"format": LAUNCH_FILE_FORMAT, **(meta or {}),
            "launches": sorted(kept + entries, key=lambda e: (e["kind"], e["n"], e["k"], e["rows"]))}
+    _launch_table(doc, path)  # what the file would hold, checked before anything is written
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    try:
-        load_launches(tmp)
-    except ValueError:
-        tmp.unlink()
-        raise
     os.replace(tmp, path)
     return doc["launches"]
 

@@ -75,9 +75,15 @@ def test_save_launches_replaces_overlapping_rows_and_keeps_the_rest(tmp_path, bu
     assert mm.load_launches(path) == {GROUPS_KEY: [(3, 8, c), (9, 16, b)]}
     # an entry the loader refuses: nothing written, the file as it was, no temporary left behind
     before = path.read_text()
-    with pytest.raises(ValueError, match="not in CANDIDATE_CONFIGS"):
+    with pytest.raises(ValueError, match=f"{path}: launches\\[0\\]: config .* is not in CANDIDATE_CONFIGS"):
         mm.save_launches(path, [entry(GROUPS_KEY, (1, 2), mm.Launch((48, 48, 4, 4)))])
     assert path.read_text() == before and sorted(p.name for p in tmp_path.iterdir()) == ["launches.json"]
+    # a file there that is not a launch file is refused, not overwritten
+    other = tmp_path / "other.json"
+    other.write_text('{"some": "config"}')
+    with pytest.raises(ValueError, match=f"{other}: not a launch file"):
+        mm.save_launches(other, [entry(GROUPS_KEY, (1, 2), a)])
+    assert other.read_text() == '{"some": "config"}'
 
 
 @pytest.mark.parametrize("doc, says", [
