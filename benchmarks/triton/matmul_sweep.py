@@ -18,6 +18,10 @@ row-parallel (canonical K-groups), the others plain (one group).
 
     python benchmarks/triton/matmul_sweep.py [--search] [--shapes qkv,o]     # Qwen3-8B shapes (default: all five)
     python benchmarks/triton/matmul_sweep.py --search --shapes o,o_1.7b,down_1.7b  # and Qwen3-1.7B's
+    python benchmarks/triton/matmul_sweep.py --search --quick --m 64,192 --model CKPT_DIR --retime 6 \
+        --write-launches launches.json   # a checkpoint's own layers; the winners into a launch file
+        # (RLK_MATMUL_LAUNCHES=launches.json runs them: matmul.use_launches)
+    python benchmarks/triton/matmul_sweep.py --quick --m 64,192 --shapes qkv  # the defaults at these M only
     python benchmarks/triton/matmul_sweep.py plot BEFORE.json AFTER.json OUT.png  # ratio vs M, two runs
     python benchmarks/triton/matmul_sweep.py plot-cold RUN.json OUT.png  # a --cold run's L2-hot and -cold rows
     python benchmarks/triton/matmul_sweep.py goal RUN.json [BEFORE.json] [--cold]  # #17's count (<= 1.15x, <= 1.05x
