@@ -341,8 +341,8 @@ def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
 
 
 def test_matmul_wave_rows():
-    """``Launch.tail``: the rows in whole waves of 128 x 128 tiles, the rest in 64 x 128 ones where those fit one
-    wave (132 SMs, the H200)."""
+    """``Launch.tail``: the rows in whole waves of 128 x 128 (or 192 x 128) tiles, the rest in 64 x 128 ones where
+    those fit one wave (132 SMs, the H200)."""
     from rlk_models.ops.triton.matmul import wave_rows
 
     cfg = (128, 128, 12, 5)
@@ -352,6 +352,10 @@ def test_matmul_wave_rows():
     # o at 1.7B, N = 2048: 1024 rows a wave; 1100 leaves 76 rows (32 half tiles)
     assert [wave_rows(m, 2048, cfg, 132) for m in (1100, 768, 2048)] == [1024, 768, 2048]
     assert wave_rows(300, 40000, cfg, 132) == 300  # a row of tiles wider than the GPU: no whole wave
+    # 192-row tiles (the parked K-group form): 768 rows a wave at N = 4096, 1536 at 2048
+    tall = (192, 128, 12, 4)
+    assert [wave_rows(m, 4096, tall, 132) for m in (4096, 8192, 1024)] == [3840, 8192, 768]
+    assert [wave_rows(m, 2048, tall, 132) for m in (2048, 4096)] == [1536, 4096]
 
 
 def test_matmul_table_sm90_launch_falls_back_where_it_cannot_serve():
