@@ -811,11 +811,13 @@ s43rows8b)
         | cut -c1-200 | head -40
     ;;
 s44park)
-    # session 44's parked 192 x 128 K-group form (matmul_sm90.parks; built on the CPU, never run): every Gluon K-group
-    # form at the row-parallel layers' large M, each checked bitwise against the default at each point, timed against
+    # session 44's parked 192 x 128 K-group form (matmul_sm90.parks; built on the CPU, never run), with and without
+    # its tail: every Gluon K-group form at the row-parallel layers' large M, each checked bitwise against the default at each point, timed against
     # cuBLAS; then its bits with a bias, fp32 out and a TP=2 rank's half of K (the launch-choices test at o and down,
     # 1-8192 rows, side by side) (no carry)
-    bench park_sweep 200 benchmarks/triton/matmul_sweep.py sm90 --m 1024,2048,4096,8192,16384
+    # (768 at 8B: 4 rows of 192-row tiles x 32 are 128 tiles, one wave of 132, where the 128-row ones run 1.45
+    # waves and the 128-row form with its tail measured 1.14-1.17x at o/down 8B)
+    bench park_sweep 230 benchmarks/triton/matmul_sweep.py sm90 --m 768,1024,2048,4096,8192,16384
     grep -E "M=" "$ROOT_OUT/park_sweep.log" | cut -c1-400
     XDIST=2 matmul_bits park_bits 330 o down
     ;;
