@@ -819,7 +819,7 @@ s44park)
     # waves and the 128-row form with its tail measured 1.14-1.17x at o/down 8B)
     bench park_sweep 230 benchmarks/triton/matmul_sweep.py sm90 --m 768,1024,2048,4096,8192,16384
     grep -E "M=" "$ROOT_OUT/park_sweep.log" | cut -c1-400
-    XDIST=2 matmul_bits park_bits 330 o down
+    XDIST=2 matmul_bits park_bits 300 o down
     ;;
 s44prove)
     # a search's launch file (s43rows8b's launches.json, carried as .tuned/launches.json) as the default, with no code
