@@ -116,6 +116,12 @@ def test_matmul_search_writes_a_launch_file_the_package_runs(tmp_path):
         mm.use_launches(None)
     deeper = best._replace(config=(64, 64, 4, 9))
     assert matmul_sweep.launch_entry("o", 96, True, deeper, {**med, str(deeper): 0.001}) == []
+    # ``matmul_sweep.py launches FILE``: the entry as a TUNED row, the launch spelled as Python that builds it
+    shape, row = matmul_sweep.tuned_rows(str(path)).splitlines()
+    assert shape == "('groups', 4096, 4096):  # o"
+    assert row.startswith("    (96, Launch((64, 64, 4, 4), split=4, persistent=False, flat=True, block_k=128)),")
+    assert row.endswith("# 12.3 -> 10.1 us (cuBLAS 9.5; 1.29x -> 1.06x)")
+    assert eval(row.split("#")[0].strip().rstrip(","), {"Launch": mm.Launch}) == (96, best)
 
 
 def test_matmul_sweep_reads_a_models_linear_shapes():

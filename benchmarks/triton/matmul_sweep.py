@@ -22,6 +22,7 @@ row-parallel (canonical K-groups), the others plain (one group).
         --write-launches launches.json   # a checkpoint's own layers; the winners into a launch file
         # (RLK_MATMUL_LAUNCHES=launches.json runs them: matmul.use_launches)
     python benchmarks/triton/matmul_sweep.py --quick --m 64,192 --shapes qkv  # the defaults at these M only
+    python benchmarks/triton/matmul_sweep.py launches launches.json  # a launch file's entries as TUNED rows
     python benchmarks/triton/matmul_sweep.py plot BEFORE.json AFTER.json OUT.png  # ratio vs M, two runs
     python benchmarks/triton/matmul_sweep.py plot-cold RUN.json OUT.png  # a --cold run's L2-hot and -cold rows
     python benchmarks/triton/matmul_sweep.py goal RUN.json [BEFORE.json] [--cold]  # #17's count (<= 1.15x, <= 1.05x
@@ -57,6 +58,7 @@ from rlk_models.ops.triton.matmul import (  # noqa: E402
     launch_for,
     launch_json,
     launch_problem,
+    load_launches,
     matmul,
     mm,
     save_launches,
@@ -180,6 +182,28 @@ def launch_entry(name: str, m: int, grouped: bool, lc: Launch, med: dict) -> lis
                           "cublas_us": us["cublas"]}}]
 
 
+def tuned_rows(path: str) -> str:
+    """A launch file's entries (``matmul.load_launches`` checks it first) as ``TUNED`` rows by shape, each with the
+    retimed medians it was written on: what folding a device session's winners into the table starts from."""
+    load_launches(path)
+    out, shape = [], None
+    for e in json.loads(Path(path).read_text())["launches"]:
+        if (e["kind"], e["n"], e["k"]) != shape:
+            shape = e["kind"], e["n"], e["k"]
+            out.append(f"({shape[0]!r}, {shape[1]}, {shape[2]}):  # {e.get('layer', '')}")
+        lo, hi = e["rows"]
+        args = ", ".join([repr(tuple(e["launch"]["config"]))]
+                         + [f"{f}={v!r}" for f, v in e["launch"].items() if f != "config"])
+        got = e.get("measured", {})
+        won = ""
+        if {"us", "default_us", "cublas_us"} <= set(got):
+            cu = got["cublas_us"]
+            won = (f"  # {got['default_us']} -> {got['us']} us (cuBLAS {cu}; {got['default_us'] / cu:.2f}x -> "
+                   f"{got['us'] / cu:.2f}x)")
+        out.append(f"    ({hi}, Launch({args})),{won}" + ("" if lo == hi else f"  # from {lo} rows"))
+    return "\n".join(out)
+
+
 def in_goal(m: int, ratio: float) -> bool:
     """The measured ratio against the goal at m rows, not its two-decimal display: 1.052x at 8192 rows, shown as 1.05,
     is out (session 35's counts, 60 and 66 of 70, took the display; this count gives 58 and 65)."""
@@ -297,6 +321,10 @@ def main() -> None:
                     "graph_cold" if "--cold" in sys.argv[2:] else "graph")
     if sys.argv[1:2] == ["plot-cold"]:  # RUN.json OUT.png: one --cold run, weight in L2 (dashed) and out (solid)
         return plot(sys.argv[2], sys.argv[2], sys.argv[3], ("graph", "graph_cold"), ("L2-hot", "L2-cold"))
+    if sys.argv[1:2] == ["launches"]:  # FILE: a launch file's entries as TUNED rows, with what they won on
+        if len(sys.argv) != 3:
+            sys.exit("usage: matmul_sweep.py launches FILE")
+        return print(tuned_rows(sys.argv[2]))
     if sys.argv[1:2] == ["plot"]:
         if len(sys.argv) != 5:
             sys.exit("usage: matmul_sweep.py plot BEFORE.json AFTER.json OUT.png")
