@@ -160,6 +160,8 @@
 #                                              # plain lm_head at 192 against 192-row Gluon tiles (no carry)
 #   CALL=s44park bash scripts/device_calls.sh   # the parked 192 x 128 K-group form timed with every Gluon form at
 #                                              # o/down (8B, 1.7B) from 1024 rows, then its bits (no carry)
+#   CALL=s44rows256 bash scripts/device_calls.sh  # the 8B layers at 256 rows (the engine's batch-256 decode step)
+#                                              # searched with 128/256-wide loads into a launch file (no carry)
 #   CALL=s44prove bash scripts/device_calls.sh  # a search's launch file (carried as .tuned/launches.json) as the
 #                                              # default: the table-edges bits (XDIST), its rows timed without and
 #                                              # with it (carry .tuned)
@@ -820,6 +822,16 @@ s44park)
     bench park_sweep 230 benchmarks/triton/matmul_sweep.py sm90 --m 768,1024,2048,4096,8192,16384
     grep -E "M=" "$ROOT_OUT/park_sweep.log" | cut -c1-400
     XDIST=2 matmul_bits park_bits 300 o down
+    ;;
+s44rows256)
+    # the 8B engine's batch-256 decode step (1.07-1.08x stock's GPU time, s29-s31; 256 x 512 throughput 0.891x, s29):
+    # its four layers at 256 rows (qkv 1.13x, o 1.08x, gate_up 1.04x, down 1.10x in s34's table), never searched with
+    # 128- or 256-wide loads at 8B; winners by > 4% into $ROOT_OUT/launches.json, for CALL=s44prove (no carry)
+    rt="--retime 6 --rounds 5 --write-launches $ROOT_OUT/launches.json"
+    bench r256_plain 270 benchmarks/triton/matmul_sweep.py --search --quick --m 256 --shapes qkv,gate_up \
+        --block-k 128,256 $rt
+    bench r256_rp 270 benchmarks/triton/matmul_sweep.py --search --quick --m 256 --shapes o,down --block-k 128,256 $rt
+    grep -hE "search:|graph:|retimed:|BITS|launch file|not written" "$ROOT_OUT"/r256_*.log | cut -c1-200 | head -30
     ;;
 s44prove)
     # a search's launch file (s43rows8b's launches.json, carried as .tuned/launches.json) as the default, with no code
