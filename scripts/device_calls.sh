@@ -813,8 +813,8 @@ s43rows8b)
         | cut -c1-200 | head -40
     ;;
 s44park)
-    # session 44's parked 192 x 128 K-group form (matmul_sm90.parks; built on the CPU, never run), with and without
-    # its tail: every Gluon K-group form at the row-parallel layers' large M, each checked bitwise against the default at each point, timed against
+    # session 44's parked 192 x 128 K-group form (bitwise, 1.07-1.55x the default's time: dropped, commit b0bd2b9 has
+    # it; the call now times the Gluon K-group forms left): every Gluon K-group form at the row-parallel layers' large M, each checked bitwise against the default at each point, timed against
     # cuBLAS; then its bits with a bias, fp32 out and a TP=2 rank's half of K (the launch-choices test at o and down,
     # 1-8192 rows, side by side) (no carry)
     # (768 at 8B: 4 rows of 192-row tiles x 32 are 128 tiles, one wave of 132, where the 128-row ones run 1.45

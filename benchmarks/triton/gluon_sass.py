@@ -58,8 +58,7 @@ def mm_groups_sm90(block_m: int = 128, block_n: int = 128, num_buf: int = 4, k: 
     c = torch.empty(256, 512, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[out_dtype])
     descs = matmul_sm90.descriptors(a, b, c, block_m, block_n, block_k)
     types = dict(bias_ptr="*bf16", M="i32", N="i32", K="i32", KG="i32")
-    tile, maxnreg = matmul_sm90.form(block_m, block_n, block_k, num_buf, a.element_size(), c.element_size(),
-                                     groups == 1)
+    tile, maxnreg = matmul_sm90.form(block_m, block_n, block_k, num_buf, a.element_size(), c.element_size())
     consts = dict(HAS_BIAS=bias, GROUPS=groups, RUN=min(groups, 4), **tile, num_warps=4)
     return build_gluon(matmul_sm90._mm_groups_ws, dict(zip(("a_desc", "b_desc", "c_desc"), descs)), types, consts,
                        (), maxnreg)
@@ -73,8 +72,7 @@ def main() -> None:
                 mm_groups_sm90(c[0], c[1], c[3], 4096, bias, od, groups, bk)
                 for c in sorted({lc.config for lc in launches}) for bias in (False, True) for od in ("bf16", "fp32")
                 for bk in matmul_sm90.SLOT_WIDTHS
-                if matmul_sm90.slots(c[0], c[1], bk, c[3], 2, 4 if od == "fp32" else 2,
-                                     matmul_sm90.parks(c[0], c[1], plain=groups == 1)) >= 2}
+                if matmul_sm90.slots(c[0], c[1], bk, c[3], 2, 4 if od == "fp32" else 2) >= 2}
 
     res = {"stats_sm90": {name: stats_sm90(*f) for name, f in heads.items()},
            "mm_groups_sm90": mms(SM90_CANDIDATES, 8), "mm_plain_sm90": mms(SM90_PLAIN_CANDIDATES, 1)}

@@ -325,10 +325,9 @@ class Launch(NamedTuple):
     #                     one program an SM, its loader running into the next tile. From a table, where it
     #                     cannot serve the product (another GPU, fp32 operands, transposed layouts, tma=False):
     #                     ``sm90_fallback`` (the Triton form of its K order and tile height)
-    tail: bool = False  # sm90, 128- or 192-row tiles: the rows past the last whole wave of tiles (``wave_rows``) run
-    #                     as a second launch in ``SM90_TAIL``'s 64-row tiles where those fit one wave (M = 768 at 8B:
-    #                     512 rows in one wave of 128 tiles, 256 in one of 128 half tiles, not 192 tiles in 1.45
-    #                     waves; 192-row tiles, N = 4096: 768 rows a wave)
+    tail: bool = False  # sm90, 128-row tiles: the rows past the last whole wave of tiles (``wave_rows``) run as a
+    #                     second launch in ``SM90_TAIL``'s 64-row tiles where those fit one wave (M = 768 at 8B: 512
+    #                     rows in one wave of 128 tiles, 256 in one of 128 half tiles, not 192 tiles in 1.45 waves)
     block_k: int = BLOCK_K  # the TMA kernel's K-tile load, a multiple of the contract's BLOCK_K: 128 loads two of
     #                     its K-tiles a pipeline step and takes them in one ``tl.dot``. On the GPU a dot is a chain of
     #                     k16 MMAs (wgmma, mma.sync) into the accumulator, in K order, so one dot over 128 and two
@@ -401,9 +400,8 @@ LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
                            (1 << 62, Launch((128, 128, 12, 5), sm90=True))],
 }
 LAUNCHES["groups", "wide"] = LAUNCHES["groups", "narrow"]  # row-parallel N is the hidden size: not measured wide
-# the 64-row tiles that take a ``Launch.tail`` launch's rows past its last whole wave, after tiles of these heights
+# the 64-row tiles that take a ``Launch.tail`` launch's rows past its last whole wave
 SM90_TAIL = Launch((64, 128, 12, 6), sm90=True)
-TAIL_AFTER = (2 * matmul_sm90.HALF, 3 * matmul_sm90.HALF)
 # what a table's sm90 launch runs where the Gluon form cannot serve the product (another GPU, fp32 operands, the
 # backward's transposed layouts), by K order and tile rows: the Triton form it replaced (``sm90_fallback``). The
 # plain ones are not flat: in one K-group the flat 128 x 128 form serializes its wgmmas (ptxas C7515)
@@ -527,16 +525,12 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
 # Session 34: 64 x 64 tiles (m64n32k16 dots, 6 slots: 168 registers, no spill), twice the 64 x 128 tiles' count
 # where N is narrow; session 35: bitwise (o, down), but 0.97-2.10x the default at o/down 1.7B and 8B, 128-768 rows,
 # under it only at o 1.7B, 256 rows (1.51 against 1.56x cuBLAS: noise): dropped (commit 612b6d9 has it)
-# Session 44 (CPU, not yet timed or proven): 192 x 128 tiles in K-groups, the three consumers' sums parked in fp32
-# shared memory between the halves (``matmul_sm90.parks``: two fp32 tiles a thread at 160 registers, not three), 3 K
-# slots beside them. At large M the K-group forms' 128 x 128 cap is most of their gap: the plain forms at the head's
-# shape, 16384 rows (session 34), 128 x 128 1.023x cuBLAS, 192 x 128 0.990x, 128 x 256 0.961x; o 8B's 128 x 128 in
-# K-groups 1.03-1.04x there, 1.07-1.08x at 4096-8192 rows (session 34's table). 192-row tiles quantize: at 8B
-# (N = 4096, 32 tiles a row of them) 4096 rows are 704 tiles, 5.3 waves of 132; with ``tail`` 3840 rows in 5 waves and
-# 256 in one wave of 64-row tiles
+# Session 44: 192 x 128 tiles in K-groups, the three consumers' first-half sums parked in fp32 shared memory (two
+# fp32 tiles a thread, not three; 3 K slots beside them), with and without ``tail``: bitwise (tests/gpu, o and down)
+# but 1.07-1.55x the default's time at o/down, 8B and 1.7B, 1024-16384 rows (o 8B at 16384: 1.174x cuBLAS against
+# 1.061x), level only at down 8B, 768 rows (1.109x against 1.122x): dropped (commit b0bd2b9 has it)
 SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5), persistent=False, sm90=True),
-                   SM90_TAIL, Launch((128, 128, 12, 5), sm90=True, tail=True), Launch((192, 64, 12, 6), sm90=True),
-                   Launch((192, 128, 12, 4), sm90=True), Launch((192, 128, 12, 4), sm90=True, tail=True)]
+                   SM90_TAIL, Launch((128, 128, 12, 5), sm90=True, tail=True), Launch((192, 64, 12, 6), sm90=True)]
 # Session 32 (CPU, not yet timed): the plain layers (qkv, gate_up, the head's matmul) in the same kernel, one K-group,
 # where the Triton tiles measured 1.17-1.60x cuBLAS at 192-768 rows (session 31's table): the grouped forms, and
 # the tiles one group frees registers for -- 128 x 256 (cuBLAS's; m64n256k16, 3 slots: 208 KiB), 64 x 256 split
@@ -544,8 +538,8 @@ SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5
 # 2.9 waves, against 288 of 128 x 256 in 2.2) -- built for sm_90 without a spill (gluon_sass.py)
 SM90_PLAIN_CANDIDATES = [*SM90_CANDIDATES, Launch((128, 256, 12, 3), sm90=True),
                          Launch((128, 256, 12, 3), persistent=False, sm90=True),
-                         Launch((128, 256, 12, 3), sm90=True, tail=True), Launch((64, 256, 12, 4), sm90=True)]
-# (192 x 128 is in both: SM90_CANDIDATES since session 44, parked there)
+                         Launch((128, 256, 12, 3), sm90=True, tail=True), Launch((64, 256, 12, 4), sm90=True),
+                         Launch((192, 128, 12, 4), sm90=True)]
 
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
 CANDIDATE_CONFIGS = sorted({(sm90_fallback(lc, kind) if lc.sm90 else lc).config
@@ -660,8 +654,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     if launch.sm90 and launch.block_k != BLOCK_K:  # the Gluon form's K slots, block_k wide: whole slots a K-group
         # (one K-group too: its loop takes K // block_k steps), whether it runs here is asked below; then two slots
         bk, (bm, bn, _, num_buf) = _block_k(launch, True, k // groups, True, explicit), launch.config
-        if bk != BLOCK_K and matmul_sm90.slots(bm, bn, bk, num_buf, a.element_size(), out.element_size(),
-                                               matmul_sm90.parks(bm, bn, groups == 1)) < 2:
+        if bk != BLOCK_K and matmul_sm90.slots(bm, bn, bk, num_buf, a.element_size(), out.element_size()) < 2:
             if explicit:
                 raise ValueError(f"matmul: Launch.block_k={bk} needs two K slots in shared memory (the ring of one "
                                  f"deadlocks) ({launch})")
@@ -669,13 +662,13 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         launch = launch._replace(block_k=bk)
     if launch.sm90 and not (k % (groups * BLOCK_K) == 0 and not (a_km or b_kn or accumulate)
                             and tma is not False and matmul_sm90.serves_tile(*launch.config[:2], plain=groups == 1)
-                            and (not launch.tail or launch.config[0] in TAIL_AFTER)
+                            and (not launch.tail or launch.config[0] == 2 * matmul_sm90.HALF)
                             and matmul_sm90.usable(a, b, out) and tma_ok(a, b, out)):
         if explicit:
             raise ValueError(f"matmul: an sm90 launch ({launch}) computes a forward product (K a multiple of "
                              f"{BLOCK_K} a group, no accumulate) on an sm_90 GPU (bf16/fp16, TMA-addressable, "
                              "tiles of 128 rows and up to 128 columns, 64 rows and up to 256, or 192 rows and up "
-                             "to 64 -- twice those in one K-group; a tail after 128- or 192-row tiles only)")
+                             "to 64 -- twice those in one K-group; a tail after 128-row tiles only)")
         launch = sm90_fallback(launch, "groups" if groups > 1 else "plain")
     if launch.sm90:
         bind_cuda_context(a.device)
@@ -834,8 +827,8 @@ def launch_problem(launch: Launch, kind: str) -> str:
             return f"sm90 K slots {launch.block_k} wide: proven {matmul_sm90.SLOT_WIDTHS}"
         if launch.split or launch.swap or launch.flat:
             return "an sm90 launch has no split, swap or flat form"
-        if launch.tail and launch.config[0] not in TAIL_AFTER:
-            return f"Launch.tail follows {' or '.join(map(str, TAIL_AFTER))}-row tiles only"
+        if launch.tail and launch.config[0] != 2 * matmul_sm90.HALF:
+            return "Launch.tail follows 128-row tiles only"
         return ""
     if launch.tail:
         return "Launch.tail is a form of the sm90 launch"

@@ -35,9 +35,6 @@ replaced in brackets): persistent, o 8B 1.04 / 1.03x (1.21 / 1.22x), down 8B 1.0
 M = 384 / 512 1.36 / 1.21x (1.50 / 1.37x), down 1.7B 1.03 / 0.99x (1.11 / 1.16x). At 128 rows and at 768 they lose
 (o 8B 1.14x, 1.27x); 64 x 256 tiles never beat both by more than 0.3%. Session 32 (CPU, not yet timed): three
 consumers, 192-row tiles, for the M where 128-row tiles are part padding or a wave and a half (768 at 8B).
-Session 44 (CPU, not yet timed or proven): 192 x 128 tiles in K-groups, each consumer's sum of the first half parked
-in fp32 shared memory while it folds the second (``parks``; its output staged in the same bytes), so three consumers
-at 160 registers a thread hold two fp32 tiles, not three: the K-group forms' larger tile at large M.
 """
 
 from __future__ import annotations
@@ -84,7 +81,7 @@ def _tile(pid, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
 @gluon.jit
 def _producer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
               HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr, RUN: gl.constexpr, NUM_BUF: gl.constexpr,
-              SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, PARK: gl.constexpr, CID: gl.constexpr):
+              SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr):
     """One warp: each K step's A and B tiles into slot i % NUM_BUF (A in a 64-row block a consumer, or B in two
     halves of its rows with ``SPLIT_N``), once every consumer freed the slot's last use."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
@@ -146,12 +143,10 @@ def _group(a_bufs, b_bufs, ready, empty, mine, other, i0, n_kg, part, NUM_BUF: g
 @gluon.jit
 def _consumer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
               HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr, RUN: gl.constexpr, NUM_BUF: gl.constexpr,
-              SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, PARK: gl.constexpr, CID: gl.constexpr):
+              SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr):
     """One warpgroup: rows 64 CID .. 64 CID + 63 of the tile (``SPLIT_N``: its 64 rows, columns WG_N CID ..
     WG_N CID + WG_N - 1) through every group (``_group``), folded as ``_mm_tma_tile`` folds them, then the bias
-    and the store. ``PARK``: the runs' sum so far waits in shared memory (c_smem: fp32, this warpgroup's 64 x WG_N)
-    while the next run is folded, so a thread holds two fp32 tiles (group partial, run), not three; the output is
-    staged in the same bytes."""
+    and the store."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     WG_N: gl.constexpr = b_desc.block_type.shape[0]
@@ -165,9 +160,6 @@ def _consumer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, e
     n_kg = KG // BLOCK_K
     zero = gl.zeros([HALF, WG_N], gl.float32, ACC)
     stage = c_smem.index(CID)
-    if PARK:  # c_smem is fp32 [CONSUMERS, HALF, WG_N]: this warpgroup's parked sum, its output staged over it
-        park = stage
-        stage = park._reinterpret(c_desc.dtype, [HALF, WG_N], c_desc.layout)
     i0 = 0  # the program's K steps so far (the ring's position and the turns' parity)
     for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
         pid_m, pid_n = _tile(t, M, N, BLOCK_M, BLOCK_N)
@@ -184,15 +176,7 @@ def _consumer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, e
                     part = _group(a_bufs, b_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg, zero, NUM_BUF,
                                   SPLIT_N, CONSUMERS, CID)
                     run = run + part
-                if PARK:  # acc (zeros, then the sum so far) from shared memory, the sum back there until the last
-                    if r > 0:
-                        acc = park.load(ACC)
-                    acc = acc + run
-                    if r + 1 < GROUPS // RUN:
-                        tma.store_wait(0)  # the last tile's output store has read the bytes the sum parks in
-                        park.store(acc)
-                else:
-                    acc = acc + run
+                acc = acc + run
         if HAS_BIAS:
             rn = pid_n * BLOCK_N + COL0 + gl.arange(0, WG_N, layout=gl.SliceLayout(0, ACC))
             acc += gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32)[None, :]
@@ -207,21 +191,17 @@ def _consumer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, e
 @gluon.jit
 def _mm_groups_ws(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr,
                   RUN: gl.constexpr, NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr,
-                  PARK: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                  CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
     """Warp-specialized: this program's 4 warps and one or two more warpgroups take 64 rows each of a 128- or
     192-row tile (``SPLIT_N``: two, half the columns each of a 64-row tile; ``_consumer``), one warp loads by
-    TMA (``_producer``). ``PARK``: the consumers' sums wait in fp32 shared memory between runs (``parks``)."""
+    TMA (``_producer``)."""
     dtype: gl.constexpr = a_desc.dtype
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     WG_N: gl.constexpr = b_desc.block_type.shape[0]
     a_bufs = gl.allocate_shared_memory(dtype, [(CONSUMERS - SPLIT_N) * NUM_BUF, HALF, BLOCK_K], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [(1 + SPLIT_N) * NUM_BUF, WG_N, BLOCK_K], b_desc.layout)
-    if PARK:
-        c_smem = gl.allocate_shared_memory(gl.float32, [CONSUMERS, HALF, WG_N],
-                                           gl.NVMMASharedLayout.get_default_for([HALF, WG_N], gl.float32))
-    else:
-        c_smem = gl.allocate_shared_memory(c_desc.dtype, [CONSUMERS, HALF, WG_N], c_desc.layout)
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, [CONSUMERS, HALF, WG_N], c_desc.layout)
     ready, empty = ring(NUM_BUF, CONSUMERS)
     turn = turns(CONSUMERS)
     fence_async_shared()
@@ -229,22 +209,22 @@ def _mm_groups_ws(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: gl.co
     if CONSUMERS == 2:
         gl.warp_specialize([
             (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, PARK, 0)),
+                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0)),
             (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, PARK, 1)),
+                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 1)),
             (_producer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, PARK, 0)),
+                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0)),
         ], [4, 1], [CONSUMER_REGS, 24])
     else:  # three consumers: a 192-row tile
         gl.warp_specialize([
             (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, PARK, 0)),
+                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0)),
             (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, PARK, 1)),
+                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 1)),
             (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, PARK, 2)),
+                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 2)),
             (_producer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, PARK, 0)),
+                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
@@ -271,44 +251,28 @@ def serves_tile(block_m: int, block_n: int, plain: bool = False) -> bool:
     consumer's half of the columns each), a consumer's columns 16 up to 128 (its three fp32 tiles -- group
     partial, run, sum -- fill the registers at 64 x 128), or up to 256 in one K-group (``plain``:
     the partial and the sum, the wgmma's widest N); or 192 rows (three consumers at 160 registers a thread: up to
-    128 columns in one K-group, and in K-groups with the sum parked in shared memory above 64, ``parks``; an
-    m64n256k16 needs more than 128 at launch). A consumer's columns are a power of two (a TMA block's rows). Each
-    built for sm_90 without a spill (gluon_sass.py; the parked form with a bias: 16 bytes, four registers stored and
-    reloaded once a group, outside the wgmma chains)."""
+    128 columns in one K-group, 64 in K-groups; an m64n256k16 needs more than 128 at launch). A consumer's
+    columns are a power of two (a TMA block's rows). Each built for sm_90 without a spill (gluon_sass.py)."""
     wg_n, rest = divmod(block_n, 1 + split_n(block_m))
-    widest = {HALF: 256 if plain else 128, 2 * HALF: 256 if plain else 128, 3 * HALF: 128}
+    widest = {HALF: 256 if plain else 128, 2 * HALF: 256 if plain else 128, 3 * HALF: 128 if plain else 64}
     return rest == 0 and wg_n & (wg_n - 1) == 0 and 16 <= wg_n <= widest.get(block_m, 0)
 
 
-def parks(block_m: int, block_n: int, plain: bool) -> bool:
-    """Whether block_m x block_n tiles in K-groups park each consumer's sum of the runs so far in shared memory
-    (``_consumer``'s ``PARK``): three consumers at 160 registers a thread hold two fp32 64 x 128 tiles, not three.
-    Session 34's plain forms at the head's shape (docs/benchmarks.md), 16384 rows: 192 x 128 tiles 0.990x cuBLAS,
-    128 x 128 1.023x, 128 x 256 0.961x -- the K-group forms' cap of 128 x 128 (o 8B 1.03-1.04x there) is most of
-    their gap at large M; 192 x 128 loads a sixth less a tile's output than 128 x 128."""
-    return not plain and consumers(block_m) == 3 and block_n > 64
-
-
-def slots(block_m: int, block_n: int, block_k: int, num_buf: int, elem_size: int, out_elem_size: int,
-          park: bool = False) -> int:
+def slots(block_m: int, block_n: int, block_k: int, num_buf: int, elem_size: int, out_elem_size: int) -> int:
     """The K slots that fit shared memory, at most ``num_buf`` (``utils.fit_stages``): each slot a K step's A and B
     tiles, beside the consumers' output staging tiles (c_smem: a 64 x WG_N tile a consumer, or one 64 x BLOCK_N
-    split in two; ``park``: their fp32 sums, the output staged over them) and the barriers (H200: 227 KiB a block).
-    Slots never change the K order, hence the bits."""
-    return fit_stages(block_m + block_n, elem_size, num_buf, block_m * block_n * (4 if park else out_elem_size),
+    split in two) and the barriers (H200: 227 KiB a block). Slots never change the K order, hence the bits."""
+    return fit_stages(block_m + block_n, elem_size, num_buf, block_m * block_n * out_elem_size,
                       SMEM_BYTES - SMEM_BARRIERS, block_k)
 
 
-def form(block_m: int, block_n: int, block_k: int, num_buf: int, elem_size: int, out_elem_size: int,
-         plain: bool = False) -> tuple:
+def form(block_m: int, block_n: int, block_k: int, num_buf: int, elem_size: int, out_elem_size: int) -> tuple:
     """(``_mm_groups_ws``'s tile constexprs, its registers a thread at launch) for block_m x block_n tiles with up
-    to ``num_buf`` K slots, in K-groups or (``plain``) one: what ``launch`` runs and benchmarks/triton/gluon_sass.py
-    builds."""
+    to ``num_buf`` K slots: what ``launch`` runs and benchmarks/triton/gluon_sass.py builds."""
     n_consumers = consumers(block_m)
     consumer_regs, maxnreg = REGS[n_consumers]
-    park = parks(block_m, block_n, plain)
-    return dict(NUM_BUF=slots(block_m, block_n, block_k, num_buf, elem_size, out_elem_size, park),
-                SPLIT_N=split_n(block_m), CONSUMERS=n_consumers, PARK=park, CONSUMER_REGS=consumer_regs), maxnreg
+    return dict(NUM_BUF=slots(block_m, block_n, block_k, num_buf, elem_size, out_elem_size),
+                SPLIT_N=split_n(block_m), CONSUMERS=n_consumers, CONSUMER_REGS=consumer_regs), maxnreg
 
 
 def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, block_m: int, block_n: int, block_k: int) -> list:
@@ -334,7 +298,7 @@ def launch(a, b, out, bias, groups: int, run: int, block_m: int, block_n: int, n
     fold and store the last)."""
     if not serves_tile(block_m, block_n, plain=groups == 1):
         raise ValueError(f"matmul_sm90: no form for {block_m} x {block_n} tiles in {groups} K-group(s)")
-    consts, maxnreg = form(block_m, block_n, block_k, num_buf, a.element_size(), out.element_size(), groups == 1)
+    consts, maxnreg = form(block_m, block_n, block_k, num_buf, a.element_size(), out.element_size())
     if consts["NUM_BUF"] < 2:  # the consumers free a slot one K step late: a ring of one waits on itself
         raise ValueError(f"matmul_sm90: {block_m} x {block_n} tiles of {block_k}-wide K slots fit one slot in shared "
                          "memory; the ring needs two")

@@ -298,9 +298,8 @@ def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
     """The Gluon fused form (``Launch.sm90``) serves a forward product on an sm_90 GPU only; asked for anything
     else it says so instead of computing something else. Its tiles: 128 rows (a consumer's 64 each) up to 128
     columns, or 64 rows split by columns up to 256, in one K-group (plain K) twice the columns; 192 rows (three
-    consumers) up to 128 columns (in K-groups above 64 the consumers' sums parked in fp32 shared memory); a
-    consumer's columns a power of two. Its K slots are cut to what fits beside the output's staging tiles (the parked
-    sums, where they park)."""
+    consumers) up to 64 columns, 128 in one K-group; a consumer's columns a power of two. Its K slots are cut to
+    what fits beside the output's staging tiles."""
     from rlk_models.ops.triton import matmul_sm90
     from rlk_models.ops.triton.matmul import Launch, mm
 
@@ -311,13 +310,10 @@ def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
                 mm(a, b.t().contiguous() if kw.get("b_kn") else b, launch=Launch((*tile, 12, 5), sm90=True), **kw)
     served = {(bm, bn) for bm in (32, 64, 128, 192, 256) for bn in (24, 32, 64, 96, 128, 192, 256, 512)
               if matmul_sm90.serves_tile(bm, bn)}
-    assert served == {(64, 32), (64, 64), (64, 128), (64, 256), (128, 32), (128, 64), (128, 128), (192, 32), (192, 64),
-                      (192, 128)}
+    assert served == {(64, 32), (64, 64), (64, 128), (64, 256), (128, 32), (128, 64), (128, 128), (192, 32), (192, 64)}
     plain = {(bm, bn) for bm in (32, 64, 128, 192, 256) for bn in (24, 32, 64, 96, 128, 192, 256, 512)
              if matmul_sm90.serves_tile(bm, bn, plain=True)}
-    assert plain == served | {(64, 512), (128, 256)}
-    assert {tile for tile in served if matmul_sm90.parks(*tile, plain=False)} == {(192, 128)}
-    assert not any(matmul_sm90.parks(*tile, plain=True) for tile in plain)
+    assert plain == served | {(64, 512), (128, 256), (192, 128)}
     assert [matmul_sm90.consumers(bm) for bm in (64, 128, 192)] == [2, 2, 3]
     # registers at launch (the H200, session 33: 16 warps at 152 a thread refused, "Hardware limit: 384" threads)
     assert not matmul_sm90.fits_sm(152, 16) and matmul_sm90.fits_sm(152, 12) and not matmul_sm90.fits_sm(152, 13)
@@ -333,16 +329,14 @@ def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
     assert [matmul_sm90.slots(bm, bn, 64, nb, 2, out) for bm, bn, nb in ((128, 128, 5), (64, 128, 6), (128, 256, 3),
                                                                          (64, 256, 4), (192, 64, 6), (192, 128, 4))
             for out in (2, 4)] == [5, 5, 6, 6, 3, 2, 4, 4, 6, 5, 4, 3]
-    # parked: the fp32 sums whatever the output's dtype (192 x 128: 96 KiB, 4 slots of 40 KiB beside them)
-    assert [matmul_sm90.slots(192, 128, 64, 4, 2, out, park=True) for out in (2, 4)] == [3, 3]
     for lc in (Launch((64, 128, 12, 6), sm90=True, tail=True), Launch((128, 128, 8, 5), tail=True)):
         with pytest.raises(ValueError, match="tail"):
             mm(a, b, groups=8, launch=lc)
 
 
 def test_matmul_wave_rows():
-    """``Launch.tail``: the rows in whole waves of 128 x 128 (or 192 x 128) tiles, the rest in 64 x 128 ones where
-    those fit one wave (132 SMs, the H200)."""
+    """``Launch.tail``: the rows in whole waves of 128 x 128 tiles, the rest in 64 x 128 ones where those fit one
+    wave (132 SMs, the H200)."""
     from rlk_models.ops.triton.matmul import wave_rows
 
     cfg = (128, 128, 12, 5)
@@ -352,10 +346,6 @@ def test_matmul_wave_rows():
     # o at 1.7B, N = 2048: 1024 rows a wave; 1100 leaves 76 rows (32 half tiles)
     assert [wave_rows(m, 2048, cfg, 132) for m in (1100, 768, 2048)] == [1024, 768, 2048]
     assert wave_rows(300, 40000, cfg, 132) == 300  # a row of tiles wider than the GPU: no whole wave
-    # 192-row tiles (the parked K-group form): 768 rows a wave at N = 4096, 1536 at 2048
-    tall = (192, 128, 12, 4)
-    assert [wave_rows(m, 4096, tall, 132) for m in (4096, 8192, 1024)] == [3840, 8192, 768]
-    assert [wave_rows(m, 2048, tall, 132) for m in (2048, 4096)] == [1536, 4096]
 
 
 def test_matmul_table_sm90_launch_falls_back_where_it_cannot_serve():
