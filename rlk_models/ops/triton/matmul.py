@@ -451,8 +451,14 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                             # the Gluon form, 128 x 256 with its tail (640 rows of them are one wave): 1.31x ->
                             # 1.21x at 768, 0.98x at 640 (session 33)
                             (768, Launch((128, 256, 12, 3), sm90=True, tail=True))],
-    ("plain", 24576, 4096): [(128, None),  # gate_up: the Gluon form in one K-group (session 33), 128 x 128 tiles:
-                             (256, Launch((128, 128, 12, 5), sm90=True)),  # 1.43x -> 1.28x at 192 rows
+    # gate_up 8B, session 44 (launch file, proven and timed in one call): 17-32 rows swap, 256-wide 1.12x -> 1.02x;
+    # 129-192 64 x 128, 128-wide 1.30x -> 1.18x (the Gluon form keeps 193-256: 1.00-1.02x at 256)
+    ("plain", 24576, 4096): [(16, None),
+                             (32, Launch((64, 32, 4, 8), swap=True, block_k=256)),
+                             (128, None),
+                             (192, Launch((64, 128, 4, 4), block_k=128)),
+                             # the Gluon form in one K-group (session 33), 128 x 128 tiles: 1.43x -> 1.28x at 192 rows
+                             (256, Launch((128, 128, 12, 5), sm90=True)),
                              # 192 x 128 (three consumers) where it fills its waves: 1.21x -> 1.04-1.05x at 384,
                              # 1.06x -> 1.01x at 768; at 448-640 rows the table's 128 x 256 (0.96-1.00x; 192 x 128
                              # 1.11-1.19x)
@@ -467,6 +473,9 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                             # one program a tile (session 14's 128 x 64 persistent: 1.59x -> 1.01-1.13x at 192,
                             # 1.17x -> 1.15-1.20x at 256); 513-768 rows are 3-4 of 192 (96-128 tiles of 192 x 128
                             # on 132 SMs: 1.62x -> 1.22x at 576, 1.21x -> 0.99-1.02x at 768)
+                            # session 44 (launch file): 193-256 64 x 128, 128-wide, persistent 1.14x -> 0.99x
+                            (192, None),
+                            (256, Launch((64, 128, 4, 6), block_k=128)),
                             (512, None),
                             (768, Launch((192, 128, 12, 4), sm90=True))],
     ("plain", 12288, 2048): [(16, Launch((128, 16, 4, 4), swap=True, block_k=128)),  # gate_up (session 41)
@@ -506,6 +515,21 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                              # 512: Triton 64 x 128 1.61x -> 1.09x (session 17); the Gluon form in 64 x 128
                              # tiles 1.11/1.16x -> 1.03/0.99x at 384/512 (session 31)
                              (512, Launch((64, 128, 12, 6), sm90=True))],
+    # session 44 (``matmul_sweep.py --search --retime --write-launches``, then the launch file proven by the table-edges
+    # test and timed against cuBLAS in one call, before -> after in that call): o 8B 33-64 rows by halves, flat,
+    # 256-wide 1.37x -> 1.20x at 64; 193-256 flat 64 x 128, 128-wide 1.13x -> 1.06x at 256 (the Gluon 64 x 128 keeps
+    # 129-192: 0.89-0.90x at 192)
+    ("groups", 4096, 4096): [(32, None),
+                             (64, Launch((64, 64, 4, 4), split=HALF, persistent=False, flat=True, block_k=256)),
+                             (192, None),
+                             (256, Launch((64, 128, 4, 4), persistent=False, flat=True, block_k=128))],
+    # down 8B, the same: 193-256 flat 64 x 128, 128-wide, 8 stages 1.10x -> 1.00x at 256
+    ("groups", 4096, 12288): [(192, None),
+                              (256, Launch((64, 128, 4, 8), persistent=False, flat=True, block_k=128))],
+    # the plain lm_head matmul, the same: 129-192 the Gluon form's 192 x 128 tiles (three consumers; the table's
+    # 128 x 128 ran half its second row of tiles as padding) 1.59x -> 1.01x at 192
+    ("plain", 151936, 4096): [(128, None),
+                              (192, Launch((192, 128, 12, 4), sm90=True))],
 }
 
 # ``Launch.sm90``'s forms, config (128 or 64, BLOCK_N, warps ignored, K slots), one program a tile or persistent, each
