@@ -166,7 +166,8 @@
 #                                              # default: the table-edges bits (XDIST), its rows timed without and
 #                                              # with it (carry .tuned)
 #   CALL=s43edges bash scripts/device_calls.sh  # after a TUNED change: the table-edges bits (XDIST) and the
-#                                              # table of SHAPES43 (default the 1.7B layers) against cuBLAS (no carry)
+#                                              # table's graph rows of SHAPES43 (default the 1.7B layers) against
+#                                              # cuBLAS (no carry)
 #   CALL=s36t bash scripts/device_calls.sh     # the head's tests and two rlk-verify configurations in CUDA vLLM
 #                                              # (carry .vllm-cuda)
 #   CALL=qkcheck bash scripts/device_calls.sh  # the q/k norm + RoPE hypothesis contract tests natively, to
@@ -782,12 +783,15 @@ s43gbits)
     ;;
 s43edges)
     # after a TUNED change: every layer's rows at its table edges against the 64-wide pointer kernel (8 items, one a
-    # layer shape, compiled side by side), then the table (14 M, eager and backward rows) of SHAPES43 (no carry)
+    # layer shape, compiled side by side), then the table's graph rows (the 17 M of matmul_table, no eager or
+    # backward rows, which at the 8B shapes would not fit the limit) of SHAPES43 (no carry)
     part edges 200 PART=tests TEST_TIMEOUT=190 XDIST=8 TESTS=tests/gpu/test_triton_contract_8b.py \
         K="rows_at_the_table_edges"
     test_summary edges 12
-    bench rows43 240 benchmarks/triton/matmul_sweep.py --shapes "${SHAPES43:-qkv_1.7b,o_1.7b,down_1.7b,gate_up_1.7b}"
-    grep -hE "graph:|BITS|skip" "$ROOT_OUT"/rows43.log | cut -c1-200 | head -40
+    bench rows43 240 benchmarks/triton/matmul_sweep.py --quick \
+        --m 1,2,4,8,16,32,64,128,192,256,384,512,768,1024,2048,4096,8192 \
+        --shapes "${SHAPES43:-qkv_1.7b,o_1.7b,down_1.7b,gate_up_1.7b}"
+    grep -hE "graph:|BITS|skip" "$ROOT_OUT"/rows43.log | cut -c1-200 | head -70
     ;;
 s43rows8b)
     # the 8B layers' small- and mid-M misses in session 34's table (not re-run since) searched with 128- and
