@@ -165,6 +165,8 @@
 #   CALL=s44prove bash scripts/device_calls.sh  # a search's launch file (carried as .tuned/launches.json) as the
 #                                              # default: the table-edges bits (XDIST), its rows timed without and
 #                                              # with it (carry .tuned)
+#   CALL=s45rows bash scripts/device_calls.sh  # qkv 1.7B at 192/384 rows and o/down 8B at 384 searched into a
+#                                              # launch file, for CALL=s44prove (no carry)
 #   CALL=s43edges bash scripts/device_calls.sh  # after a TUNED change: the table-edges bits (XDIST) and the
 #                                              # table's graph rows of SHAPES43 (default the 1.7B layers) against
 #                                              # cuBLAS (no carry)
@@ -854,6 +856,17 @@ print(','.join(dict.fromkeys(x['layer'] for x in e)), ','.join(map(str, sorted({
     test_summary edges 12
     bench after 150 benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers"
     grep -hE "graph:" "$ROOT_OUT"/before.log "$ROOT_OUT"/after.log | cut -c1-200
+    ;;
+s45rows)
+    # session 45's two searches (run there as inline commands, calls 5 and 7): qkv 1.7B at 192 and 384 rows (1.15 /
+    # 1.19x in the table's graph rows) with 64-, 128- and 256-wide loads, then o/down 8B at 384 (the Gluon form with
+    # its tail, 1.10-1.17x) against the Triton forms at 64/128-wide loads; winners by > 4% into $ROOT_OUT/launches.json,
+    # for CALL=s44prove (no carry)
+    rt="--retime 6 --rounds 5 --write-launches $ROOT_OUT/launches.json"
+    bench s45q 230 benchmarks/triton/matmul_sweep.py --search --quick --m 192,384 --shapes qkv_1.7b \
+        --block-k 64,128,256 $rt
+    bench s45rp 300 benchmarks/triton/matmul_sweep.py --search --quick --m 384 --shapes o,down --block-k 64,128 $rt
+    grep -hE "search:|graph:|retimed:|BITS|launch file|not written" "$ROOT_OUT"/s45*.log | cut -c1-200 | head -30
     ;;
 s43rows)
     # session 42 left: qkv 1.7B's swap launch at 64 rows bimodal run to run (0.94x / 1.07x, the plain tile 0.98-0.99x

@@ -473,8 +473,9 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                             # one program a tile (session 14's 128 x 64 persistent: 1.59x -> 1.01-1.13x at 192,
                             # 1.17x -> 1.15-1.20x at 256); 513-768 rows are 3-4 of 192 (96-128 tiles of 192 x 128
                             # on 132 SMs: 1.62x -> 1.22x at 576, 1.21x -> 0.99-1.02x at 768)
-                            # session 44 (launch file): 193-256 64 x 128, 128-wide, persistent 1.14x -> 0.99x
-                            (192, None),
+                            # session 44 (launch file): 193-256 64 x 128, 128-wide, persistent 1.14x -> 0.99x;
+                            # session 45 (launch file): 129-192 the same tiles, 4 stages, 1.08x -> 0.96x at 192
+                            (192, Launch((64, 128, 4, 4), block_k=128)),
                             (256, Launch((64, 128, 4, 6), block_k=128)),
                             (512, None),
                             (768, Launch((192, 128, 12, 4), sm90=True))],
