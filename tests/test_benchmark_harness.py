@@ -38,8 +38,8 @@ def test_bench_graph_cold_calls_each_copy_in_turn(monkeypatch):
 
 def test_matmul_goal_counts_the_recorded_tables():
     """``matmul_sweep.py goal`` on recorded H200 tables gives the counts docs/benchmarks.md states for them
-    (session 34's full table: 112 of 153, #17's grid 62 of 70; session 42's 1.7B table: 47 of 56, 36 before), and
-    session 35's by the measured ratio."""
+    (session 34's full table: 112 of 153, #17's grid 62 of 70; session 42's 1.7B table: 47 of 56, 36 before;
+    session 45's rows at five shapes: 75 of 85), and session 35's by the measured ratio."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))
     import matmul_sweep
 
@@ -58,6 +58,11 @@ def test_matmul_goal_counts_the_recorded_tables():
     s35 = data / "matmul_sweep_2026-12-04-s35-cold.json"
     assert [matmul_sweep.goal(str(s35), row=row)["issue_grid_in_goal"] for row in ("graph", "graph_cold")] == [58, 65]
     assert matmul_sweep.in_goal(4095, 1.15) and not matmul_sweep.in_goal(4096, 1.06)
+    # session 45's graph rows at five shapes (qkv 8B not run): 75 of 85, 69 before; #17's grid at four shapes
+    s45 = matmul_sweep.goal(str(data / "matmul_rows_2026-12-05-s45-call1.json"),
+                            str(data / "matmul_sweep_2026-12-03-s34-table.json"))
+    assert (s45["in_goal"], s45["points"], s45["before_in_goal_at_these_points"]) == (75, 85, 69)
+    assert (s45["issue_grid_in_goal"], s45["issue_grid"]) == (52, 56)
 
 
 def test_matmul_search_gives_the_gluon_form_only_its_proven_slot_widths():

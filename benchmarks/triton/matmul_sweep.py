@@ -233,6 +233,7 @@ def goal(after: str, before: str | None = None, row: str = "graph") -> dict:
                 cells.append("--" if r is None else f"**{r:.2f}**" if entered else f"{r:.2f}")
             lines.append(f"| {name}{f' {label}' if old else ''} | " + " | ".join(cells) + " |")
     grid = [(name, m) for name in ISSUE_SHAPES for m in M_ALL if (name, m) in new]
+    ran = len({name for name, _ in grid})
     res = {"points": len(new), "in_goal": sum(in_goal(m, r) for (_, m), r in new.items()),
            "issue_grid": len(grid), "issue_grid_in_goal": sum(in_goal(p[1], new[p]) for p in grid),
            "misses": [(name, m, r) for (name, m), r in new.items() if not in_goal(m, r)], "table": "\n".join(lines)}
@@ -242,8 +243,8 @@ def goal(after: str, before: str | None = None, row: str = "graph") -> dict:
     log(res["table"])
     log(f"in #17's goal (<= {GOAL}x, <= {GOAL_LARGE_M}x from {LARGE_M} rows): {res['in_goal']} of {res['points']}"
         + (f" (before, at the {len(same)} points both ran: {res['before_in_goal_at_these_points']})" if old else "")
-        + (f"; #17's grid (five 8B shapes x {len(M_ALL)} M): {res['issue_grid_in_goal']} of {res['issue_grid']}"
-           if grid else ""))
+        + (f"; #17's grid ({len(ISSUE_SHAPES)} 8B shapes x {len(M_ALL)} M; {ran} of them run): "
+           f"{res['issue_grid_in_goal']} of {res['issue_grid']}" if grid else ""))
     log("missed: " + ", ".join(f"{name} at {m} ({r:.2f}x)" for name, m, r in res["misses"]))
     return res
 
