@@ -139,6 +139,7 @@ def test_matmul_sweep_reads_a_models_linear_shapes():
     shapes = matmul_sweep.model_shapes(qwen3_8b)
     assert list(shapes.values()) == [matmul_sweep.SHAPES[s] for s in ("qkv", "o", "gate_up", "down", "lm_head")]
     assert list(shapes) == ["qkv_4096h", "o_4096h", "gate_up_4096h", "down_4096h", "lm_head_4096h"]
+    assert matmul_sweep.model_row_parallel(qwen3_8b) == {"o_4096h", "down_4096h"}  # K-groups: the table's o, down
     llama = {"hidden_size": 2048, "intermediate_size": 8192, "vocab_size": 128256, "num_attention_heads": 32}
     assert matmul_sweep.model_shapes(llama)["qkv_2048h"] == (2048, 3 * 2048)  # no kv heads, no head_dim: MHA
     with pytest.raises(ValueError, match="no 'vocab_size'"):

@@ -55,10 +55,10 @@ from rlk_models.ops.triton.matmul import (  # noqa: E402
     SM90_PLAIN_CANDIDATES,
     Launch,
     k_groups,
+    launch_entries,
     launch_for,
     launch_json,
     launch_problem,
-    load_launches,
     matmul,
     mm,
     save_launches,
@@ -151,9 +151,12 @@ GOAL, GOAL_LARGE_M, LARGE_M = 1.15, 1.05, 4096  # #17: <= 1.15x cuBLAS at every 
 ISSUE_SHAPES = ("qkv", "o", "gate_up", "down", "lm_head")  # #17's own grid: these five 8B shapes x M_ALL
 
 
+MODEL_ROW_PARALLEL = ("o", "down")  # the layers of ``model_shapes`` whose K is split across TP ranks (K-groups)
+
+
 def model_shapes(config: dict) -> dict[str, tuple[int, int]]:
     """The linear layers of a transformers Qwen3/Llama config at TP=1 as (K, N), named ``<layer>_<hidden>h`` (qkv
-    and gate_up fused, as the rlk classes run them; o and down row-parallel)."""
+    and gate_up fused, as the rlk classes run them; ``MODEL_ROW_PARALLEL``: o and down, see ``model_row_parallel``)."""
     try:
         hidden, inter, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
         heads = config["num_attention_heads"]
@@ -164,6 +167,11 @@ def model_shapes(config: dict) -> dict[str, tuple[int, int]]:
     tag = f"{hidden}h"
     return {f"qkv_{tag}": (hidden, (heads + 2 * kv) * head_dim), f"o_{tag}": (heads * head_dim, hidden),
             f"gate_up_{tag}": (hidden, 2 * inter), f"down_{tag}": (inter, hidden), f"lm_head_{tag}": (hidden, vocab)}
+
+
+def model_row_parallel(config: dict) -> set[str]:
+    """The names ``model_shapes`` gives a config's row-parallel layers."""
+    return {f"{layer}_{config['hidden_size']}h" for layer in MODEL_ROW_PARALLEL}
 
 
 def launch_entry(name: str, m: int, grouped: bool, lc: Launch, med: dict) -> list[dict]:
@@ -183,11 +191,10 @@ def launch_entry(name: str, m: int, grouped: bool, lc: Launch, med: dict) -> lis
 
 
 def tuned_rows(path: str) -> str:
-    """A launch file's entries (``matmul.load_launches`` checks it first) as ``TUNED`` rows by shape, each with the
+    """A launch file's entries (``matmul.launch_entries``: checked, read once) as ``TUNED`` rows by shape, each with the
     retimed medians it was written on: what folding a device session's winners into the table starts from."""
-    load_launches(path)
     out, shape = [], None
-    for e in json.loads(Path(path).read_text())["launches"]:
+    for e in launch_entries(path):
         if (e["kind"], e["n"], e["k"]) != shape:
             shape = e["kind"], e["n"], e["k"]
             out.append(f"({shape[0]!r}, {shape[1]}, {shape[2]}):  # {e.get('layer', '')}")
@@ -362,10 +369,11 @@ def main() -> None:
                          "step: rows 'graph_cold'")
     args = ap.parse_args()
     if args.model:
-        mine = model_shapes(json.loads((Path(args.model) / "config.json" if Path(args.model).is_dir()
-                                        else Path(args.model)).read_text()))
+        config = json.loads((Path(args.model) / "config.json" if Path(args.model).is_dir()
+                             else Path(args.model)).read_text())
+        mine = model_shapes(config)
         SHAPES.update(mine)
-        ROW_PARALLEL.update(name for name in mine if name.split("_")[0] in ("o", "down"))
+        ROW_PARALLEL.update(model_row_parallel(config))
         args.shapes = ",".join(mine)
     if bad := sorted(set(args.shapes.split(",")) - set(SHAPES)):
         ap.error(f"--shapes: no shapes {bad} ({', '.join(SHAPES)})")

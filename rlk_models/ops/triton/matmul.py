@@ -898,6 +898,19 @@ def load_launches(path) -> dict[tuple[str, int, int], list[tuple[int, int, Launc
     return _launch_table(_launch_doc(path), path)
 
 
+def launch_entries(path) -> list[dict]:
+    """A launch file's entries as written (layer and measured medians included), after the checks of
+    ``load_launches``: the file is read once."""
+    doc = _launch_doc(path)
+    _launch_table(doc, path)
+    return doc["launches"]
+
+
+def _rows_overlap(a, b) -> bool:
+    """Whether row ranges ``a`` and ``b`` ([first, last], inclusive) share a row."""
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
 def _launch_doc(path) -> dict:
     try:
         doc = json.loads(Path(path).read_text())
@@ -934,7 +947,7 @@ def _launch_table(doc: dict, path) -> dict[tuple[str, int, int], list[tuple[int,
             raise ValueError(f"{where}: {problem}")
         lo, hi = rows
         same = table.setdefault((kind, n, k), [])
-        clash = next((r for r in same if r[0] <= hi and lo <= r[1]), None)
+        clash = next((r for r in same if _rows_overlap(r, rows)), None)
         if clash:
             raise ValueError(f"{where}: rows {lo}-{hi} overlap rows {clash[0]}-{clash[1]} of another entry for "
                              f"({kind}, N={n}, K={k})")
@@ -963,8 +976,7 @@ def save_launches(path, entries: list[dict], meta: dict | None = None) -> list[d
     old = _launch_doc(path)["launches"] if path.exists() else []
 
     def clash(a, b):
-        return (a["kind"], a["n"], a["k"]) == (b["kind"], b["n"], b["k"]) and a["rows"][0] <= b["rows"][1] \
-            and b["rows"][0] <= a["rows"][1]
+        return (a["kind"], a["n"], a["k"]) == (b["kind"], b["n"], b["k"]) and _rows_overlap(a["rows"], b["rows"])
 
     entries = [e for i, e in enumerate(entries) if not any(clash(e, later) for later in entries[i + 1:])]
     kept = [o for o in old if not any(clash(o, e) for e in entries)]
@@ -973,8 +985,11 @@ def save_launches(path, entries: list[dict], meta: dict | None = None) -> list[d
     _launch_table(doc, path)  # what the file would hold, checked before anything is written
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(doc, indent=1) + "\n")
+        os.replace(tmp, path)
+    finally:  # a failed write (disk full) leaves the old file and no temporary beside it
+        tmp.unlink(missing_ok=True)
     return doc["launches"]
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -84,6 +85,25 @@ def test_save_launches_replaces_overlapping_rows_and_keeps_the_rest(tmp_path, bu
     with pytest.raises(ValueError, match=f"{other}: not a launch file"):
         mm.save_launches(other, [entry(GROUPS_KEY, (1, 2), a)])
     assert other.read_text() == '{"some": "config"}'
+
+
+def test_save_launches_leaves_the_old_file_when_the_write_fails(tmp_path, builtin_tables, monkeypatch):
+    """A write that fails part-way (a full disk) leaves the file as it was and no temporary beside it."""
+    path = tmp_path / "launches.json"
+    mm.save_launches(path, [entry(GROUPS_KEY, (1, 4), mm.Launch((64, 64, 4, 4)))])
+    before = path.read_text()
+    real = Path.write_text
+
+    def half_then_full(self, text, *args, **kwargs):  # writes half the text, then the disk is full
+        real(self, text[: len(text) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", half_then_full)
+    with pytest.raises(OSError, match="No space left"):
+        mm.save_launches(path, [entry(GROUPS_KEY, (9, 16), mm.Launch((16, 32, 4, 4), split=1))])
+    monkeypatch.undo()
+    assert path.read_text() == before and sorted(p.name for p in tmp_path.iterdir()) == ["launches.json"]
+    assert mm.load_launches(path) == {GROUPS_KEY: [(1, 4, mm.Launch((64, 64, 4, 4)))]}
 
 
 @pytest.mark.parametrize("doc, says", [
