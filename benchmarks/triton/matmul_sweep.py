@@ -99,9 +99,11 @@ def candidates(m: int, grouped: bool, tiles: set[tuple[int, int]] | None = None,
         out = [lc for lc in out if lc.config[:2] in tiles]
     if stages:
         out = [lc._replace(config=(*lc.config[:3], s)) for lc in out for s in stages]
-    if block_ks:  # the Gluon form only at the K slots built on the CPU and proven on the GPU
+    if block_ks:  # the Gluon form only at the K slots built on the CPU and proven on the GPU, and where two of them
+        # fit shared memory beside its bf16 output tiles (``matmul`` refuses a ring of one: 128 x 256 at 128-wide)
         out = [lc._replace(block_k=bk) for lc in out for bk in block_ks
-               if not lc.sm90 or bk in matmul_sm90.SLOT_WIDTHS]
+               if not lc.sm90 or (bk in matmul_sm90.SLOT_WIDTHS
+                                  and matmul_sm90.slots(*lc.config[:2], bk, lc.config[3], 2, 2) >= 2)]
     return list(dict.fromkeys(out))
 
 
