@@ -127,16 +127,17 @@ def stage_engine(a) -> dict:
     llm.generate(prompts, sp, use_tqdm=False)
     if a.profile_prefill:
         return {**res, "prefill_profile": profile_prefill(llm, prompts, Path(a.out) / f"prefill_{a.kind}")}
-    # three timed runs, the median reported (session 13: one run each, stock 20,044 and 19,143 tok/s in two
-    # calls -- the spread of one run was as large as the goal's margin); the parity check reads the last
+    # ``--runs`` timed runs (default 5; three until session 45), the median reported (session 13: one run each,
+    # stock 20,044 and 19,143 tok/s in two calls -- the spread of one run was as large as the goal's margin;
+    # session 45: stock's 8B runs 19,980 / 15,512 / 15,749, one fast run in three); the parity check reads the last
     preempted = counter(llm, "vllm:num_preemptions")
     runs, states = [], [gpu_state()]
-    for _ in range(3):
+    for _ in range(a.runs):
         t = time.time()
         outs = llm.generate(prompts, sp, use_tqdm=False)
         runs.append(time.time() - t)
         states.append(gpu_state())  # at each run's end (session 31: both engines' runs fell 15-19% in turn)
-    dt = sorted(runs)[1]
+    dt = sorted(runs)[len(runs) // 2]
     ntok = sum(len(o.outputs[0].token_ids) for o in outs)
     res["throughput"] = {"s": round(dt, 2), "tokens": ntok, "tok_per_s": round(ntok / dt, 1),
                          "runs_tok_per_s": [round(ntok / r, 1) for r in runs],
@@ -420,6 +421,8 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size of every engine")
     ap.add_argument("--limit", type=float, default=300, help="seconds per engine process")
+    ap.add_argument("--runs", type=int, default=5,
+                    help="timed throughput runs an engine, odd: their median is the figure (each is listed)")
     ap.add_argument("--profile", action="store_true", help="per-kernel profile of decode steps at batch 1 and 64")
     ap.add_argument("--engine-profile", action="store_true",
                     help="also trace 32 decode steps at batch 64 and 256 with vLLM's profiler in the default engine")
@@ -429,6 +432,8 @@ def main() -> None:
     ap.add_argument("--model")
     ap.add_argument("--save")
     a = ap.parse_args()
+    if a.runs < 1 or a.runs % 2 == 0:
+        ap.error(f"--runs {a.runs}: an odd count of at least 1 (the median is one of the runs)")
     if a.stage != "all":
         emit({"ckpt": stage_ckpt, "engine": stage_engine, "parity": stage_parity}[a.stage](a))
         return
@@ -436,10 +441,11 @@ def main() -> None:
     tags = (f"_tp{a.tp}" if a.tp > 1 else "") + ("_varied" if a.varied else "")
     out_path = Path(a.out) / f"vllm_cuda_{a.shape}{tags}.json"
     summary: dict = {"shape": a.shape, "tp": a.tp, "n": a.n, "prompt_len": a.prompt_len, "max_tokens": a.max_tokens,
-                     "max_num_seqs": a.max_num_seqs or a.n, "varied": a.varied}
+                     "max_num_seqs": a.max_num_seqs or a.n, "varied": a.varied, "runs": a.runs}
 
     common = ["--shape", a.shape, "--work", a.work, "--n", str(a.n), "--prompt-len", str(a.prompt_len),
-              "--max-tokens", str(a.max_tokens), "--tp", str(a.tp), "--max-num-seqs", str(a.max_num_seqs)]
+              "--max-tokens", str(a.max_tokens), "--tp", str(a.tp), "--max-num-seqs", str(a.max_num_seqs),
+              "--runs", str(a.runs)]
     common += ["--profile"] * a.profile + ["--profile-prefill"] * a.profile_prefill + ["--varied"] * a.varied
     common += ["--engine-profile"] * a.engine_profile
     stages = Stages(__file__, out_path, summary, common, a.limit)
