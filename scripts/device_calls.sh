@@ -167,6 +167,8 @@
 #                                              # with it (carry .tuned)
 #   CALL=s45rows bash scripts/device_calls.sh  # qkv 1.7B at 192/384 rows and o/down 8B at 384 searched into a
 #                                              # launch file, for CALL=s44prove (no carry)
+#   CALL=s46rp bash scripts/device_calls.sh    # o/down 8B at 384 and 768 rows searched with the Gluon K-group
+#                                              # forms into a launch file, for CALL=s44prove (no carry)
 #   CALL=s43edges bash scripts/device_calls.sh  # after a TUNED change: the table-edges bits (XDIST) and the
 #                                              # table's graph rows of SHAPES43 (default the 1.7B layers) against
 #                                              # cuBLAS (no carry)
@@ -867,6 +869,18 @@ s45rows)
         --block-k 64,128,256 $rt
     bench s45rp 300 benchmarks/triton/matmul_sweep.py --search --quick --m 384 --shapes o,down --block-k 64,128 $rt
     grep -hE "search:|graph:|retimed:|BITS|launch file|not written" "$ROOT_OUT"/s45*.log | cut -c1-200 | head -30
+    ;;
+s46rp)
+    # the row-parallel 8B layers where the Gluon form with its tail misses (o at 384 / 768 1.17x, down at 768 1.17x,
+    # session 45): the search now weighs the Gluon K-group forms too (192 x 64 tiles: 128 of them at 384 rows, one
+    # wave of 132 SMs, where 128 x 128 gives 96), at 64- and 128-wide K; one bench a layer, winners by > 4% into
+    # $ROOT_OUT/launches.json, for CALL=s44prove (no carry)
+    rt="--retime 6 --rounds 5 --write-launches $ROOT_OUT/launches.json"
+    for layer in o down; do
+        bench "s46_$layer" 280 benchmarks/triton/matmul_sweep.py --search --quick --m 384,768 --shapes "$layer" \
+            --block-k 64,128 $rt
+    done
+    grep -hE "search:|graph:|retimed:|BITS|launch file|not written" "$ROOT_OUT"/s46_*.log | cut -c1-200 | head -30
     ;;
 s43rows)
     # session 42 left: qkv 1.7B's swap launch at 64 rows bimodal run to run (0.94x / 1.07x, the plain tile 0.98-0.99x

@@ -79,6 +79,11 @@ def test_matmul_search_gives_the_gluon_form_only_its_proven_slot_widths():
     # refuses that launch, so the search would only print a skip (session 45)
     assert {lc._replace(block_k=64) for lc in launches if lc.sm90} == {
         lc for lc in matmul_sweep.SM90_PLAIN_CANDIDATES if lc.config[:2] != (128, 256)}
+    # the row-parallel layers (K-groups): the grouped Gluon forms, their default from 129 rows, weighed as well
+    grouped = matmul_sweep.candidates(384, grouped=True, block_ks=[64, 128])
+    assert {lc._replace(block_k=64) for lc in grouped if lc.sm90} == set(matmul_sweep.SM90_CANDIDATES)
+    assert matmul_sweep.launch_for(384, 4096, 8, 4096) in grouped  # o 8B's default at 384 rows
+    assert not any(lc.sm90 for lc in matmul_sweep.candidates(64, grouped=True))
 
 
 def test_matmul_retime_rotates_the_order_each_round():

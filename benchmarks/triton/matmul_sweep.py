@@ -10,9 +10,9 @@ row-parallel (canonical K-groups), the others plain (one group).
      graph row again with the weight out of L2 (``harness.bench_graph_cold``: as a layer reads it in a model
      step; the graph rows call one weight back to back, and one under L2's 50 MB is then read from L2);
   3. ``--search``: every candidate launch (config x form) at ``M_SEARCH`` (or ``--m``), the best per (shape,
-     M) -- what ``LAUNCHES`` in ops/triton/matmul.py is picked from (plain shapes above 64 rows: the Gluon
-     forms in one K-group too, ``SM90_PLAIN_CANDIDATES``); ``--retime K``: the K fastest, the default and cuBLAS
-     timed again ``--rounds`` times round-robin, the best by its median (``retime``);
+     M) -- what ``LAUNCHES`` in ops/triton/matmul.py is picked from (above 64 rows the Gluon forms too: in
+     K-groups ``SM90_CANDIDATES``, in one ``SM90_PLAIN_CANDIDATES``); ``--retime K``: the K fastest, the
+     default and cuBLAS timed again ``--rounds`` times round-robin, the best by its median (``retime``);
   4. the backward's GEMMs (dx, dw) at M = 1024, 4096, 16384 under CUDA graphs, and forward + backward
      at M=4096 (eager).
 
@@ -93,8 +93,9 @@ def candidates(m: int, grouped: bool, tiles: set[tuple[int, int]] | None = None,
     if not grouped and m <= 256:  # from 64 weight rows; at M <= 64 also 16-32 (qkv 8B: 192-384 programs, not 96)
         out += [Launch(c, swap=True) for c in CANDIDATE_CONFIGS
                 if c[0] >= (16 if m <= 64 else 64) and c[1] <= 2 * max(16, m)]
-    if not grouped and m > 64:  # the Gluon kernel in one K-group (an sm_90 GPU; elsewhere mm refuses: skipped)
-        out += SM90_PLAIN_CANDIDATES
+    if m > 64:  # the Gluon kernel, in K-groups or one (an sm_90 GPU; elsewhere mm refuses: skipped); until
+        # session 45 the plain layers' only, so a search never weighed the row-parallel layers' default form
+        out += SM90_CANDIDATES if grouped else SM90_PLAIN_CANDIDATES
     if tiles is not None:
         out = [lc for lc in out if lc.config[:2] in tiles]
     if stages:
