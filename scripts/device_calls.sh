@@ -960,7 +960,7 @@ ds)
 engine)
     # ENGINE_KINDS: e.g. stock,rlk,stock_after (stock again after rlk: its drift within the call, and rlk against
     # the two stock runs' mean; session 45: stock's three 8B runs spread 29%)
-    part engine_8b 540 PART=vllm SHAPE=8b ENGINES="${ENGINE_KINDS:-stock,rlk}" VLLM_ARGS="--limit 230 ${ENGINE_ARGS:-}"
+    part engine_8b 580 PART=vllm SHAPE=8b ENGINES="${ENGINE_KINDS:-stock,rlk}" VLLM_ARGS="--limit 230 ${ENGINE_ARGS:-}"
     tail -40 "$ROOT_OUT/engine_8b.log"
     ;;
 varied)
