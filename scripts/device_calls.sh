@@ -862,8 +862,8 @@ print(','.join(dict.fromkeys(x['layer'] for x in e)), ','.join(map(str, sorted({
 s45rows)
     # session 45's two searches (run there as inline commands, calls 5 and 7): qkv 1.7B at 192 and 384 rows (1.15 /
     # 1.19x in the table's graph rows) with 64-, 128- and 256-wide loads, then o/down 8B at 384 (the Gluon form with
-    # its tail, 1.10-1.17x) against the Triton forms at 64/128-wide loads; winners by > 4% into $ROOT_OUT/launches.json,
-    # for CALL=s44prove (no carry)
+    # its tail, 1.10-1.17x) against the Triton forms at 64/128-wide loads (the search weighs the Gluon K-group forms
+    # too since: CALL=s46rp); winners by > 4% into $ROOT_OUT/launches.json, for CALL=s44prove (no carry)
     rt="--retime 6 --rounds 5 --write-launches $ROOT_OUT/launches.json"
     bench s45q 230 benchmarks/triton/matmul_sweep.py --search --quick --m 192,384 --shapes qkv_1.7b \
         --block-k 64,128,256 $rt
