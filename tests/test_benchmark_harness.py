@@ -153,3 +153,33 @@ def test_matmul_sweep_reads_a_models_linear_shapes():
     assert matmul_sweep.model_shapes(llama)["qkv_2048h"] == (2048, 3 * 2048)  # no kv heads, no head_dim: MHA
     with pytest.raises(ValueError, match="no 'vocab_size'"):
         matmul_sweep.model_shapes({k: v for k, v in qwen3_8b.items() if k != "vocab_size"})
+
+
+def test_vllm_history_reads_the_recorded_paired_runs(tmp_path):
+    """``plot_vllm_history.py``: one point a call with both engines' runs (rlk's median over stock's, and the
+    slowest-over-fastest to fastest-over-slowest bar), session 45's 8B call among them; calls under ``--profile``
+    (the engine core in the benchmark's process), at TP=2, or without both engines' runs are left out."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import json
+
+    import plot_vllm_history
+
+    data = Path(__file__).resolve().parents[1] / "docs" / "data"
+    s45 = [p for p in plot_vllm_history.history(data)["8b, 256 x 512"] if p["session"] == 45]
+    assert len(s45) == 1 and s45[0]["mismatches"] == 0
+    assert (round(s45[0]["ratio"], 3), round(s45[0]["low"], 3), round(s45[0]["high"], 3)) == (1.079, 0.809, 1.126)
+
+    def call(name, **extra):
+        doc = {"shape": "8b", "tp": 1, "n": 4, "max_tokens": 8, "varied": False,
+               "stock": {"throughput": {"runs_tok_per_s": [10.0, 20.0, 30.0]}},
+               "rlk": {"throughput": {"runs_tok_per_s": [15.0, 25.0, 35.0]}}} | extra
+        (tmp_path / f"vllm_cuda_{name}.json").write_text(json.dumps(doc))
+
+    call("8b_2026-12-05-s45")
+    call("8b_2026-12-05-s45-profile", rlk={"throughput": {"runs_tok_per_s": [1.0]}, "profile": {}})
+    call("8b_tp2_2026-12-05-s45", tp=2)
+    call("8b_2026-12-05-s46", rlk={})
+    call("8b_2026-12-05-nosession")
+    assert plot_vllm_history.history(tmp_path) == {"8b, 4 x 8": [
+        {"session": 45, "file": "vllm_cuda_8b_2026-12-05-s45.json", "ratio": 1.25, "low": 0.5, "high": 3.5,
+         "mismatches": None}]}
