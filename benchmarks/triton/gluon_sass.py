@@ -72,7 +72,7 @@ def main() -> None:
                 mm_groups_sm90(c[0], c[1], c[3], 4096, bias, od, groups, bk)
                 for c in sorted({lc.config for lc in launches}) for bias in (False, True) for od in ("bf16", "fp32")
                 for bk in matmul_sm90.SLOT_WIDTHS
-                if matmul_sm90.slots(c[0], c[1], bk, c[3], 2, 4 if od == "fp32" else 2) >= 2}
+                if matmul_sm90.ring_fits(c[0], c[1], bk, c[3], 2, 4 if od == "fp32" else 2)}
 
     res = {"stats_sm90": {name: stats_sm90(*f) for name, f in heads.items()},
            "mm_groups_sm90": mms(SM90_CANDIDATES, 8), "mm_plain_sm90": mms(SM90_PLAIN_CANDIDATES, 1)}

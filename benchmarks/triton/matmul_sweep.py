@@ -104,7 +104,7 @@ def candidates(m: int, grouped: bool, tiles: set[tuple[int, int]] | None = None,
         # fit shared memory beside its bf16 output tiles (``matmul`` refuses a ring of one: 128 x 256 at 128-wide)
         out = [lc._replace(block_k=bk) for lc in out for bk in block_ks
                if not lc.sm90 or (bk in matmul_sm90.SLOT_WIDTHS
-                                  and matmul_sm90.slots(*lc.config[:2], bk, lc.config[3], 2, 2) >= 2)]
+                                  and matmul_sm90.ring_fits(*lc.config[:2], bk, lc.config[3], 2, 2))]
     return list(dict.fromkeys(out))
 
 

@@ -679,7 +679,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     if launch.sm90 and launch.block_k != BLOCK_K:  # the Gluon form's K slots, block_k wide: whole slots a K-group
         # (one K-group too: its loop takes K // block_k steps), whether it runs here is asked below; then two slots
         bk, (bm, bn, _, num_buf) = _block_k(launch, True, k // groups, True, explicit), launch.config
-        if bk != BLOCK_K and matmul_sm90.slots(bm, bn, bk, num_buf, a.element_size(), out.element_size()) < 2:
+        if bk != BLOCK_K and not matmul_sm90.ring_fits(bm, bn, bk, num_buf, a.element_size(), out.element_size()):
             if explicit:
                 raise ValueError(f"matmul: Launch.block_k={bk} needs two K slots in shared memory (the ring of one "
                                  f"deadlocks) ({launch})")

@@ -266,6 +266,14 @@ def slots(block_m: int, block_n: int, block_k: int, num_buf: int, elem_size: int
                       SMEM_BYTES - SMEM_BARRIERS, block_k)
 
 
+MIN_SLOTS = 2  # the consumers free a slot one K step late: a ring of one waits on itself
+
+
+def ring_fits(block_m: int, block_n: int, block_k: int, num_buf: int, elem_size: int, out_elem_size: int) -> bool:
+    """Whether ``slots`` leaves the ring its ``MIN_SLOTS``: what ``launch`` needs to run the form at all."""
+    return slots(block_m, block_n, block_k, num_buf, elem_size, out_elem_size) >= MIN_SLOTS
+
+
 def form(block_m: int, block_n: int, block_k: int, num_buf: int, elem_size: int, out_elem_size: int) -> tuple:
     """(``_mm_groups_ws``'s tile constexprs, its registers a thread at launch) for block_m x block_n tiles with up
     to ``num_buf`` K slots: what ``launch`` runs and benchmarks/triton/gluon_sass.py builds."""
@@ -299,7 +307,7 @@ def launch(a, b, out, bias, groups: int, run: int, block_m: int, block_n: int, n
     if not serves_tile(block_m, block_n, plain=groups == 1):
         raise ValueError(f"matmul_sm90: no form for {block_m} x {block_n} tiles in {groups} K-group(s)")
     consts, maxnreg = form(block_m, block_n, block_k, num_buf, a.element_size(), out.element_size())
-    if consts["NUM_BUF"] < 2:  # the consumers free a slot one K step late: a ring of one waits on itself
+    if consts["NUM_BUF"] < MIN_SLOTS:
         raise ValueError(f"matmul_sm90: {block_m} x {block_n} tiles of {block_k}-wide K slots fit one slot in shared "
                          "memory; the ring needs two")
     m, k = a.shape
