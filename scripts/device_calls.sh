@@ -204,6 +204,18 @@ bench() {  # bench NAME SECONDS SCRIPT ARGS...: one benchmark script, its JSON i
     OUT="$ROOT_OUT/$name" PYTHONPATH="$PWD" timeout "$secs" python3 "$@" > "$ROOT_OUT/$name.log" 2>&1
     echo "$name exit $?"
 }
+search_into_file() {  # search_into_file NAME SECONDS ARGS...: a matmul_sweep.py --search --quick bench (ARGS: its
+                     # --m, --shapes, --block-k...); --retime: the 6 fastest, the default and cuBLAS again, 5 rounds
+                     # round-robin, each winner by > 4% into $ROOT_OUT/launches.json (every search adds its own),
+                     # which CALL=s44prove (carry .tuned: the file as .tuned/launches.json) proves and times
+    local name=$1 secs=$2
+    shift 2
+    bench "$name" "$secs" benchmarks/triton/matmul_sweep.py --search --quick "$@" --retime 6 --rounds 5 \
+        --write-launches "$ROOT_OUT/launches.json"
+}
+search_summary() {  # search_summary LOG...: the searches' rows, retimed medians, bit differences and entries written
+    grep -hE "search:|graph:|retimed:|BITS|launch file|not written" "$@" | cut -c1-200 | head -40
+}
 vllm_figures() {  # vllm_figures NAME SHAPE: a PART=vllm part's batch-1 TPOT, throughput (and their ratios to
                  # stock) and rlk's log-prob mismatches, from its JSON
     grep -hE '"(batch1_tpot_ms|batch1_tpot_vs_stock|tok_per_s|throughput_vs_stock|mismatch_count|max_abs_diff)"' \
@@ -802,29 +814,22 @@ s43rows8b)
     # 256-wide loads, which took the 1.7B layers' small-M points into the goal (sessions 41-42): o 8B at 64 rows
     # (1.36x), gate_up 8B at 32 and 192 (1.18-1.25x), qkv 8B at 192 (1.28-1.33x); and qkv 1.7B at 256 (1.18x: its
     # 64 x 128 tiles, untouched since session 34). One bench a layer, so one cut at its limit loses only its own JSON
-    # (no carry)
-    # --retime: the 6 fastest, the default and cuBLAS again, 5 rounds round-robin (a default changes on the medians);
-    # each winner by > 4% into one launch file ($ROOT_OUT/launches.json; every bench adds its own), which
-    # CALL=s44prove (carry .tuned: the file as .tuned/launches.json) proves and times as the default
-    rt="--retime 6 --rounds 5 --write-launches $ROOT_OUT/launches.json"
-    bench r8_o 150 benchmarks/triton/matmul_sweep.py --search --quick --m 64 --shapes o --block-k 128,256 $rt
-    bench r8_gate_up 140 benchmarks/triton/matmul_sweep.py --search --quick --m 32,192 --shapes gate_up \
-        --block-k 128,256 $rt
-    bench r8_qkv 90 benchmarks/triton/matmul_sweep.py --search --quick --m 192 --shapes qkv --block-k 128,256 $rt
-    bench r17_qkv 90 benchmarks/triton/matmul_sweep.py --search --quick --m 256 --shapes qkv_1.7b \
-        --block-k 128,256 $rt
+    # (no carry; winners into $ROOT_OUT/launches.json: search_into_file)
+    search_into_file r8_o 150 --m 64 --shapes o --block-k 128,256
+    search_into_file r8_gate_up 140 --m 32,192 --shapes gate_up --block-k 128,256
+    search_into_file r8_qkv 90 --m 192 --shapes qkv --block-k 128,256
+    search_into_file r17_qkv 90 --m 256 --shapes qkv_1.7b --block-k 128,256
     # the plain lm_head at 192 rows (1.41-1.48x: 128-row tiles, the second half padding) against the Gluon form's
     # 192 x 128 tiles (three consumers; proven at every layer shape at 64-wide slots, the only width here)
-    bench r8_lm_head 80 benchmarks/triton/matmul_sweep.py --search --quick --m 192 --shapes lm_head --block-k 64 \
-        --tiles 64x128,128x128,128x256,192x128,64x256 $rt
-    grep -hE "search:|graph:|retimed:|BITS|launch file|not written" "$ROOT_OUT"/r8_*.log "$ROOT_OUT"/r17_qkv.log \
-        | cut -c1-200 | head -40
+    search_into_file r8_lm_head 80 --m 192 --shapes lm_head --block-k 64 --tiles 64x128,128x128,128x256,192x128,64x256
+    search_summary "$ROOT_OUT"/r8_*.log "$ROOT_OUT"/r17_qkv.log
     ;;
 s44park)
     # session 44's parked 192 x 128 K-group form (bitwise, 1.07-1.55x the default's time: dropped, commit b0bd2b9 has
-    # it; the call now times the Gluon K-group forms left): every Gluon K-group form at the row-parallel layers' large M, each checked bitwise against the default at each point, timed against
-    # cuBLAS; then its bits with a bias, fp32 out and a TP=2 rank's half of K (the launch-choices test at o and down,
-    # 1-8192 rows, side by side) (no carry)
+    # it; the call now times the Gluon K-group forms left): every Gluon K-group form at the row-parallel layers'
+    # large M, each checked bitwise against the default at each point, timed against cuBLAS; then its bits with a
+    # bias, fp32 out and a TP=2 rank's half of K (the launch-choices test at o and down, 1-8192 rows, side by side)
+    # (no carry)
     # (768 at 8B: 4 rows of 192-row tiles x 32 are 128 tiles, one wave of 132, where the 128-row ones run 1.45
     # waves and the 128-row form with its tail measured 1.14-1.17x at o/down 8B)
     bench park_sweep 230 benchmarks/triton/matmul_sweep.py sm90 --m 768,1024,2048,4096,8192,16384
@@ -835,11 +840,9 @@ s44rows256)
     # the 8B engine's batch-256 decode step (1.07-1.08x stock's GPU time, s29-s31; 256 x 512 throughput 0.891x, s29):
     # its four layers at 256 rows (qkv 1.13x, o 1.08x, gate_up 1.04x, down 1.10x in s34's table), never searched with
     # 128- or 256-wide loads at 8B; winners by > 4% into $ROOT_OUT/launches.json, for CALL=s44prove (no carry)
-    rt="--retime 6 --rounds 5 --write-launches $ROOT_OUT/launches.json"
-    bench r256_plain 270 benchmarks/triton/matmul_sweep.py --search --quick --m 256 --shapes qkv,gate_up \
-        --block-k 128,256 $rt
-    bench r256_rp 270 benchmarks/triton/matmul_sweep.py --search --quick --m 256 --shapes o,down --block-k 128,256 $rt
-    grep -hE "search:|graph:|retimed:|BITS|launch file|not written" "$ROOT_OUT"/r256_*.log | cut -c1-200 | head -30
+    search_into_file r256_plain 270 --m 256 --shapes qkv,gate_up --block-k 128,256
+    search_into_file r256_rp 270 --m 256 --shapes o,down --block-k 128,256
+    search_summary "$ROOT_OUT"/r256_*.log
     ;;
 s44prove)
     # a search's launch file (s43rows8b's launches.json, carried as .tuned/launches.json) as the default, with no code
@@ -864,23 +867,19 @@ s45rows)
     # 1.19x in the table's graph rows) with 64-, 128- and 256-wide loads, then o/down 8B at 384 (the Gluon form with
     # its tail, 1.10-1.17x) against the Triton forms at 64/128-wide loads (the search weighs the Gluon K-group forms
     # too since: CALL=s46rp); winners by > 4% into $ROOT_OUT/launches.json, for CALL=s44prove (no carry)
-    rt="--retime 6 --rounds 5 --write-launches $ROOT_OUT/launches.json"
-    bench s45q 230 benchmarks/triton/matmul_sweep.py --search --quick --m 192,384 --shapes qkv_1.7b \
-        --block-k 64,128,256 $rt
-    bench s45rp 300 benchmarks/triton/matmul_sweep.py --search --quick --m 384 --shapes o,down --block-k 64,128 $rt
-    grep -hE "search:|graph:|retimed:|BITS|launch file|not written" "$ROOT_OUT"/s45*.log | cut -c1-200 | head -30
+    search_into_file s45q 230 --m 192,384 --shapes qkv_1.7b --block-k 64,128,256
+    search_into_file s45rp 300 --m 384 --shapes o,down --block-k 64,128
+    search_summary "$ROOT_OUT"/s45*.log
     ;;
 s46rp)
     # the row-parallel 8B layers where the Gluon form with its tail misses (o at 384 / 768 1.17x, down at 768 1.17x,
     # session 45): the search now weighs the Gluon K-group forms too (192 x 64 tiles: 128 of them at 384 rows, one
     # wave of 132 SMs, where 128 x 128 gives 96), at 64- and 128-wide K; one bench a layer, winners by > 4% into
     # $ROOT_OUT/launches.json, for CALL=s44prove (no carry)
-    rt="--retime 6 --rounds 5 --write-launches $ROOT_OUT/launches.json"
     for layer in o down; do
-        bench "s46_$layer" 280 benchmarks/triton/matmul_sweep.py --search --quick --m 384,768 --shapes "$layer" \
-            --block-k 64,128 $rt
+        search_into_file "s46_$layer" 280 --m 384,768 --shapes "$layer" --block-k 64,128
     done
-    grep -hE "search:|graph:|retimed:|BITS|launch file|not written" "$ROOT_OUT"/s46_*.log | cut -c1-200 | head -30
+    search_summary "$ROOT_OUT"/s46_*.log
     ;;
 s43rows)
     # session 42 left: qkv 1.7B's swap launch at 64 rows bimodal run to run (0.94x / 1.07x, the plain tile 0.98-0.99x
