@@ -90,6 +90,17 @@ def profiled_kernels(prof) -> list[tuple[float, float, str]]:
     return [(e.time_range.start, e.time_range.end, e.name) for e in prof.events() if e.device_type == DeviceType.CUDA]
 
 
+def kernel_names(fn) -> list[str]:
+    """The GPU kernels (and memsets, copies) one call of ``fn`` runs, in launch order (``torch.profiler``), after a
+    call outside the profile (compilation, autotuning): e.g. which of its kernels cuBLAS picked for a shape."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [name for _, _, name in sorted(profiled_kernels(prof))]
+
+
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     """Relative Frobenius error of ``a`` against the (float64) reference ``b``."""
     return float((a.double() - b.double()).norm() / b.double().norm())

@@ -169,6 +169,9 @@
 #                                              # launch file, for CALL=s44prove (no carry)
 #   CALL=s46rp bash scripts/device_calls.sh    # o/down 8B at 384 and 768 rows searched with the Gluon K-group
 #                                              # forms into a launch file, for CALL=s44prove (no carry)
+#   CALL=s47 bash scripts/device_calls.sh       # the table-edges bits (XDIST), then the whole table's graph rows
+#                                              # with the kernels each side ran, #17's count and why each miss
+#                                              # misses (matmul_sweep.py explain) (no carry)
 #   CALL=s43edges bash scripts/device_calls.sh  # after a TUNED change: the table-edges bits (XDIST) and the
 #                                              # table's graph rows of SHAPES43 (default the 1.7B layers) against
 #                                              # cuBLAS (no carry)
@@ -808,6 +811,20 @@ s43edges)
         --m 1,2,4,8,16,32,64,128,192,256,384,512,768,1024,2048,4096,8192 \
         --shapes "${SHAPES43:-qkv_1.7b,o_1.7b,down_1.7b,gate_up_1.7b}"
     grep -hE "graph:|BITS|skip" "$ROOT_OUT"/rows43.log | cut -c1-200 | head -70
+    ;;
+s47)
+    # session 46's plan in one call: every layer's rows at its table edges (the qkv 1.7B 129-192 row's 129-row edge has
+    # not run under TUNED, session 45), then the whole table's graph rows (nine shapes x 17 M: last whole in session
+    # 34, qkv 8B's last in sessions 34-41) with the kernels each side ran (--kernels: which kernel cuBLAS picked), then
+    # #17's count and why each miss misses (``explain``: our tiles and waves, bytes and FLOPs a second, cuBLAS's
+    # kernels) (no carry)
+    part edges 200 PART=tests TEST_TIMEOUT=190 XDIST=8 TESTS=tests/gpu/test_triton_contract_8b.py \
+        K="rows_at_the_table_edges"
+    test_summary edges 12
+    matmul_table 370 --kernels | head -1  # its exit; the rows are in table.log
+    PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py goal "$ROOT_OUT/table/matmul_sweep.json" | tail -2
+    PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py explain "$ROOT_OUT/table/matmul_sweep.json" |
+        cut -c1-400
     ;;
 s43rows8b)
     # the 8B layers' small- and mid-M misses in session 34's table (not re-run since) searched with 128- and

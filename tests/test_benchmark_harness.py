@@ -65,6 +65,40 @@ def test_matmul_goal_counts_the_recorded_tables():
     assert (s45["issue_grid_in_goal"], s45["issue_grid"]) == (52, 56)
 
 
+def test_matmul_explain_lays_out_the_recorded_misses(tmp_path):
+    """``matmul_sweep.py explain`` on session 45's rows: its 10 misses, each with the kernels ``matmul.grids`` gives
+    its recorded launch (o 8B at 384 rows: 96 tiles of 128 x 128, three quarters of a wave; at 64 rows two parts of
+    64 tiles and the fold), the bytes and FLOPs a second; and the kernels a ``--kernels`` run recorded."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))
+    import json
+
+    import matmul_sweep
+
+    run = Path(__file__).resolve().parents[1] / "docs" / "data" / "matmul_rows_2026-12-05-s45-call1.json"
+    rows = matmul_sweep.explain(str(run))
+    assert [(r["layer"], r["m"]) for r in rows] == [
+        ("o", 64), ("o", 384), ("o", 768), ("o", 4096), ("o", 8192), ("down", 768), ("down", 8192),
+        ("gate_up", 192), ("qkv_1.7b", 4), ("qkv_1.7b", 384)]
+    o64, o384 = rows[0], rows[1]
+    assert [(g["form"], g["tile"], g["tiles"], g["programs"]) for g in o384["grids"]] == [("gluon", (128, 128), 96, 96)]
+    assert [(g["form"], g["tiles"]) for g in o64["grids"]] == [("triton", 128), ("fold", 256)]
+    assert o64["flops"] == 2 * 64 * 4096 * 4096 and o64["weight_in_l2"]
+    # bytes: x, w and out in bf16, and the two fp32 partials written and read
+    assert o64["bytes"] == 2 * (64 * 4096 * 2 + 4096 * 4096) + 8 * 2 * 64 * 4096
+    assert o64["tb_s"]["ours"] == pytest.approx(o64["bytes"] / (o64["us"]["ours"] * 1e-6) / 1e12)
+    assert len(matmul_sweep.explain(str(run), every=True)) == 85
+    # a --kernels run's kernels; a shape named in the run (k, n) though not in SHAPES
+    mine = {"shapes": {"mine": {"k": 1024, "n": 512, "row_parallel": False, "graph": {"8": {
+        "cublas_ms": 0.004, "ours_ms": 0.005, "ratio": 1.25, "launch": "Launch(config=(64, 16, 4, 8), swap=True)",
+        "cublas_kernels": ["nvjet_hsh_64x8_64x16_2x1_v_bz_TNT"], "ours_kernels": ["_mm_tma_kernel"]}}}}}
+    (tmp_path / "run.json").write_text(json.dumps(mine))
+    [row] = matmul_sweep.explain(str(tmp_path / "run.json"))
+    assert row["cublas_kernels"] == ["nvjet_hsh_64x8_64x16_2x1_v_bz_TNT"]
+    assert [(g["tile"], g["tiles"]) for g in row["grids"]] == [((16, 64), 8)]  # swap: 8 tokens x 64 weight rows
+    with pytest.raises(ValueError, match="not a Launch"):
+        matmul_sweep.parse_launch("__import__('os')")
+
+
 def test_matmul_search_gives_the_gluon_form_only_its_proven_slot_widths():
     """``--block-k 128,256``: every Triton candidate at both loads, the Gluon form (``Launch.sm90``) at 128 only --
     its 256-wide slot fits twice in a 64-row tile, but it was never built (gluon_sass.py) nor proven on the GPU --

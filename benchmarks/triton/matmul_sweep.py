@@ -27,6 +27,8 @@ row-parallel (canonical K-groups), the others plain (one group).
     python benchmarks/triton/matmul_sweep.py plot-cold RUN.json OUT.png  # a --cold run's L2-hot and -cold rows
     python benchmarks/triton/matmul_sweep.py goal RUN.json [BEFORE.json] [--cold]  # #17's count (<= 1.15x, <= 1.05x
         # from 4096 rows), the misses, a markdown table of the ratios (BEFORE's rows above; bold: entered the goal)
+    python benchmarks/triton/matmul_sweep.py explain RUN.json [--all]  # why the misses miss: our kernels' tiles and
+        # waves, bytes and FLOPs a second each side, and (a --kernels run) the kernels cuBLAS ran
     python benchmarks/triton/matmul_sweep.py sm90 [--m 192,384] [--shapes o,qkv] [--block-k 64,128]  # the Gluon
         # fused form (Launch.sm90) against the Triton launches it competes with: row-parallel shapes in K-groups
         # (default o, down at 8B and 1.7B), plain ones in one; each form at each K slot width
@@ -35,6 +37,7 @@ row-parallel (canonical K-groups), the others plain (one group).
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import sys
 from pathlib import Path
@@ -44,7 +47,17 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import bench, bench_graph, bench_graph_cold, info, l2_cold_copies, log, rel_err, save  # noqa: E402
+from harness import (  # noqa: E402
+    bench,
+    bench_graph,
+    bench_graph_cold,
+    info,
+    kernel_names,
+    l2_cold_copies,
+    log,
+    rel_err,
+    save,
+)
 
 from rlk_models.ops.triton import linear, matmul_sm90  # noqa: E402
 from rlk_models.ops.triton.matmul import (  # noqa: E402
@@ -54,6 +67,7 @@ from rlk_models.ops.triton.matmul import (  # noqa: E402
     SM90_FALLBACKS,
     SM90_PLAIN_CANDIDATES,
     Launch,
+    grids,
     k_groups,
     launch_entries,
     launch_for,
@@ -62,6 +76,7 @@ from rlk_models.ops.triton.matmul import (  # noqa: E402
     matmul,
     mm,
     save_launches,
+    split_of,
 )
 from rlk_models.ops.triton.utils import BLOCK_K  # noqa: E402
 
@@ -259,6 +274,61 @@ def goal(after: str, before: str | None = None, row: str = "graph") -> dict:
     return res
 
 
+# an H200's published figures, for ``explain``: HBM3e bandwidth, dense bf16 tensor throughput, SMs, L2
+H200_TB_S, H200_TFLOPS, H200_SMS, H200_L2_MB = 4.8, 989.0, 132, 50
+
+
+def parse_launch(text: str) -> Launch:
+    """A launch as a run's JSON spells it (``str(Launch(...))``), built again (literals only: nothing is run)."""
+    call = ast.parse(text, mode="eval").body
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "Launch"):
+        raise ValueError(f"not a Launch(...): {text!r}")
+    return Launch(*map(ast.literal_eval, call.args), **{kw.arg: ast.literal_eval(kw.value) for kw in call.keywords})
+
+
+def explain(run: str, every: bool = False, sms: int = H200_SMS) -> list[dict]:
+    """Why a run's graph rows miss #17's goal (``every``: all of them), a point a row: our launch's kernels as
+    ``matmul.grids`` lays them on ``sms`` SMs (tiles, programs, waves, the last wave's fill), the bytes and FLOPs
+    each side moved at its measured time, against the H200's published peaks (a weight under L2's 50 MB is read
+    from L2 in these back-to-back rows: above HBM's figure there), and the kernels each side ran where the run
+    recorded them (``--kernels``)."""
+    shapes = json.loads(Path(run).read_text())["shapes"]
+    rows, lines = [], ["| layer | M | ratio | ours / cuBLAS us | our kernels (tiles on programs, waves) | "
+                       "ours / cuBLAS TB/s | ours / cuBLAS TFLOP/s | cuBLAS's kernels |", "|---|" + "---|" * 7]
+    for name, r in shapes.items():
+        k, n = (r["k"], r["n"]) if "k" in r else SHAPES.get(name, (None, None))
+        if k is None:
+            log(f"explain: {name}: no K and N in the run and not a known shape: left out")
+            continue
+        groups = k_groups(k) if r["row_parallel"] else 1
+        for m, v in sorted((int(m), v) for m, v in r.get("graph", {}).items()):
+            if not every and in_goal(m, v["ratio"]):
+                continue
+            lc = parse_launch(v["launch"])
+            split = split_of(lc, groups, m, n)
+            kernels = grids(m, n, k, groups, lc, sms)
+            moved = 2 * (m * k + n * k + m * n) + (8 * (groups // split) * m * n if split else 0)  # + fp32 partials
+            flops = 2 * m * n * k
+            us = {side: v[f"{side}_ms"] * 1e3 for side in ("ours", "cublas")}
+            row = {"layer": name, "m": m, "ratio": v["ratio"], "us": us, "launch": v["launch"],
+                   "grids": [g._asdict() for g in kernels], "bytes": moved, "flops": flops,
+                   "tb_s": {side: moved / t / 1e6 for side, t in us.items()},
+                   "tflops": {side: flops / t / 1e6 for side, t in us.items()},
+                   "weight_in_l2": 2 * n * k < H200_L2_MB * 1e6, "cublas_kernels": v.get("cublas_kernels", [])}
+            rows.append(row)
+            waves = "; ".join(f"{g.form} {g.tile[0]}x{g.tile[1]}: {g.tiles} on {g.programs} "
+                              f"({g.tiles / sms:.2f} waves)" for g in kernels if g.form != "fold")
+            waves += " + fold" if split else ""
+            lines.append(f"| {name} | {m} | {row['ratio']:.2f} | {us['ours']:.1f} / {us['cublas']:.1f} | {waves} | "
+                         f"{row['tb_s']['ours']:.2f} / {row['tb_s']['cublas']:.2f}"
+                         f"{' (weight in L2)' if row['weight_in_l2'] else ''} | "
+                         f"{row['tflops']['ours']:.0f} / {row['tflops']['cublas']:.0f} | "
+                         f"{', '.join(row['cublas_kernels']) or '--'} |")
+    log("\n".join(lines))
+    log(f"(H200: {H200_TB_S} TB/s HBM, {H200_TFLOPS:.0f} TFLOP/s dense bf16, {sms} SMs; a wave is {sms} programs)")
+    return rows
+
+
 # the Triton launches the Gluon form replaced or competes with from 129 rows, by K order: grouped, the 8B table's
 # flat 128 x 128 tiles and the 64 x 128 ones it replaced from 129 rows (``SM90_FALLBACKS``), and the 1.7B layers'
 # 64 x 128 (``TUNED``); plain, the fallbacks (the narrow table's tiles to 1024 rows) and the wide table's 128 x 256
@@ -330,6 +400,11 @@ def main() -> None:
             sys.exit("usage: matmul_sweep.py goal RUN.json [BEFORE.json] [--cold]")
         return goal(files[0], files[1] if len(files) == 2 else None,
                     "graph_cold" if "--cold" in sys.argv[2:] else "graph")
+    if sys.argv[1:2] == ["explain"]:  # RUN.json [--all]: why its rows miss #17's goal (every row with --all)
+        files = [f for f in sys.argv[2:] if f != "--all"]
+        if len(files) != 1:
+            sys.exit("usage: matmul_sweep.py explain RUN.json [--all]")
+        return explain(files[0], every="--all" in sys.argv[2:])
     if sys.argv[1:2] == ["plot-cold"]:  # RUN.json OUT.png: one --cold run, weight in L2 (dashed) and out (solid)
         return plot(sys.argv[2], sys.argv[2], sys.argv[3], ("graph", "graph_cold"), ("L2-hot", "L2-cold"))
     if sys.argv[1:2] == ["launches"]:  # FILE: a launch file's entries as TUNED rows, with what they won on
@@ -367,6 +442,9 @@ def main() -> None:
                          "which RLK_MATMUL_LAUNCHES=PATH then runs (matmul.use_launches)")
     ap.add_argument("--margin", type=float, default=0.04,
                     help="with --write-launches: the least gain over the default's median that is written")
+    ap.add_argument("--kernels", action="store_true",
+                    help="record the kernels each side runs at every graph row (torch.profiler; a row's "
+                         "cublas_kernels / ours_kernels): which kernel cuBLAS picked, for ``explain``")
     ap.add_argument("--cold", action="store_true",
                     help="also time every graph row with the weight out of L2 (``bench_graph_cold``), as in a model "
                          "step: rows 'graph_cold'")
@@ -399,7 +477,8 @@ def main() -> None:
         x = torch.randn(8192, k, device=dev, generator=g).bfloat16()
         w = (torch.randn(n, k, device=dev, generator=g) * 0.02).bfloat16()
         ref64 = x[:128].double() @ w.double().T
-        r = {"row_parallel": rp, "rel_err_vs_fp64_M128": rel_err(matmul(x[:128], w, row_parallel=rp), ref64),
+        r = {"k": k, "n": n, "row_parallel": rp,
+             "rel_err_vs_fp64_M128": rel_err(matmul(x[:128], w, row_parallel=rp), ref64),
              "cublas_rel_err_vs_fp64_M128": rel_err(F.linear(x[:128], w), ref64), "graph": {}, "eager": {},
              "search": {}, "graph_cold": {}}
         ws = l2_cold_copies(w) if args.cold else []
@@ -411,6 +490,10 @@ def main() -> None:
                              "launch": str(launch_for(m, n, k_groups(k) if rp else 1, k))}
             log(f"{name:8} M={m:5} graph: cuBLAS {t_cu * 1e3:8.1f} us  ours {t_ours * 1e3:8.1f} us "
                 f"({t_ours / t_cu:5.2f}x)  {r['graph'][m]['launch']}")
+            if args.kernels:
+                r["graph"][m] |= {"cublas_kernels": kernel_names(lambda: F.linear(xm, w)),
+                                  "ours_kernels": kernel_names(lambda: matmul(xm, w, row_parallel=rp))}
+                log(f"{name:8} M={m:5} kernels: cuBLAS {r['graph'][m]['cublas_kernels']}")
             if ws:
                 c_cu = bench_graph_cold(lambda wc: F.linear(xm, wc), ws)
                 c_ours = bench_graph_cold(lambda wc: matmul(xm, wc, row_parallel=rp), ws)

@@ -292,6 +292,9 @@ def _fold_kernel(p_ptr, c_ptr, bias_ptr, M, N, HAS_BIAS: tl.constexpr, GROUPS: t
     tl.store(c_ptr + idx, acc.to(c_ptr.dtype.element_ty), mask=ok)
 
 
+FOLD_BLOCK = 1024  # the outputs a program of ``_fold_kernel`` folds
+
+
 def fold_partials(parts: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None, count: int, run: int
                   ) -> torch.Tensor:
     """out = ``count`` fp32 partials (``parts``, contiguous [count, *out.shape]) folded by ``_fold_kernel`` (runs
@@ -299,9 +302,8 @@ def fold_partials(parts: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | N
     launch's second kernel and ``combine_partials``."""
     n = out.shape[-1]
     m = out.numel() // n
-    block = 1024
-    _fold_kernel[(triton.cdiv(m * n, block),)](parts, out, bias if bias is not None else out, m, n, bias is not None,
-                                               count, run, block)
+    _fold_kernel[(triton.cdiv(m * n, FOLD_BLOCK),)](parts, out, bias if bias is not None else out, m, n,
+                                                    bias is not None, count, run, FOLD_BLOCK)
     return out
 
 
@@ -649,6 +651,64 @@ def _block_k(launch: Launch, gpu_tma: bool, kg: int, grouped: bool, explicit: bo
     return BLOCK_K
 
 
+def split_of(launch: Launch, groups: int, m: int, n: int) -> int:
+    """The groups a split program of ``launch`` folds (``Launch.split``: 1 or ``HALF``), 0 where it runs fused."""
+    # a split program folds one group or one whole half: the fused order's pieces (a run of 2 would
+    # give (p0 + p1) + (p2 + p3) where the fold computes ((p0 + p1) + p2) + p3); int32 buffer offsets
+    # (and whole pieces: a split by halves of fewer than 4 groups, e.g. a probe's 2, runs fused)
+    return (int(launch.split) if groups > 1 and launch.split in (1, HALF) and groups % launch.split == 0
+            and groups * m * n < 2 ** 31 else 0)
+
+
+def tile_grid(launch: Launch, split: int, m: int, n: int, bm: int, bn: int, sms: int) -> tuple[int, int, bool]:
+    """(tiles, programs along axis 0, persistent) of a Triton launch of bm x bn tiles over m x n (a swap launch's
+    m and n already exchanged): persistent, one program an SM walking the tiles, else one a tile (a split launch has
+    as many again along axis 1, one a part)."""
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    persistent = launch.persistent and not split and not launch.flat  # flat: a tile each
+    return tiles, min(sms, tiles) if persistent else tiles, persistent
+
+
+class Grid(NamedTuple):
+    """One kernel launch of a forward product as ``mm`` runs it on an sm_90 GPU (``grids``)."""
+
+    rows: int  # the product's rows it covers
+    form: str  # "gluon" (``matmul_sm90``), "triton" or "fold" (a split launch's fold of its fp32 partials)
+    tile: tuple[int, int]  # (rows, columns) of the product a tile covers (a swap launch's: its tokens x weight rows)
+    tiles: int  # over every part (a split launch's tiles times its parts)
+    programs: int  # over every part
+
+
+def grids(m: int, n: int, k: int, groups: int, launch: Launch | None = None, sms: int = 132) -> list[Grid]:
+    """The kernels ``mm`` launches for a forward bf16 product [M, K] x [N, K] in ``groups`` K-groups on an sm_90
+    GPU of ``sms`` SMs (the default launch for M, or ``launch``), with their tiles and programs: what a benchmark's
+    ratio is read against (a wave is ``sms`` programs; ``matmul_sweep.py explain``). A split launch's fold kernel
+    is listed too (in a model's forward ``linear_unfolded`` leaves it to the next op)."""
+    launch = launch or launch_for(m, n, groups, k)
+    if launch.sm90 and not matmul_sm90.serves_tile(*launch.config[:2], plain=groups == 1):
+        launch = sm90_fallback(launch, "groups" if groups > 1 else "plain")
+    if launch.sm90:
+        head = wave_rows(m, n, launch.config, sms) if launch.tail else m
+        out = []
+        for rows, lc in ((head, launch), (m - head, SM90_TAIL)):
+            if rows:
+                bm, bn = lc.config[:2]
+                tiles = triton.cdiv(rows, bm) * triton.cdiv(n, bn)
+                out.append(Grid(rows, "gluon", (bm, bn), tiles, min(tiles, sms) if lc.persistent else tiles))
+        return out
+    split = split_of(launch, groups, m, n)
+    bm, bn, _, _ = fitted_config(launch.config, 2, 4 if split else 2, block_k=launch.block_k)
+    pm, pn = (n, m) if launch.swap else (m, n)
+    tiles, progs, _ = tile_grid(launch, split, pm, pn, bm, bn, sms)
+    parts = groups // split if split else 1
+    tile = (bn, bm) if launch.swap else (bm, bn)
+    out = [Grid(m, "triton", tile, tiles * parts, progs * parts)]
+    if split:
+        fold = triton.cdiv(m * n, FOLD_BLOCK)
+        out.append(Grid(m, "fold", (1, FOLD_BLOCK), fold, fold))
+    return out
+
+
 def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
        a_km: bool = False, b_kn: bool = False, groups: int = 1, launch: Launch | None = None,
        tma: bool | None = None, out: torch.Tensor | None = None, accumulate: bool = False,
@@ -714,11 +774,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         a, b, m, n = b, a, n, m
     sms = num_sms(a.device)
     grouped = groups > 1
-    # a split program folds one group or one whole half: the fused order's pieces (a run of 2 would
-    # give (p0 + p1) + (p2 + p3) where the fold computes ((p0 + p1) + p2) + p3); int32 buffer offsets
-    # (and whole pieces: a split by halves of fewer than 4 groups, e.g. a probe's 2, runs fused)
-    split = (int(launch.split) if grouped and launch.split in (1, HALF) and groups % launch.split == 0
-             and groups * m * n < 2 ** 31 else 0)
+    split = split_of(launch, groups, m, n)
     # a group's K: whole K-tiles, K split as evenly as they allow (exactly K / groups where K is a multiple of groups
     # x BLOCK_K, as k_groups ensures for a layer); past K the loads are zeros (masks; TMA's bounds)
     kg = triton.cdiv(k, groups * BLOCK_K) * BLOCK_K if grouped else k
@@ -726,9 +782,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     bk = _block_k(launch, use_tma and a.is_cuda, kg, grouped, explicit)
     bm, bn, warps, stages = fitted_config(launch.config, a.element_size(), 4 if split else out.element_size(),
                                           accumulate, explicit, bk)
-    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    persistent = launch.persistent and not split and not launch.flat  # flat: a tile each
-    progs = min(sms, tiles) if persistent else tiles
+    tiles, progs, persistent = tile_grid(launch, split, m, n, bm, bn, sms)
     # the tile loop's stride, a constexpr: the SM count (a persistent grid; programs past the last tile run no
     # iteration) or ONE_PASS (a program a tile) -- never the grid itself, which would compile a kernel for
     # every tile count, i.e. for nearly every M a step brings (a JIT stall in the middle of a rollout)

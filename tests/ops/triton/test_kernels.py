@@ -348,6 +348,47 @@ def test_matmul_wave_rows():
     assert wave_rows(300, 40000, cfg, 132) == 300  # a row of tiles wider than the GPU: no whole wave
 
 
+def test_matmul_grids():
+    """``grids``: the kernels a forward product launches on an H200 (132 SMs), with their tiles and programs -- the
+    split, persistent and tail decisions ``mm`` makes, and the grid ``mm`` hands the Triton kernel and the fold."""
+    from rlk_models.ops.triton import matmul as mmod
+    from rlk_models.ops.triton.matmul import Grid, Launch, grids
+
+    # o 8B at 768 rows (its table's Gluon launch with its tail): 512 rows in 128 tiles, 256 in 128 half tiles
+    assert grids(768, 4096, 4096, 8) == [Grid(512, "gluon", (128, 128), 128, 128),
+                                         Grid(256, "gluon", (64, 128), 128, 128)]
+    # at 384 rows no whole wave of 128-row tiles, and 192 half tiles would be more than one: 96 tiles, 96 programs
+    assert grids(384, 4096, 4096, 8) == [Grid(384, "gluon", (128, 128), 96, 96)]
+    # o 8B at 64 rows (TUNED: 64 x 64 tiles by halves, flat): 64 tiles x 2 parts, then the fold
+    assert grids(64, 4096, 4096, 8) == [Grid(64, "triton", (64, 64), 128, 128), Grid(64, "fold", (1, 1024), 256, 256)]
+    # qkv 8B at 16 rows (swap: the weight's rows on the tile's 64-row side): 96 tiles of 16 tokens x 64 weight rows
+    assert grids(16, 6144, 4096, 1) == [Grid(16, "triton", (16, 64), 96, 96)]
+    # a persistent launch past one wave: one program an SM; the Gluon form that cannot serve falls back
+    assert grids(8192, 4096, 4096, 1, Launch((128, 256, 8, 3))) == [Grid(8192, "triton", (128, 256), 1024, 132)]
+    assert grids(384, 4096, 4096, 8, Launch((192, 128, 12, 4), sm90=True)) == \
+        [Grid(384, "triton", (128, 128), 96, 96)]  # 192 x 128 tiles in K-groups: no form; the 128-row fallback
+
+    class Recorder:  # the grids mm hands its kernels (instead of launching them)
+        def __init__(self, seen):
+            self.seen = seen
+
+        def __getitem__(self, grid):
+            return lambda *args, **kw: self.seen.append(grid)
+
+    a, b = torch.zeros(64, 4096), torch.zeros(4096, 4096)
+    seen: list = []
+    lc = Launch((64, 64, 4, 4), split=mmod.HALF, persistent=False, flat=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mmod, "_mm_kernel", Recorder(seen))
+        mp.setattr(mmod, "_fold_kernel", Recorder(seen))
+        mp.setattr(mmod, "num_sms", lambda device: 132)  # an H200's
+        mmod.mm(a, b, groups=8, launch=lc, tma=False)
+        mmod.mm(torch.zeros(300, 4096), b, groups=1, launch=Launch((64, 128, 4, 4)), tma=False)
+    assert seen == [(64, 2), (256,), (132,)]  # 64 tiles x 2 parts, the fold's blocks; 160 tiles on 132 programs
+    assert [(g.programs, g.tiles) for g in grids(64, 4096, 4096, 8, lc)] == [(128, 128), (256, 256)]
+    assert grids(300, 4096, 4096, 1, Launch((64, 128, 4, 4))) == [Grid(300, "triton", (64, 128), 160, 132)]
+
+
 def test_matmul_table_sm90_launch_falls_back_where_it_cannot_serve():
     """Above 128 rows the grouped-K table names the Gluon form; where it cannot serve the product (here:
     no sm_90 GPU, or fp32 operands, or ``tma=False``) the default runs the Triton form of its tile's height
