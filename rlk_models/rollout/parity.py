@@ -122,7 +122,8 @@ def tensor_parallel_env(tp: int) -> dict:
         cores = sorted(os.sched_getaffinity(0))
         if len(cores) < tp:
             raise ValueError(f"tensor_parallel_size={tp} on CPU needs a core per worker; this process has "
-                             f"{len(cores)}")
+                             f"{len(cores)} (to share them, name each worker's cores in VLLM_CPU_OMP_THREADS_BIND, "
+                             f"e.g. {'|'.join(str(cores[r % len(cores)]) for r in range(tp))!r})")
         per = len(cores) // tp
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
             ",".join(map(str, cores[r * per:(r + 1) * per])) for r in range(tp))

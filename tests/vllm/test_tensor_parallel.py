@@ -1,7 +1,12 @@
-"""vLLM at tensor_parallel_size=2 (real worker processes on CPU) returns the TP=1 training
-class's log-probs bit for bit, through ``rlk-verify --tensor-parallel-size 2``: row-parallel
-layers all-reduce one fp32 partial per rank (the canonical sum at TP=2 is the one addition
-p0 + p1), and the head reduces canonical vocab groups per rank."""
+"""vLLM at tensor_parallel_size=2 and 4 (real worker processes on CPU) returns the TP=1 training
+class's log-probs bit for bit, through ``rlk-verify --tensor-parallel-size``: row-parallel layers
+all-reduce one fp32 partial per rank at TP=2 (the canonical sum there is the one addition p0 + p1)
+and all-gather the ranks' partials at TP=4 (combined in rank order), and the head reduces
+canonical vocab groups per rank."""
+
+import os
+
+import pytest
 
 from .conftest import run_json
 
@@ -9,15 +14,47 @@ from .conftest import run_json
 # share of the sweep (tests/gpu/test_vllm_cuda.py runs every configuration at TP=2 on two GPUs)
 CONFIGS = {"qwen3": "batches_16_3_temp1,chunked_prefill_16,prefix_cache_block16,compiled",
            "llama_bias": "batches_16_3_temp1"}  # llama_bias: row-parallel biases, one KV head replicated
+# TP=4: the gather path (no lent machine has more than two GPUs); the tiny models' 4 query heads, one each, their
+# KV heads replicated. A rounded all-reduce of the partials (RLK_BENCH_PLAIN_ALL_REDUCE=1) made all 1,236 of
+# qwen3's log-probs differ here, so this check can fail
+CONFIGS_TP4 = {"qwen3": "batches_16_3_temp1", "llama_bias": "batches_16_3_temp1"}
 
 
-def test_rlk_verify_at_tp2_equals_tp1_training(checkpoints):
-    for variant, names in CONFIGS.items():
+def _verify(checkpoints, configs: dict, tp: int, env: dict | None = None) -> None:
+    for variant, names in configs.items():
         reports = run_json(["-m", "rlk_models.cli.verify", str(checkpoints[variant][1]), "--tensor-parallel-size",
-                            "2", "--configs", names, "--json"])
+                            str(tp), "--configs", names, "--json"], env=env)
         assert [r["config"] for r in reports] == names.split(",")
         for r in reports:
             assert r["tokens"] > 100, (variant, r)
             assert r["mismatch_count"] == 0 and r["max_abs_diff"] == 0.0, (variant, r)
             if r["config"].startswith("prefix_cache"):
                 assert r["cached_tokens"] > 0, (variant, r)
+
+
+def test_rlk_verify_at_tp2_equals_tp1_training(checkpoints):
+    _verify(checkpoints, CONFIGS, 2)
+
+
+@pytest.mark.parametrize("variant", sorted(CONFIGS_TP4))
+def test_rlk_verify_at_tp4_equals_tp1_training(checkpoints, variant):
+    cores = sorted(os.sched_getaffinity(0))
+    # fewer cores than workers (CI's 2): the workers share them, named for each (rlk-verify refuses otherwise)
+    env = {"VLLM_CPU_OMP_THREADS_BIND": "|".join(str(cores[r % len(cores)]) for r in range(4))} \
+        if len(cores) < 4 else None
+    _verify(checkpoints, {variant: CONFIGS_TP4[variant]}, 4, env)
+
+
+def test_tensor_parallel_env_names_the_cores_it_lacks(monkeypatch):
+    """More workers than cores on CPU: a clear error that says how to share them; told how, the binding is used."""
+    from rlk_models.rollout.parity import tensor_parallel_env
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # restored after: tensor_parallel_env turns it on
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=4 on CPU needs a core per worker; this process has 2 "
+                                         r"\(.*VLLM_CPU_OMP_THREADS_BIND, e.g. '0\|1\|0\|1'\)"):
+        tensor_parallel_env(4)
+    assert tensor_parallel_env(2)["tensor_parallel_size"] == 2 and os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1|0|1")
+    assert tensor_parallel_env(4) == {"tensor_parallel_size": 4, "distributed_executor_backend": "mp"}
