@@ -1,7 +1,7 @@
-"""vLLM at tensor_parallel_size=2 and 4 (real worker processes on CPU) returns the TP=1 training
+"""vLLM at tensor_parallel_size=2, 4 and 8 (real worker processes on CPU) returns the TP=1 training
 class's log-probs bit for bit, through ``rlk-verify --tensor-parallel-size``: row-parallel layers
 all-reduce one fp32 partial per rank at TP=2 (the canonical sum there is the one addition p0 + p1)
-and all-gather the ranks' partials at TP=4 (combined in rank order), and the head reduces
+and all-gather the ranks' partials at TP=4/8 (combined in rank order), and the head reduces
 canonical vocab groups per rank."""
 
 import os
@@ -14,8 +14,8 @@ from .conftest import run_json
 # share of the sweep (tests/gpu/test_vllm_cuda.py runs every configuration at TP=2 on two GPUs)
 CONFIGS = {"qwen3": "batches_16_3_temp1,chunked_prefill_16,prefix_cache_block16,compiled",
            "llama_bias": "batches_16_3_temp1"}  # llama_bias: row-parallel biases, one KV head replicated
-# TP=4: the gather path (no lent machine has more than two GPUs); the tiny models' 4 query heads, one each, their
-# KV heads replicated. A rounded all-reduce of the partials (RLK_BENCH_PLAIN_ALL_REDUCE=1) made all 1,236 of
+# TP=4 and 8: the gather path (no lent machine has more than two GPUs); at TP=4 the tiny models' 4 query heads, one
+# each, their KV heads replicated. A rounded all-reduce of the partials (RLK_BENCH_PLAIN_ALL_REDUCE=1) made all 1,236 of
 # qwen3's log-probs differ here, so this check can fail
 CONFIGS_TP4 = {"qwen3": "batches_16_3_temp1", "llama_bias": "batches_16_3_temp1"}
 
@@ -36,13 +36,26 @@ def test_rlk_verify_at_tp2_equals_tp1_training(checkpoints):
     _verify(checkpoints, CONFIGS, 2)
 
 
+def _shared_cores(tp: int) -> dict | None:
+    """Fewer cores than workers (CI's 2): the workers share them, named for each (rlk-verify refuses otherwise)."""
+    cores = sorted(os.sched_getaffinity(0))
+    return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(str(cores[r % len(cores)]) for r in range(tp))} \
+        if len(cores) < tp else None
+
+
 @pytest.mark.parametrize("variant", sorted(CONFIGS_TP4))
 def test_rlk_verify_at_tp4_equals_tp1_training(checkpoints, variant):
-    cores = sorted(os.sched_getaffinity(0))
-    # fewer cores than workers (CI's 2): the workers share them, named for each (rlk-verify refuses otherwise)
-    env = {"VLLM_CPU_OMP_THREADS_BIND": "|".join(str(cores[r % len(cores)]) for r in range(4))} \
-        if len(cores) < 4 else None
-    _verify(checkpoints, {variant: CONFIGS_TP4[variant]}, 4, env)
+    _verify(checkpoints, {variant: CONFIGS_TP4[variant]}, 4, _shared_cores(4))
+
+
+def test_rlk_verify_at_tp8_equals_tp1_training(tmp_path):
+    """TP=8: a tiny Qwen3 with 8 query heads (one a rank; its 2 KV heads replicated), its own checkpoint."""
+    from rlk_models.conversion import convert
+    from rlk_models.testing.tiny import make_tiny_hf_checkpoint
+
+    hf = make_tiny_hf_checkpoint(tmp_path / "hf", "qwen3", seed=1, num_attention_heads=8)
+    _verify({"qwen3_8_heads": (hf, convert(hf, tmp_path / "rlk", progress=False))},
+            {"qwen3_8_heads": "batches_16_3_temp1"}, 8, _shared_cores(8))
 
 
 def test_tensor_parallel_env_names_the_cores_it_lacks(monkeypatch):
