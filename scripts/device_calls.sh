@@ -172,6 +172,8 @@
 #   CALL=s47 bash scripts/device_calls.sh       # the table-edges bits (XDIST), then the whole table's graph rows
 #                                              # with the kernels each side ran, #17's count and why each miss
 #                                              # misses (matmul_sweep.py explain) (no carry)
+#   CALL=s47sk bash scripts/device_calls.sh     # Launch.streamk: its bits natively, then its time against the
+#                                              # persistent launch of each config at the plain layers (no carry)
 #   CALL=s43edges bash scripts/device_calls.sh  # after a TUNED change: the table-edges bits (XDIST) and the
 #                                              # table's graph rows of SHAPES43 (default the 1.7B layers) against
 #                                              # cuBLAS (no carry)
@@ -825,6 +827,17 @@ s47)
     PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py goal "$ROOT_OUT/table/matmul_sweep.json" | tail -2
     PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py explain "$ROOT_OUT/table/matmul_sweep.json" |
         cut -c1-400
+    ;;
+s47sk)
+    # session 46's Launch.streamk (CPU-built, never run on a GPU: the tiles' K-tiles dealt out evenly over one program
+    # an SM, a shared tile finished from the first program's fp32 sum): its bits natively (every table config at 64-
+    # and 128-wide loads at 130-1024 rows against the pointer kernel, bias and fp32 out, 50 runs against the first),
+    # then its time against the persistent launch of the same config, the default and cuBLAS at the plain layers
+    # (gate_up 8B at 192 rows: 576 tiles of 64 x 128 in 4.36 waves, 1.21x in session 45) (no carry)
+    part sk_bits 200 PART=tests TEST_TIMEOUT=190 XDIST=4 TESTS=tests/gpu/test_triton_contract_8b.py K="streamk"
+    test_summary sk_bits 10
+    bench sk_sweep 370 benchmarks/triton/matmul_sweep.py streamk
+    grep -E "M=" "$ROOT_OUT/sk_sweep.log" | cut -c1-1200
     ;;
 s43rows8b)
     # the 8B layers' small- and mid-M misses in session 34's table (not re-run since) searched with 128- and

@@ -29,6 +29,8 @@ row-parallel (canonical K-groups), the others plain (one group).
         # from 4096 rows), the misses, a markdown table of the ratios (BEFORE's rows above; bold: entered the goal)
     python benchmarks/triton/matmul_sweep.py explain RUN.json [--all]  # why the misses miss: our kernels' tiles and
         # waves, bytes and FLOPs a second each side, and (a --kernels run) the kernels cuBLAS ran
+    python benchmarks/triton/matmul_sweep.py streamk [--m 192,384] [--shapes gate_up] [--block-k 64,128]  # streamk
+        # launches (Launch.streamk) against the persistent one of the same config, the default, cuBLAS (plain layers)
     python benchmarks/triton/matmul_sweep.py sm90 [--m 192,384] [--shapes o,qkv] [--block-k 64,128]  # the Gluon
         # fused form (Launch.sm90) against the Triton launches it competes with: row-parallel shapes in K-groups
         # (default o, down at 8B and 1.7B), plain ones in one; each form at each K slot width
@@ -96,12 +98,13 @@ def candidates(m: int, grouped: bool, tiles: set[tuple[int, int]] | None = None,
                stages: list[int] | None = None, block_ks: list[int] | None = None) -> list[Launch]:
     """Launches to time at M. grouped: split-K per group (decode sizes), per half (2 programs per tile, up to
     M=1024), fused, and the last two with flat K loops; plain, M <= 256: also swap launches, config (weight
-    rows, tokens, ...), of 64 weight rows and more (at M <= 64 also 16 and 32). ``tiles`` keeps the configs of
+    rows, tokens, ...), of 64 weight rows and more (at M <= 64 also 16 and 32); plain above 64 rows, also
+    ``Launch.streamk`` (persistent where the tiles are fewer than the SMs). ``tiles`` keeps the configs of
     those (BLOCK_M, BLOCK_N) only, ``stages`` replaces each config's pipeline depth by each of these, ``block_ks``
     times each launch at each of these K-tile loads (``Launch.block_k``; the Gluon forms' K slots too)."""
     flat = [dict(split=HALF, flat=True, persistent=False), dict(flat=True, persistent=False)]
     forms = ([dict(split=1), dict(split=HALF), dict(), *flat] if grouped
-             else [dict(persistent=False), dict()])
+             else [dict(persistent=False), dict()] + ([dict(streamk=True)] if m > 64 else []))
     cfgs = [c for c in CANDIDATE_CONFIGS if c[0] <= 2 * max(16, m) and not (m >= 1024 and c[0] < 64)]
     out = [Launch(c, **f) for c in cfgs for f in forms
            if not (f.get("split") == 1 and m > 256) and not (f.get("split") == HALF and m > 1024)]
@@ -340,11 +343,10 @@ SM90_MS = (128, 256, 384, 512, 640, 768, 1024, 1100, 16384)
 SM90_SHAPES = ("o", "down", "o_1.7b", "down_1.7b")
 
 
-def sm90_forms(ms=SM90_MS, shapes=SM90_SHAPES, block_ks=(BLOCK_K,)) -> dict:
-    """The Gluon fused form (``Launch.sm90``, ``matmul_sm90``) against the Triton launches it competes with
-    (``SM90_RIVALS``), the default launch and cuBLAS under CUDA graphs: the row-parallel shapes in their K-groups
-    (``SM90_CANDIDATES``), the plain ones in one (``SM90_PLAIN_CANDIDATES``), each at every K slot width in
-    ``block_ks`` (``Launch.block_k``); us, ratios, and whether each form is bitwise the default."""
+def forms_sweep(run: str, ms, shapes, forms) -> dict:
+    """Launch forms against the default launch and cuBLAS under CUDA graphs, each checked bitwise against the default:
+    ``forms(name, m, rp)`` gives the (label, launch) pairs to time at a shape's M; us, ratios and bits per point,
+    into ``$OUT/{run}.json``."""
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     res = {"info": info(), "shapes": {}}
@@ -360,11 +362,7 @@ def sm90_forms(ms=SM90_MS, shapes=SM90_SHAPES, block_ks=(BLOCK_K,)) -> dict:
             row = {"cublas_us": 1e3 * bench_graph(lambda: F.linear(xm, w)),
                    "default_us": 1e3 * bench_graph(lambda: matmul(xm, w, row_parallel=rp)),
                    "default": str(launch_for(m, n, groups, k))}
-            forms = [(f"sm90 {lc.config}{' persistent' if lc.persistent else ''}{' tail' if lc.tail else ''}"
-                      f"{'' if bk == BLOCK_K else f' k{bk}'}", lc._replace(block_k=bk))
-                     for lc in (SM90_CANDIDATES if rp else SM90_PLAIN_CANDIDATES) for bk in block_ks]
-            rivals = SM90_RIVALS["groups" if rp else "plain"]
-            for label, lc in forms + [(f"triton {r.config}{'' if r.persistent else ' grid'}", r) for r in rivals]:
+            for label, lc in forms(name, m, rp):
                 try:
                     same = torch.equal(mm(xm, w, groups=groups, launch=lc), ref)
                     t = 1e3 * bench_graph(lambda: mm(xm, w, groups=groups, launch=lc))
@@ -377,8 +375,40 @@ def sm90_forms(ms=SM90_MS, shapes=SM90_SHAPES, block_ks=(BLOCK_K,)) -> dict:
             log(f"{name} M={m}: " + ", ".join(
                 f"{key} {v['vs_cublas']:.3f}x{'' if v['bitwise'] else ' NOT BITWISE'}" if isinstance(v, dict)
                 else f"{key} {v}" for key, v in row.items() if key not in ("default_us", "cublas_us")))
-    save("matmul_sm90_groups", res)
+    save(run, res)
     return res
+
+
+def sm90_forms(ms=SM90_MS, shapes=SM90_SHAPES, block_ks=(BLOCK_K,)) -> dict:
+    """The Gluon fused form (``Launch.sm90``, ``matmul_sm90``) against the Triton launches it competes with
+    (``SM90_RIVALS``), the default launch and cuBLAS: the row-parallel shapes in their K-groups
+    (``SM90_CANDIDATES``), the plain ones in one (``SM90_PLAIN_CANDIDATES``), each at every K slot width in
+    ``block_ks`` (``Launch.block_k``)."""
+    def forms(name, m, rp):
+        gluon = [(f"sm90 {lc.config}{' persistent' if lc.persistent else ''}{' tail' if lc.tail else ''}"
+                  f"{'' if bk == BLOCK_K else f' k{bk}'}", lc._replace(block_k=bk))
+                 for lc in (SM90_CANDIDATES if rp else SM90_PLAIN_CANDIDATES) for bk in block_ks]
+        return gluon + [(f"triton {r.config}{'' if r.persistent else ' grid'}", r)
+                        for r in SM90_RIVALS["groups" if rp else "plain"]]
+    return forms_sweep("matmul_sm90_groups", ms, shapes, forms)
+
+
+# ``Launch.streamk`` beside the persistent launch of the same config: the plain layers' table configs above 64 rows
+STREAMK_CONFIGS = [(64, 128, 4, 4), (64, 128, 4, 8), (128, 128, 4, 4), (128, 256, 8, 3)]
+STREAMK_MS = (192, 256, 384, 640, 768, 1024)
+STREAMK_SHAPES = ("gate_up", "qkv", "qkv_1.7b", "gate_up_1.7b")
+
+
+def streamk_forms(ms=STREAMK_MS, shapes=STREAMK_SHAPES, block_ks=(BLOCK_K, 2 * BLOCK_K)) -> dict:
+    """``Launch.streamk`` (the tiles' K-tiles dealt out evenly over one program an SM) against the persistent launch
+    of the same config (one tile a program at a time), the default and cuBLAS: at the plain layers, each config of
+    ``STREAMK_CONFIGS`` at each K-tile load in ``block_ks``."""
+    def forms(name, m, rp):
+        return [(f"{'streamk' if sk else 'persistent'} {c}{'' if bk == BLOCK_K else f' k{bk}'}",
+                 Launch(c, block_k=bk, streamk=sk)) for c in STREAMK_CONFIGS for bk in block_ks for sk in (False, True)]
+    if bad := [name for name in shapes if name in ROW_PARALLEL]:
+        raise ValueError(f"streamk: plain layers only, not {bad}")
+    return forms_sweep("matmul_streamk", ms, shapes, forms)
 
 
 def main() -> None:
@@ -394,6 +424,18 @@ def main() -> None:
         if bad := sorted(set(shapes) - set(SHAPES)):
             ap.error(f"--shapes: no shapes {bad} ({', '.join(SHAPES)})")
         return sm90_forms(tuple(int(m) for m in a.m.split(",")), shapes, tuple(int(b) for b in a.block_k.split(",")))
+    if sys.argv[1:2] == ["streamk"]:
+        ap = argparse.ArgumentParser(prog="matmul_sweep.py streamk")
+        ap.add_argument("--m", default=",".join(map(str, STREAMK_MS)), help="comma-separated row counts")
+        ap.add_argument("--shapes", default=",".join(STREAMK_SHAPES), help="comma-separated plain layers of "
+                        + ",".join(SHAPES))
+        ap.add_argument("--block-k", default=f"{BLOCK_K},{2 * BLOCK_K}", help="comma-separated K-tile loads")
+        a = ap.parse_args(sys.argv[2:])
+        shapes = a.shapes.split(",")
+        if bad := sorted(set(shapes) - set(SHAPES)):
+            ap.error(f"--shapes: no shapes {bad} ({', '.join(SHAPES)})")
+        return streamk_forms(tuple(int(m) for m in a.m.split(",")), shapes,
+                             tuple(int(b) for b in a.block_k.split(",")))
     if sys.argv[1:2] == ["goal"]:  # RUN.json [BEFORE.json] [--cold]: #17's count, misses and a markdown table
         files = [f for f in sys.argv[2:] if f != "--cold"]
         if not 1 <= len(files) <= 2:

@@ -267,6 +267,76 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
 
 
 @triton.jit
+def _k_steps(a_desc, b_desc, pid_m, pid_n, s_lo, s_hi, part, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_K: tl.constexpr):
+    """part += the K-tiles s_lo .. s_hi - 1 of one tile (forward layouts), in increasing order."""
+    for s in range(s_lo, s_hi):
+        a, b = _load_ab(a_desc, b_desc, pid_m, pid_n, s * BLOCK_K, False, False, BLOCK_M, BLOCK_N)
+        part = tl.dot(a, b, part)
+    return part
+
+
+@triton.jit
+def _streamk_store(c_desc, bias_ptr, N, pid_m, pid_n, part, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr):
+    """A finished tile: the plain K loop's epilogue (``_mm_tma_tile``'s ``acc = 0 + part``, + bias, one rounding)."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) + part
+    if HAS_BIAS:
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+    c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+
+
+@triton.jit
+def _mm_streamk_kernel(a_desc, b_desc, c_desc, bias_ptr, ws_ptr, flag_ptr, M, N, K, HAS_BIAS: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                       NUM_PROGS: tl.constexpr):
+    """Plain K, forward layouts, at least as many tiles as programs (``Launch.streamk``): the K-tiles of all tiles (a
+    tile's in K order, tile after tile) dealt out over NUM_PROGS programs, an even, contiguous run each, so the last
+    wave of tiles is not part empty. A tile that two programs share is begun from zero by the first (the last tile of
+    its run, done first: its fp32 sum into ws[pid], then flag[pid] raised) and finished by the second (the first of
+    its run, done last: from that sum once the flag is up, which it lowers again for the next call) -- one chain of
+    dots, as one program running the tile makes it, hence the same bits. A run is at least a tile long, so a tile is
+    never shared by three programs and every wait is on a flag its neighbour raised before anything else. A program
+    takes its run's index from a counter (flag[NUM_PROGS]; the last to take one sets it back to 0), not from its
+    block index, so the one it waits on has started whatever order the GPU dispatches blocks in: no deadlock."""
+    pid = tl.atomic_add(flag_ptr + NUM_PROGS, 1, sem="relaxed", scope="gpu")
+    if pid == NUM_PROGS - 1:
+        tl.atomic_xchg(flag_ptr + NUM_PROGS, 0, sem="relaxed", scope="gpu")
+    num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    steps = tl.cdiv(K, BLOCK_K)
+    total = num_pid_m * num_pid_n * steps
+    per = total // NUM_PROGS
+    extra = total % NUM_PROGS
+    start = pid * per + tl.minimum(pid, extra)
+    end = start + per + (pid < extra).to(tl.int32)
+    first = start // steps  # the tile of the run's first K-tile, and of its last
+    last = (end - 1) // steps
+    tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    if end % steps != 0:  # the run's last tile runs on into the next program's: its first K-tiles, first
+        pid_m, pid_n = _tile_coords(last, num_pid_m, num_pid_n, GROUP_M)
+        part = _k_steps(a_desc, b_desc, pid_m, pid_n, 0, end - last * steps,
+                        tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), BLOCK_M, BLOCK_N, BLOCK_K)
+        tl.store(ws_ptr + pid.to(tl.int64) * (BLOCK_M * BLOCK_N) + tile, part)
+        tl.debug_barrier()  # every thread's share of the sum stored before the flag goes up
+        tl.atomic_xchg(flag_ptr + pid, 1, sem="release", scope="gpu")
+    # the run's whole tiles, flattened with their K loops into one pipelined loop (as the persistent kernel's)
+    for t in tl.range(first + (start % steps != 0).to(tl.int32), last + (end % steps == 0).to(tl.int32),
+                      flatten=True):
+        pid_m, pid_n = _tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+        part = _k_steps(a_desc, b_desc, pid_m, pid_n, 0, steps, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32),
+                        BLOCK_M, BLOCK_N, BLOCK_K)
+        _streamk_store(c_desc, bias_ptr, N, pid_m, pid_n, part, HAS_BIAS, BLOCK_M, BLOCK_N)
+    if start % steps != 0:  # the first tile, begun by the previous program: its last K-tiles, from that sum
+        while tl.atomic_cas(flag_ptr + pid - 1, 1, 0, sem="acquire", scope="gpu") != 1:
+            pass
+        part = tl.load(ws_ptr + (pid - 1).to(tl.int64) * (BLOCK_M * BLOCK_N) + tile, cache_modifier=".cg")
+        pid_m, pid_n = _tile_coords(first, num_pid_m, num_pid_n, GROUP_M)
+        part = _k_steps(a_desc, b_desc, pid_m, pid_n, start - first * steps, steps, part, BLOCK_M, BLOCK_N, BLOCK_K)
+        _streamk_store(c_desc, bias_ptr, N, pid_m, pid_n, part, HAS_BIAS, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
 def fold_parts(p_ptr, idx, ok, MN, acc, GROUPS: tl.constexpr, RUN: tl.constexpr):
     """acc (zeros, the shape of idx) + the fused kernel's sum of GROUPS fp32 partials at element offsets idx of
     each [MN] partial: runs of RUN folded in order from zero, the runs' sums added in order. The one fold
@@ -341,6 +411,12 @@ class Launch(NamedTuple):
     #                     dots, which one dot does not have. Session 41: proven bitwise on the H200, and the default
     #                     of the small-M launches it made faster (``TUNED``). sm90: each K slot block_k wide, one
     #                     wgmma a slot (the same chain of k16 MMAs; fewer, larger slots in shared memory)
+    streamk: bool = False  # plain K, forward layouts, TMA, persistent: where the tiles are at least the SMs, their
+    #                     K-tiles dealt out evenly over one program an SM (``_mm_streamk_kernel``): a tile two
+    #                     programs share is finished by the second from the first's fp32 sum, the same chain of
+    #                     dots. For the M whose last wave of tiles is part empty (gate_up 8B at 192 rows: 576 tiles
+    #                     of 64 x 128 in 4.36 waves). Fewer tiles than SMs: the persistent launch it names
+    #                     (session 46, CPU: not yet timed)
 
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
@@ -673,7 +749,8 @@ class Grid(NamedTuple):
     """One kernel launch of a forward product as ``mm`` runs it on an sm_90 GPU (``grids``)."""
 
     rows: int  # the product's rows it covers
-    form: str  # "gluon" (``matmul_sm90``), "triton" or "fold" (a split launch's fold of its fp32 partials)
+    form: str  # "gluon" (``matmul_sm90``), "triton", "streamk" (``Launch.streamk``: the tiles' K-tiles dealt out
+    #            evenly over the programs) or "fold" (a split launch's fold of its fp32 partials)
     tile: tuple[int, int]  # (rows, columns) of the product a tile covers (a swap launch's: its tokens x weight rows)
     tiles: int  # over every part (a split launch's tiles times its parts)
     programs: int  # over every part
@@ -702,11 +779,30 @@ def grids(m: int, n: int, k: int, groups: int, launch: Launch | None = None, sms
     tiles, progs, _ = tile_grid(launch, split, pm, pn, bm, bn, sms)
     parts = groups // split if split else 1
     tile = (bn, bm) if launch.swap else (bm, bn)
+    if launch.streamk and groups == 1 and not launch.swap and launch.persistent and not launch.flat \
+            and tiles >= sms:
+        return [Grid(m, "streamk", tile, tiles, sms)]
     out = [Grid(m, "triton", tile, tiles * parts, progs * parts)]
     if split:
         fold = triton.cdiv(m * n, FOLD_BLOCK)
         out.append(Grid(m, "fold", (1, FOLD_BLOCK), fold, fold))
     return out
+
+
+_STREAMK_FLAGS: dict[tuple[str, int], torch.Tensor] = {}
+
+
+def streamk_flags(device: torch.device, count: int) -> torch.Tensor:
+    """``_mm_streamk_kernel``'s flags and run counter (int32, zero between calls: each raised flag is lowered by the
+    program that waits on it, the counter by the last program to take a run), one set a device and stream, so
+    products running at once on two streams never share one. Made where first needed (under a CUDA graph capture:
+    in its pool, kept alive here)."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream)
+    flags = _STREAMK_FLAGS.get(key)
+    if flags is None or flags.numel() < count:
+        flags = _STREAMK_FLAGS[key] = torch.zeros(count, dtype=torch.int32, device=device)
+    return flags
 
 
 def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
@@ -766,6 +862,12 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         return out
     if launch.swap and (a_km or b_kn or accumulate) and not explicit:  # a table's swap serves forward layouts only
         launch = launch._replace(swap=False)
+    if launch.streamk and (groups > 1 or a_km or b_kn or accumulate or launch.swap or launch.flat or launch.split
+                           or not launch.persistent):
+        if explicit:
+            raise ValueError(f"matmul: a streamk launch computes a plain-K forward product, persistent (no K-groups, "
+                             f"transposed operands, accumulation, swap, flat or split form) ({launch})")
+        launch = launch._replace(streamk=False)
     swap = launch.swap
     if swap:  # the tiles of B @ A^T: B's rows on the kernel's M side, each tile stored transposed into out
         if groups > 1 or a_km or b_kn or launch.split or accumulate:
@@ -779,6 +881,10 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     # x BLOCK_K, as k_groups ensures for a layer); past K the loads are zeros (masks; TMA's bounds)
     kg = triton.cdiv(k, groups * BLOCK_K) * BLOCK_K if grouped else k
     use_tma = tma_ok(a, b, out) if tma is None else tma
+    if launch.streamk and not use_tma:  # the pointer kernel has no stream-K form: the persistent launch it names
+        if explicit:
+            raise ValueError(f"matmul: a streamk launch runs on the TMA kernel ({launch})")
+        launch = launch._replace(streamk=False)
     bk = _block_k(launch, use_tma and a.is_cuda, kg, grouped, explicit)
     bm, bn, warps, stages = fitted_config(launch.config, a.element_size(), 4 if split else out.element_size(),
                                           accumulate, explicit, bk)
@@ -800,6 +906,11 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         a_d = TensorDescriptor.from_tensor(a, [bk, bm] if a_km else [bm, bk])
         b_d = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
         c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if split else [bn, bm] if swap else [bm, bn])
+        if launch.streamk and tiles >= sms:  # fewer tiles than SMs: the persistent launch (one tile a program)
+            ws = torch.empty(sms, bm, bn, dtype=torch.float32, device=a.device)  # a shared tile's first K-tiles' sum
+            _mm_streamk_kernel[(sms,)](a_d, b_d, c_d, bias_arg, ws, streamk_flags(a.device, sms + 1), m, n, k,
+                                       bias is not None, bm, bn, bk, 8, sms, num_warps=warps, num_stages=stages)
+            return out
         _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, run_of(groups), split,
                              a_km, b_kn, bm, bn, bk, 8, stride, num_warps=warps, num_stages=stages, C_T=swap,
                              FLAT=launch.flat, ACC=accumulate)
@@ -904,8 +1015,8 @@ def launch_problem(launch: Launch, kind: str) -> str:
             return f"sm90 config {launch.config} is none of the proven Gluon forms {sorted(forms)}"
         if launch.block_k not in matmul_sm90.SLOT_WIDTHS:
             return f"sm90 K slots {launch.block_k} wide: proven {matmul_sm90.SLOT_WIDTHS}"
-        if launch.split or launch.swap or launch.flat:
-            return "an sm90 launch has no split, swap or flat form"
+        if launch.split or launch.swap or launch.flat or launch.streamk:
+            return "an sm90 launch has no split, swap, flat or streamk form"
         if launch.tail and launch.config[0] != 2 * matmul_sm90.HALF:
             return "Launch.tail follows 128-row tiles only"
         return ""
@@ -919,6 +1030,8 @@ def launch_problem(launch: Launch, kind: str) -> str:
         return f"split {launch.split}: split-K runs per group (1) or per half ({HALF}), in K-groups only"
     if launch.swap and kind == "groups":
         return "a swap launch computes plain K only"
+    if launch.streamk and (kind == "groups" or launch.swap or launch.flat or launch.split or not launch.persistent):
+        return "a streamk launch computes plain K, persistent (no swap, flat or split form)"
     return ""
 
 

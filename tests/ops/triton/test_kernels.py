@@ -115,6 +115,45 @@ def test_matmul_tma_kernel_is_the_pointer_kernel(row_parallel):
         assert torch.equal(mm.matmul(x, w, b, row_parallel=row_parallel, launch=lc, tma=True), first), lc
 
 
+@pytest.mark.parametrize("m,n,k,config", [(40, 96, 320, (16, 32, 4, 2)),  # 9 tiles of 5 K-tiles on 4 programs
+                                          (33, 48, 448, (16, 16, 4, 2)),  # 9 tiles of 7
+                                          (32, 64, 256, (16, 32, 4, 2))])  # 4 tiles on 4: none shared
+def test_matmul_streamk_is_the_persistent_launch(m, n, k, config):
+    """``Launch.streamk``: the tiles' K-tiles dealt out evenly over the programs (4 under the interpreter), a tile that
+    two programs share finished by the second from the first's fp32 sum, gives the bits of the same tiles run whole
+    -- on random values, where a tile's two halves summed apart would not (a kernel so changed fails here) -- with a
+    bias and without, and lowers every flag it raised. Fewer tiles than programs: the persistent launch itself."""
+    mm = _mod("matmul")
+    g = torch.Generator().manual_seed(5)
+    x, w, b = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+    plain, streamk = mm.Launch(config), mm.Launch(config, streamk=True)
+    for bias in (None, b):
+        want = mm.matmul(x, w, bias, launch=plain, tma=True)
+        assert torch.equal(mm.matmul(x, w, bias, launch=streamk, tma=True), want)
+    assert not mm.streamk_flags(x.device, 4).any()
+    bm, bn = config[:2]
+    tiles = -(-m // bm) * -(-n // bn)
+    [grid] = mm.grids(m, n, k, 1, streamk, sms=4)
+    assert grid.form == "streamk" and grid.tiles == tiles and grid.programs == 4
+    x2, w2 = x[:bm], w[:2 * bn]  # 2 tiles: fewer than programs
+    assert mm.grids(bm, 2 * bn, k, 1, streamk, sms=4)[0].form == "triton"
+    assert torch.equal(mm.matmul(x2, w2, launch=streamk, tma=True), mm.matmul(x2, w2, launch=plain, tma=True))
+
+
+def test_matmul_streamk_is_refused_where_it_has_no_form():
+    mm = _mod("matmul")
+    x, w = torch.randn(40, 512), torch.randn(96, 512)
+    for f in (dict(swap=True), dict(flat=True), dict(persistent=False)):
+        with pytest.raises(ValueError, match="a streamk launch computes a plain-K forward product"):
+            mm.matmul(x, w, launch=mm.Launch((16, 32, 4, 2), streamk=True, **f), tma=True)
+    with pytest.raises(ValueError, match="a streamk launch computes a plain-K forward product"):
+        mm.matmul(x, w, row_parallel=True, launch=mm.Launch((16, 32, 4, 2), streamk=True), tma=True)
+    with pytest.raises(ValueError, match="a streamk launch runs on the TMA kernel"):
+        mm.matmul(x, w, launch=mm.Launch((16, 32, 4, 2), streamk=True), tma=False)
+    assert mm.launch_problem(mm.Launch((64, 128, 4, 4), streamk=True), "groups")
+    assert not mm.launch_problem(mm.Launch((64, 128, 4, 4), streamk=True), "plain")
+
+
 def test_matmul_block_k_runs_on_the_gpu_only_and_is_refused_by_name_elsewhere(monkeypatch):
     """``Launch.block_k=128`` (one dot over two 64-wide K-tiles) gives the 64-wide bits on the GPU, where a dot is a
     chain of k16 MMAs (tests/gpu proves it); under the interpreter a dot is one numpy product, so a launch that asks
