@@ -58,7 +58,7 @@ def compile_form(launch: Launch, groups: int, a_km: bool = False, b_kn: bool = F
         args = dict(a_desc=f"tensordesc<bf16[{bm}, {bk}]>", b_desc=f"tensordesc<bf16[{bn}, {bk}]>",
                     c_desc=f"tensordesc<bf16[{bm}, {bn}]>", bias_ptr="*bf16", ws_ptr="*fp32", flag_ptr="*i32",
                     M="i32", N="i32", K="i32")
-        consts = dict(HAS_BIAS=bias, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, NUM_PROGS=132)
+        consts = dict(HAS_BIAS=bias, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_PROGS=132)
         names = _mm_streamk_kernel.arg_names
         src = ASTSource(_mm_streamk_kernel, {n: args.get(n, "constexpr") for n in names},
                         {(names.index(n),): v for n, v in consts.items()})

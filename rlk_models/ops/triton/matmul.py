@@ -289,8 +289,7 @@ def _streamk_store(c_desc, bias_ptr, N, pid_m, pid_n, part, HAS_BIAS: tl.constex
 
 @triton.jit
 def _mm_streamk_kernel(a_desc, b_desc, c_desc, bias_ptr, ws_ptr, flag_ptr, M, N, K, HAS_BIAS: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                       NUM_PROGS: tl.constexpr):
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGS: tl.constexpr):
     """Plain K, forward layouts, at least as many tiles as programs (``Launch.streamk``): the K-tiles of all tiles (a
     tile's in K order, tile after tile) dealt out over NUM_PROGS programs, an even, contiguous run each, so the last
     wave of tiles is not part empty. A tile that two programs share is begun from zero by the first (the last tile of
@@ -299,7 +298,12 @@ def _mm_streamk_kernel(a_desc, b_desc, c_desc, bias_ptr, ws_ptr, flag_ptr, M, N,
     dots, as one program running the tile makes it, hence the same bits. A run is at least a tile long, so a tile is
     never shared by three programs and every wait is on a flag its neighbour raised before anything else. A program
     takes its run's index from a counter (flag[NUM_PROGS]; the last to take one sets it back to 0), not from its
-    block index, so the one it waits on has started whatever order the GPU dispatches blocks in: no deadlock."""
+    block index, so the one it waits on has started whatever order the GPU dispatches blocks in: no deadlock.
+    Tiles run in row-major order: a row of tiles spans NUM_PROGS / (rows of tiles) runs, so the programs that hold
+    the same column of tiles in different rows reach it at about the same time, and B's column tile is read from
+    memory once for all of them (a program's own run of consecutive tiles of one column, as the persistent
+    kernel's grouped order gives, would read it again from memory for each: by then the other programs' columns
+    have pushed it out of L2)."""
     pid = tl.atomic_add(flag_ptr + NUM_PROGS, 1, sem="relaxed", scope="gpu")
     if pid == NUM_PROGS - 1:
         tl.atomic_xchg(flag_ptr + NUM_PROGS, 0, sem="relaxed", scope="gpu")
@@ -314,7 +318,7 @@ def _mm_streamk_kernel(a_desc, b_desc, c_desc, bias_ptr, ws_ptr, flag_ptr, M, N,
     last = (end - 1) // steps
     tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     if end % steps != 0:  # the run's last tile runs on into the next program's: its first K-tiles, first
-        pid_m, pid_n = _tile_coords(last, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = last // num_pid_n, last % num_pid_n
         part = _k_steps(a_desc, b_desc, pid_m, pid_n, 0, end - last * steps,
                         tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), BLOCK_M, BLOCK_N, BLOCK_K)
         tl.store(ws_ptr + pid.to(tl.int64) * (BLOCK_M * BLOCK_N) + tile, part)
@@ -323,7 +327,7 @@ def _mm_streamk_kernel(a_desc, b_desc, c_desc, bias_ptr, ws_ptr, flag_ptr, M, N,
     # the run's whole tiles, flattened with their K loops into one pipelined loop (as the persistent kernel's)
     for t in tl.range(first + (start % steps != 0).to(tl.int32), last + (end % steps == 0).to(tl.int32),
                       flatten=True):
-        pid_m, pid_n = _tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = t // num_pid_n, t % num_pid_n
         part = _k_steps(a_desc, b_desc, pid_m, pid_n, 0, steps, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32),
                         BLOCK_M, BLOCK_N, BLOCK_K)
         _streamk_store(c_desc, bias_ptr, N, pid_m, pid_n, part, HAS_BIAS, BLOCK_M, BLOCK_N)
@@ -331,7 +335,7 @@ def _mm_streamk_kernel(a_desc, b_desc, c_desc, bias_ptr, ws_ptr, flag_ptr, M, N,
         while tl.atomic_cas(flag_ptr + pid - 1, 1, 0, sem="acquire", scope="gpu") != 1:
             pass
         part = tl.load(ws_ptr + (pid - 1).to(tl.int64) * (BLOCK_M * BLOCK_N) + tile, cache_modifier=".cg")
-        pid_m, pid_n = _tile_coords(first, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = first // num_pid_n, first % num_pid_n
         part = _k_steps(a_desc, b_desc, pid_m, pid_n, start - first * steps, steps, part, BLOCK_M, BLOCK_N, BLOCK_K)
         _streamk_store(c_desc, bias_ptr, N, pid_m, pid_n, part, HAS_BIAS, BLOCK_M, BLOCK_N)
 
@@ -909,7 +913,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         if launch.streamk and tiles >= sms:  # fewer tiles than SMs: the persistent launch (one tile a program)
             ws = torch.empty(sms, bm, bn, dtype=torch.float32, device=a.device)  # a shared tile's first K-tiles' sum
             _mm_streamk_kernel[(sms,)](a_d, b_d, c_d, bias_arg, ws, streamk_flags(a.device, sms + 1), m, n, k,
-                                       bias is not None, bm, bn, bk, 8, sms, num_warps=warps, num_stages=stages)
+                                       bias is not None, bm, bn, bk, sms, num_warps=warps, num_stages=stages)
             return out
         _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, run_of(groups), split,
                              a_km, b_kn, bm, bn, bk, 8, stride, num_warps=warps, num_stages=stages, C_T=swap,
