@@ -749,6 +749,13 @@ def tile_grid(launch: Launch, split: int, m: int, n: int, bm: int, bn: int, sms:
     return tiles, min(sms, tiles) if persistent else tiles, persistent
 
 
+def streamk_serves(launch: Launch, groups: int) -> bool:
+    """Whether ``Launch.streamk`` has a form for ``launch`` in ``groups`` K-groups: plain K, persistent, the Triton
+    kernel's plain tiles (no swap, flat, split or sm90 form); ``mm`` asks besides for forward layouts, no accumulate
+    and the TMA kernel, and runs it where the tiles are at least the SMs."""
+    return groups == 1 and launch.persistent and not (launch.swap or launch.flat or launch.split or launch.sm90)
+
+
 class Grid(NamedTuple):
     """One kernel launch of a forward product as ``mm`` runs it on an sm_90 GPU (``grids``)."""
 
@@ -783,8 +790,7 @@ def grids(m: int, n: int, k: int, groups: int, launch: Launch | None = None, sms
     tiles, progs, _ = tile_grid(launch, split, pm, pn, bm, bn, sms)
     parts = groups // split if split else 1
     tile = (bn, bm) if launch.swap else (bm, bn)
-    if launch.streamk and groups == 1 and not launch.swap and launch.persistent and not launch.flat \
-            and tiles >= sms:
+    if launch.streamk and streamk_serves(launch, groups) and tiles >= sms:
         return [Grid(m, "streamk", tile, tiles, sms)]
     out = [Grid(m, "triton", tile, tiles * parts, progs * parts)]
     if split:
@@ -866,8 +872,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         return out
     if launch.swap and (a_km or b_kn or accumulate) and not explicit:  # a table's swap serves forward layouts only
         launch = launch._replace(swap=False)
-    if launch.streamk and (groups > 1 or a_km or b_kn or accumulate or launch.swap or launch.flat or launch.split
-                           or not launch.persistent):
+    if launch.streamk and (a_km or b_kn or accumulate or not streamk_serves(launch, groups)):
         if explicit:
             raise ValueError(f"matmul: a streamk launch computes a plain-K forward product, persistent (no K-groups, "
                              f"transposed operands, accumulation, swap, flat or split form) ({launch})")
@@ -1034,7 +1039,7 @@ def launch_problem(launch: Launch, kind: str) -> str:
         return f"split {launch.split}: split-K runs per group (1) or per half ({HALF}), in K-groups only"
     if launch.swap and kind == "groups":
         return "a swap launch computes plain K only"
-    if launch.streamk and (kind == "groups" or launch.swap or launch.flat or launch.split or not launch.persistent):
+    if launch.streamk and not streamk_serves(launch, 1 if kind == "plain" else K_GROUPS):
         return "a streamk launch computes plain K, persistent (no swap, flat or split form)"
     return ""
 
