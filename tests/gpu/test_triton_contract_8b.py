@@ -156,8 +156,8 @@ def test_matmul_rows_at_the_table_edges(name):
         assert torch.equal(matmul(x[:m], w, row_parallel=rp, tma=False), full[:m]), f"{name}: M={m} pointer kernel"
 
 
-# the plain layers' persistent Triton configs of the tables (the ones a search's streamk forms compete beside)
-STREAMK_CONFIGS = [(64, 64, 4, 8), (64, 128, 4, 4), (64, 128, 4, 6), (64, 128, 4, 8), (128, 128, 4, 4),
+# the plain layers' persistent Triton configs of the tables, each tested as a streamk launch
+PLAIN_PERSISTENT_CONFIGS = [(64, 64, 4, 8), (64, 128, 4, 4), (64, 128, 4, 6), (64, 128, 4, 8), (128, 128, 4, 4),
                    (128, 128, 4, 8), (128, 256, 8, 3)]
 
 
@@ -177,7 +177,7 @@ def test_matmul_streamk_gives_the_plain_bits(name):
     x, w, bias = randn(1024, k, g=g), randn(n, k, g=g, scale=0.02), randn(n, g=g)
     for m in (130, 192, 384, 700, 1024):
         ref = mm(x[:m], w, tma=False)
-        for c in STREAMK_CONFIGS:
+        for c in PLAIN_PERSISTENT_CONFIGS:
             for load in (64, 128):
                 try:
                     got = mm(x[:m], w, launch=Launch(c, block_k=load, streamk=True))
