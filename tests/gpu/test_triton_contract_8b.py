@@ -167,7 +167,8 @@ def test_matmul_streamk_gives_the_plain_bits(name):
     the second from the first's fp32 sum, handed over by a flag): each table config at 64- and 128-wide loads, at
     rows where the tiles outnumber the SMs and runs split tiles, equal to the pointer kernel (64-wide dots, one
     program a tile); with a bias and fp32 out; and 50 times over at one launch, each against the first (a hand-over
-    that read the sum before it was whole would show as a run that differs)."""
+    that read the sum before it was whole would show as a run that differs), then 10 more beside another stream's
+    products."""
     import triton
 
     from rlk_models.ops.triton.matmul import Launch, mm, streamk_flags
@@ -191,6 +192,17 @@ def test_matmul_streamk_gives_the_plain_bits(name):
     first = mm(x[:192], w, launch=lc)
     for i in range(50):
         assert torch.equal(mm(x[:192], w, launch=lc), first), f"run {i} differs from the first"
+    # and while another stream's products hold some of the SMs (the programs then cannot all be resident at once:
+    # each waits only on a run taken before its own, so they finish)
+    side, big = torch.cuda.Stream(), randn(4096, k, g=g)
+    runs = []
+    with torch.cuda.stream(side):
+        for _ in range(4):
+            big @ big.T
+    for _ in range(10):
+        runs.append(mm(x[:192], w, launch=lc))
+    torch.cuda.synchronize()
+    assert all(torch.equal(r, first) for r in runs), "a run beside another stream's work differs"
     assert not streamk_flags(x.device, 1).any(), "a flag left raised"
 
 

@@ -28,6 +28,8 @@ from contextlib import nullcontext
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 triton = pytest.importorskip("triton")
 
@@ -138,6 +140,27 @@ def test_matmul_streamk_is_the_persistent_launch(m, n, k, config):
     x2, w2 = x[:bm], w[:2 * bn]  # 2 tiles: fewer than programs
     assert mm.grids(bm, 2 * bn, k, 1, streamk, sms=4)[0].form == "triton"
     assert torch.equal(mm.matmul(x2, w2, launch=streamk, tma=True), mm.matmul(x2, w2, launch=plain, tma=True))
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 80), n=st.sampled_from([16, 48, 100, 132]), k_tiles=st.integers(1, 9),
+       tile=st.sampled_from([(16, 16), (16, 32), (32, 16)]), sms=st.integers(1, 11), bias=st.booleans(),
+       seed=st.integers(0, 99))
+def test_matmul_streamk_deals_every_k_tile_once(m, n, k_tiles, tile, sms, bias, seed):
+    """The runs' arithmetic over shapes and SM counts (1-11 programs; ragged M and N; K of 1-9 K-tiles; tiles split
+    across programs at any K-tile, runs of uneven length): every K-tile of every tile dealt once, in order, so the
+    product equals the persistent launch of the same tiles, and every flag and the run counter are 0 after."""
+    mm = _mod("matmul")
+    g = torch.Generator().manual_seed(seed)
+    k = 64 * k_tiles
+    x, w = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)
+    b = torch.randn(n, generator=g) if bias else None
+    config = (*tile, 4, 2)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mm, "num_sms", lambda device: sms)
+        want = mm.matmul(x, w, b, launch=mm.Launch(config), tma=True)
+        assert torch.equal(mm.matmul(x, w, b, launch=mm.Launch(config, streamk=True), tma=True), want)
+    assert not mm.streamk_flags(x.device, sms + 1).any()
 
 
 def test_matmul_streamk_is_refused_where_it_has_no_form():
