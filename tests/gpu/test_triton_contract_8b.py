@@ -195,6 +195,7 @@ def test_matmul_streamk_gives_the_plain_bits(name):
     # and while another stream's products hold some of the SMs (the programs then cannot all be resident at once:
     # each waits only on a run taken before its own, so they finish)
     side, big = torch.cuda.Stream(), randn(4096, k, g=g)
+    side.wait_stream(torch.cuda.current_stream())  # big is made
     runs = []
     with torch.cuda.stream(side):
         for _ in range(4):
