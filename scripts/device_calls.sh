@@ -174,6 +174,8 @@
 #                                              # misses (matmul_sweep.py explain) (no carry)
 #   CALL=s47sk bash scripts/device_calls.sh     # Launch.streamk: its bits natively, then its time against the
 #                                              # persistent launch of each config at the plain layers (no carry)
+#   CALL=s47layer bash scripts/device_calls.sh  # the row-parallel layers with the norm after them, as the engine
+#                                              # runs them (--layer), against cuBLAS into the same norm (no carry)
 #   CALL=s43edges bash scripts/device_calls.sh  # after a TUNED change: the table-edges bits (XDIST) and the
 #                                              # table's graph rows of SHAPES43 (default the 1.7B layers) against
 #                                              # cuBLAS (no carry)
@@ -838,6 +840,19 @@ s47sk)
     test_summary sk_bits 10
     bench sk_sweep 370 benchmarks/triton/matmul_sweep.py streamk
     grep -E "M=" "$ROOT_OUT/sk_sweep.log" | cut -c1-1200
+    ;;
+s47layer)
+    # the row-parallel layers as the engine runs them (--layer: the product, then the residual add + RMSNorm with a
+    # split launch's fold inside it) against cuBLAS's product into the same norm, beside the plain graph rows: what
+    # the decode sizes' fold launches cost the engine (o 8B at 64 rows: 1.22x as a product alone, session 45), then
+    # #17's count of both (no carry)
+    bench layer47 300 benchmarks/triton/matmul_sweep.py --quick --layer \
+        --m 1,2,4,8,16,32,64,128,192,256,384,512,768,1024,2048,4096,8192 --shapes o,down,o_1.7b,down_1.7b
+    grep -hE "graph:|layer:" "$ROOT_OUT"/layer47.log | cut -c1-120
+    for row in "" --layer; do
+        PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py goal "$ROOT_OUT/layer47/matmul_sweep.json" $row |
+            tail -2
+    done
     ;;
 s43rows8b)
     # the 8B layers' small- and mid-M misses in session 34's table (not re-run since) searched with 128- and

@@ -217,3 +217,25 @@ def test_vllm_history_reads_the_recorded_paired_runs(tmp_path):
     assert plot_vllm_history.history(tmp_path) == {"8b, 4 x 8": [
         {"session": 45, "file": "vllm_cuda_8b_2026-12-05-s45.json", "ratio": 1.25, "low": 0.5, "high": 3.5,
          "mismatches": None}]}
+
+
+def test_matmul_layer_rows_fold_inside_the_norm():
+    """``matmul_sweep.py --layer``'s two sides of a row-parallel layer (``layer_fns``): ours gives the bits of our
+    product followed by the residual add + RMSNorm, with a split launch's partials folded inside the norm (decode
+    sizes); cuBLAS's product goes into the same norm. Under the interpreter on the CPU (no TMA)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))
+    import matmul_sweep
+
+    from rlk_models.ops.triton import add_rms_norm
+    from rlk_models.ops.triton.matmul import Partials, linear_unfolded, matmul
+
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(16, 4096, generator=g), torch.randn(64, 4096, generator=g) * 0.02
+    residual, norm_w = torch.randn(16, 64, generator=g), torch.rand(64, generator=g) + 0.5
+    assert isinstance(linear_unfolded(x, w), Partials)  # 16 rows: a split launch (its fold left to the norm)
+    ours, cublas = matmul_sweep.layer_fns(x, w, residual, norm_w)
+    want = add_rms_norm(matmul(x, w, row_parallel=True), residual, norm_w, 1e-6)
+    got = ours()
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    ref = add_rms_norm(torch.nn.functional.linear(x, w), residual, norm_w, 1e-6)
+    assert all(torch.equal(a, b) for a, b in zip(cublas(), ref))

@@ -9,6 +9,8 @@ row-parallel (canonical K-groups), the others plain (one group).
      ``M_ALL``; eager ``do_bench`` of both at M in {1, 16, 128} (host overhead included); ``--cold``: each
      graph row again with the weight out of L2 (``harness.bench_graph_cold``: as a layer reads it in a model
      step; the graph rows call one weight back to back, and one under L2's 50 MB is then read from L2);
+     ``--layer``: each row-parallel graph row again as the engine runs the layer (``layer_fns``: with the residual
+     add + RMSNorm after it, a split launch's fold inside that norm), against cuBLAS's product into the same norm;
   3. ``--search``: every candidate launch (config x form) at ``M_SEARCH`` (or ``--m``), the best per (shape,
      M) -- what ``LAUNCHES`` in ops/triton/matmul.py is picked from (above 64 rows the Gluon forms too: in
      K-groups ``SM90_CANDIDATES``, in one ``SM90_PLAIN_CANDIDATES``); ``--retime K``: the K fastest, the
@@ -25,8 +27,9 @@ row-parallel (canonical K-groups), the others plain (one group).
     python benchmarks/triton/matmul_sweep.py launches launches.json  # a launch file's entries as TUNED rows
     python benchmarks/triton/matmul_sweep.py plot BEFORE.json AFTER.json OUT.png  # ratio vs M, two runs
     python benchmarks/triton/matmul_sweep.py plot-cold RUN.json OUT.png  # a --cold run's L2-hot and -cold rows
-    python benchmarks/triton/matmul_sweep.py goal RUN.json [BEFORE.json] [--cold]  # #17's count (<= 1.15x, <= 1.05x
-        # from 4096 rows), the misses, a markdown table of the ratios (BEFORE's rows above; bold: entered the goal)
+    python benchmarks/triton/matmul_sweep.py goal RUN.json [BEFORE.json] [--cold | --layer]  # #17's count (<= 1.15x,
+        # <= 1.05x from 4096 rows), the misses, a markdown table of the ratios (BEFORE's rows above; bold: entered the
+        # goal); --cold / --layer: the run's L2-cold or layer rows
     python benchmarks/triton/matmul_sweep.py explain RUN.json [--all]  # why the misses miss: our kernels' tiles and
         # waves, bytes and FLOPs a second each side, and (a --kernels run) the kernels cuBLAS ran
     python benchmarks/triton/matmul_sweep.py streamk [--m 192,384] [--shapes gate_up] [--block-k 64,128]  # streamk
@@ -277,6 +280,16 @@ def goal(after: str, before: str | None = None, row: str = "graph") -> dict:
     return res
 
 
+def layer_fns(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, norm_w: torch.Tensor, eps: float = 1e-6):
+    """(ours, cuBLAS's) row-parallel layer as the engine runs it: the product, then the residual add + RMSNorm after
+    it (``add_rms_norm``); ours through ``linear_unfolded``, whose split launches leave their fold to that norm, and
+    cuBLAS's ``F.linear`` into the same norm -- the decode sizes' fold counted where the engine pays it."""
+    from rlk_models.ops.triton import add_rms_norm, linear_unfolded
+
+    return (lambda: add_rms_norm(linear_unfolded(x, w), residual, norm_w, eps),
+            lambda: add_rms_norm(F.linear(x, w), residual, norm_w, eps))
+
+
 # an H200's published figures, for ``explain``: HBM3e bandwidth, dense bf16 tensor throughput, SMs, L2
 H200_TB_S, H200_TFLOPS, H200_SMS, H200_L2_MB = 4.8, 989.0, 132, 50
 
@@ -436,12 +449,13 @@ def main() -> None:
             ap.error(f"--shapes: no shapes {bad} ({', '.join(SHAPES)})")
         return streamk_forms(tuple(int(m) for m in a.m.split(",")), shapes,
                              tuple(int(b) for b in a.block_k.split(",")))
-    if sys.argv[1:2] == ["goal"]:  # RUN.json [BEFORE.json] [--cold]: #17's count, misses and a markdown table
-        files = [f for f in sys.argv[2:] if f != "--cold"]
+    if sys.argv[1:2] == ["goal"]:  # RUN.json [BEFORE.json] [--cold | --layer]: #17's count, misses, a markdown table
+        rows = {"--cold": "graph_cold", "--layer": "graph_layer"}
+        files = [f for f in sys.argv[2:] if f not in rows]
         if not 1 <= len(files) <= 2:
-            sys.exit("usage: matmul_sweep.py goal RUN.json [BEFORE.json] [--cold]")
+            sys.exit("usage: matmul_sweep.py goal RUN.json [BEFORE.json] [--cold | --layer]")
         return goal(files[0], files[1] if len(files) == 2 else None,
-                    "graph_cold" if "--cold" in sys.argv[2:] else "graph")
+                    next((rows[f] for f in sys.argv[2:] if f in rows), "graph"))
     if sys.argv[1:2] == ["explain"]:  # RUN.json [--all]: why its rows miss #17's goal (every row with --all)
         files = [f for f in sys.argv[2:] if f != "--all"]
         if len(files) != 1:
@@ -484,6 +498,10 @@ def main() -> None:
                          "which RLK_MATMUL_LAUNCHES=PATH then runs (matmul.use_launches)")
     ap.add_argument("--margin", type=float, default=0.04,
                     help="with --write-launches: the least gain over the default's median that is written")
+    ap.add_argument("--layer", action="store_true",
+                    help="the row-parallel layers also as the engine runs them at each graph row (``layer_fns``: the "
+                         "product and the residual add + RMSNorm after it, a split launch's fold inside the norm) "
+                         "against cuBLAS's product into the same norm: rows 'graph_layer' (``goal RUN --layer``)")
     ap.add_argument("--kernels", action="store_true",
                     help="record the kernels each side runs at every graph row (torch.profiler; a row's "
                          "cublas_kernels / ours_kernels): which kernel cuBLAS picked, for ``explain``")
@@ -522,7 +540,7 @@ def main() -> None:
         r = {"k": k, "n": n, "row_parallel": rp,
              "rel_err_vs_fp64_M128": rel_err(matmul(x[:128], w, row_parallel=rp), ref64),
              "cublas_rel_err_vs_fp64_M128": rel_err(F.linear(x[:128], w), ref64), "graph": {}, "eager": {},
-             "search": {}, "graph_cold": {}}
+             "search": {}, "graph_cold": {}, "graph_layer": {}}
         ws = l2_cold_copies(w) if args.cold else []
         for m in (ms if args.quick else M_ALL):
             xm = x[:m]
@@ -536,6 +554,13 @@ def main() -> None:
                 r["graph"][m] |= {"cublas_kernels": kernel_names(lambda: F.linear(xm, w)),
                                   "ours_kernels": kernel_names(lambda: matmul(xm, w, row_parallel=rp))}
                 log(f"{name:8} M={m:5} kernels: cuBLAS {r['graph'][m]['cublas_kernels']}")
+            if args.layer and grouped:
+                residual = torch.randn(m, n, device=dev, generator=g).bfloat16()
+                ours_fn, cublas_fn = layer_fns(xm, w, residual, torch.ones(n, device=dev, dtype=torch.bfloat16))
+                l_cu, l_ours = bench_graph(cublas_fn), bench_graph(ours_fn)
+                r["graph_layer"][m] = {"cublas_ms": l_cu, "ours_ms": l_ours, "ratio": l_ours / l_cu}
+                log(f"{name:8} M={m:5} layer: cuBLAS + norm {l_cu * 1e3:8.1f} us  ours {l_ours * 1e3:8.1f} us "
+                    f"({l_ours / l_cu:5.2f}x)")
             if ws:
                 c_cu = bench_graph_cold(lambda wc: F.linear(xm, wc), ws)
                 c_ours = bench_graph_cold(lambda wc: matmul(xm, wc, row_parallel=rp), ws)
