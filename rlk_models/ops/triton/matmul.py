@@ -749,6 +749,14 @@ def tile_grid(launch: Launch, split: int, m: int, n: int, bm: int, bn: int, sms:
     return tiles, min(sms, tiles) if persistent else tiles, persistent
 
 
+def sm90_serves(launch: Launch, groups: int, k: int) -> bool:
+    """Whether the Gluon form (``Launch.sm90``) has a form for ``launch``'s tiles in ``groups`` K-groups of a K of
+    ``k`` (whole 64-wide K-tiles a group; a tail after 128-row tiles only); ``mm`` asks besides for forward layouts,
+    no accumulate, an sm_90 GPU and TMA-addressable bf16/fp16 operands, else runs ``sm90_fallback``."""
+    return (k % (groups * BLOCK_K) == 0 and matmul_sm90.serves_tile(*launch.config[:2], plain=groups == 1)
+            and (not launch.tail or launch.config[0] == 2 * matmul_sm90.HALF))
+
+
 def streamk_serves(launch: Launch, groups: int) -> bool:
     """Whether ``Launch.streamk`` has a form for ``launch`` in ``groups`` K-groups: plain K, persistent, the Triton
     kernel's plain tiles (no swap, flat, split or sm90 form); ``mm`` asks besides for forward layouts, no accumulate
@@ -773,7 +781,7 @@ def grids(m: int, n: int, k: int, groups: int, launch: Launch | None = None, sms
     ratio is read against (a wave is ``sms`` programs; ``matmul_sweep.py explain``). A split launch's fold kernel
     is listed too (in a model's forward ``linear_unfolded`` leaves it to the next op)."""
     launch = launch or launch_for(m, n, groups, k)
-    if launch.sm90 and not matmul_sm90.serves_tile(*launch.config[:2], plain=groups == 1):
+    if launch.sm90 and not sm90_serves(launch, groups, k):
         launch = sm90_fallback(launch, "groups" if groups > 1 else "plain")
     if launch.sm90:
         head = wave_rows(m, n, launch.config, sms) if launch.tail else m
@@ -851,10 +859,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
                                  f"deadlocks) ({launch})")
             bk = BLOCK_K
         launch = launch._replace(block_k=bk)
-    if launch.sm90 and not (k % (groups * BLOCK_K) == 0 and not (a_km or b_kn or accumulate)
-                            and tma is not False and matmul_sm90.serves_tile(*launch.config[:2], plain=groups == 1)
-                            and (not launch.tail or launch.config[0] == 2 * matmul_sm90.HALF)
-                            and matmul_sm90.usable(a, b, out) and tma_ok(a, b, out)):
+    if launch.sm90 and not (sm90_serves(launch, groups, k) and not (a_km or b_kn or accumulate)
+                            and tma is not False and matmul_sm90.usable(a, b, out) and tma_ok(a, b, out)):
         if explicit:
             raise ValueError(f"matmul: an sm90 launch ({launch}) computes a forward product (K a multiple of "
                              f"{BLOCK_K} a group, no accumulate) on an sm_90 GPU (bf16/fp16, TMA-addressable, "
