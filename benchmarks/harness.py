@@ -107,5 +107,14 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def save(name: str, res: dict) -> None:
-    with open(os.path.join(os.environ.get("OUT", "."), f"{name}.json"), "w") as f:
-        json.dump(res, f, indent=1, default=str)
+    """``res`` as ``$OUT/{name}.json``, whole or not at all (a temporary file renamed over it): a benchmark that saves
+    as it goes leaves its last whole save when its call's time limit cuts it."""
+    path = os.path.join(os.environ.get("OUT", "."), f"{name}.json")
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(res, f, indent=1, default=str)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -70,8 +71,6 @@ def test_matmul_explain_lays_out_the_recorded_misses(tmp_path):
     its recorded launch (o 8B at 384 rows: 96 tiles of 128 x 128, three quarters of a wave; at 64 rows two parts of
     64 tiles and the fold), the bytes and FLOPs a second; and the kernels a ``--kernels`` run recorded."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))
-    import json
-
     import matmul_sweep
 
     run = Path(__file__).resolve().parents[1] / "docs" / "data" / "matmul_rows_2026-12-05-s45-call1.json"
@@ -194,8 +193,6 @@ def test_vllm_history_reads_the_recorded_paired_runs(tmp_path):
     slowest-over-fastest to fastest-over-slowest bar), session 45's 8B call among them; calls under ``--profile``
     (the engine core in the benchmark's process), at TP=2, or without both engines' runs are left out."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import json
-
     import plot_vllm_history
 
     data = Path(__file__).resolve().parents[1] / "docs" / "data"
@@ -239,3 +236,15 @@ def test_matmul_layer_rows_fold_inside_the_norm():
     assert all(torch.equal(a, b) for a, b in zip(got, want))
     ref = add_rms_norm(torch.nn.functional.linear(x, w), residual, norm_w, 1e-6)
     assert all(torch.equal(a, b) for a, b in zip(cublas(), ref))
+
+
+def test_save_writes_whole_files_only(tmp_path, monkeypatch):
+    """``harness.save``: the JSON under $OUT, replaced whole; a dump that fails leaves the last save and no
+    temporary file."""
+    monkeypatch.setenv("OUT", str(tmp_path))
+    harness.save("run", {"a": 1})
+    harness.save("run", {"a": 2})
+    with pytest.raises(TypeError):
+        harness.save("run", {"a": 3, ("b", 1): 0})  # a tuple key: no JSON (default= covers values only), mid-dump
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+    assert json.loads((tmp_path / "run.json").read_text()) == {"a": 2}

@@ -341,7 +341,7 @@ def explain(run: str, every: bool = False, sms: int = H200_SMS) -> list[dict]:
                          f"{row['tflops']['ours']:.0f} / {row['tflops']['cublas']:.0f} | "
                          f"{', '.join(row['cublas_kernels']) or '--'} |")
     log("\n".join(lines))
-    log(f"(H200: {H200_TB_S} TB/s HBM, {H200_TFLOPS:.0f} TFLOP/s dense bf16, {sms} SMs; a wave is {sms} programs)")
+    log(f"\n(H200: {H200_TB_S} TB/s HBM, {H200_TFLOPS:.0f} TFLOP/s dense bf16, {sms} SMs; a wave is {sms} programs)")
     return rows
 
 
@@ -619,6 +619,7 @@ def main() -> None:
         r["bwd_graph"] = {}
         if args.quick:
             res["shapes"][name] = r
+            save("matmul_sweep", res | {"launches_written": written})  # each shape as it ends: a cut run keeps them
             continue
         for m in (1024, 4096, 16384):
             xm = torch.randn(m, k, device=dev, generator=g).bfloat16()
@@ -642,6 +643,7 @@ def main() -> None:
         log(f"{name}: fwd+bwd M=4096 ours {t_ours:.3f} ms vs cuBLAS {t_cu:.3f} ms ({t_ours / t_cu:.2f}x); "
             f"rel err vs fp64 {r['rel_err_vs_fp64_M128']:.2e} (cuBLAS {r['cublas_rel_err_vs_fp64_M128']:.2e})")
         res["shapes"][name] = r
+        save("matmul_sweep", res | {"launches_written": written})
         del x, w, xg, wg, dy
         torch.cuda.empty_cache()
     res["launches_written"] = written
