@@ -222,24 +222,31 @@ def _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_B
                                       BLOCK_M, BLOCK_N, BLOCK_K, FLAT)
                     run = run + part
                 acc = acc + run
-        if HAS_BIAS:
-            if C_T:
-                rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-                acc += tl.load(bias_ptr + rm, mask=rm < M, other=0.0).to(tl.float32)[:, None]
-            else:
-                rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-                acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+        _tile_epilogue(c_desc, bias_ptr, M, N, pid_m, pid_n, acc, HAS_BIAS, BLOCK_M, BLOCK_N, C_T, ACC)
+
+
+@triton.jit
+def _tile_epilogue(c_desc, bias_ptr, M, N, pid_m, pid_n, acc, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, C_T: tl.constexpr, ACC: tl.constexpr):
+    """A finished tile of the TMA kernels (fp32 ``acc``): + bias, (ACC) + out's tile, one rounding, the store."""
+    if HAS_BIAS:
         if C_T:
-            c_desc.store([pid_n * BLOCK_N, pid_m * BLOCK_M], tl.trans(acc).to(c_desc.dtype))
+            rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            acc += tl.load(bias_ptr + rm, mask=rm < M, other=0.0).to(tl.float32)[:, None]
         else:
-            if ACC:  # out's tile by pointer loads straight to registers (no shared-memory buffer beside the store's);
-                #       no bias with ACC, so bias_ptr is out itself (mm passes out when there is no bias)
-                rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-                rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-                old = tl.load(bias_ptr + rm[:, None].to(tl.int64) * N + rn[None, :],
-                              mask=(rm[:, None] < M) & (rn[None, :] < N), other=0.0)
-                acc = old.to(tl.float32) + acc
-            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+            rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+    if C_T:
+        c_desc.store([pid_n * BLOCK_N, pid_m * BLOCK_M], tl.trans(acc).to(c_desc.dtype))
+    else:
+        if ACC:  # out's tile by pointer loads straight to registers (no shared-memory buffer beside the store's);
+            #       no bias with ACC, so bias_ptr is out itself (mm passes out when there is no bias)
+            rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            old = tl.load(bias_ptr + rm[:, None].to(tl.int64) * N + rn[None, :],
+                          mask=(rm[:, None] < M) & (rn[None, :] < N), other=0.0)
+            acc = old.to(tl.float32) + acc
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
 
 
 @triton.jit
@@ -264,27 +271,6 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.c
             pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
             _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS, GROUPS, RUN, SPLIT,
                          A_KM, B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT, ACC)
-
-
-@triton.jit
-def _k_steps(a_desc, b_desc, pid_m, pid_n, s_lo, s_hi, part, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_K: tl.constexpr):
-    """part += the K-tiles s_lo .. s_hi - 1 of one tile (forward layouts), in increasing order."""
-    for s in range(s_lo, s_hi):
-        a, b = _load_ab(a_desc, b_desc, pid_m, pid_n, s * BLOCK_K, False, False, BLOCK_M, BLOCK_N)
-        part = tl.dot(a, b, part)
-    return part
-
-
-@triton.jit
-def _streamk_store(c_desc, bias_ptr, N, pid_m, pid_n, part, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr):
-    """A finished tile: the plain K loop's epilogue (``_mm_tma_tile``'s ``acc = 0 + part``, + bias, one rounding)."""
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) + part
-    if HAS_BIAS:
-        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-    c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
 
 
 @triton.jit
@@ -317,10 +303,11 @@ def _mm_streamk_kernel(a_desc, b_desc, c_desc, bias_ptr, ws_ptr, flag_ptr, M, N,
     first = start // steps  # the tile of the run's first K-tile, and of its last
     last = (end - 1) // steps
     tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    zero = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if end % steps != 0:  # the run's last tile runs on into the next program's: its first K-tiles, first
         pid_m, pid_n = last // num_pid_n, last % num_pid_n
-        part = _k_steps(a_desc, b_desc, pid_m, pid_n, 0, end - last * steps,
-                        tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), BLOCK_M, BLOCK_N, BLOCK_K)
+        part = _group_tma(a_desc, b_desc, pid_m, pid_n, 0, (end - last * steps) * BLOCK_K, K, zero, False, False,
+                          BLOCK_M, BLOCK_N, BLOCK_K, False)
         tl.store(ws_ptr + pid.to(tl.int64) * (BLOCK_M * BLOCK_N) + tile, part)
         tl.debug_barrier()  # every thread's share of the sum stored before the flag goes up
         tl.atomic_xchg(flag_ptr + pid, 1, sem="release", scope="gpu")
@@ -328,16 +315,18 @@ def _mm_streamk_kernel(a_desc, b_desc, c_desc, bias_ptr, ws_ptr, flag_ptr, M, N,
     for t in tl.range(first + (start % steps != 0).to(tl.int32), last + (end % steps == 0).to(tl.int32),
                       flatten=True):
         pid_m, pid_n = t // num_pid_n, t % num_pid_n
-        part = _k_steps(a_desc, b_desc, pid_m, pid_n, 0, steps, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32),
-                        BLOCK_M, BLOCK_N, BLOCK_K)
-        _streamk_store(c_desc, bias_ptr, N, pid_m, pid_n, part, HAS_BIAS, BLOCK_M, BLOCK_N)
+        part = _group_tma(a_desc, b_desc, pid_m, pid_n, 0, steps * BLOCK_K, K, zero, False, False, BLOCK_M, BLOCK_N,
+                          BLOCK_K, False)
+        # the plain K loop's ``acc = 0 + part`` (``_mm_tma_tile``), then its epilogue
+        _tile_epilogue(c_desc, bias_ptr, M, N, pid_m, pid_n, zero + part, HAS_BIAS, BLOCK_M, BLOCK_N, False, False)
     if start % steps != 0:  # the first tile, begun by the previous program: its last K-tiles, from that sum
         while tl.atomic_cas(flag_ptr + pid - 1, 1, 0, sem="acquire", scope="gpu") != 1:
             pass
         part = tl.load(ws_ptr + (pid - 1).to(tl.int64) * (BLOCK_M * BLOCK_N) + tile, cache_modifier=".cg")
         pid_m, pid_n = first // num_pid_n, first % num_pid_n
-        part = _k_steps(a_desc, b_desc, pid_m, pid_n, start - first * steps, steps, part, BLOCK_M, BLOCK_N, BLOCK_K)
-        _streamk_store(c_desc, bias_ptr, N, pid_m, pid_n, part, HAS_BIAS, BLOCK_M, BLOCK_N)
+        part = _group_tma(a_desc, b_desc, pid_m, pid_n, (start - first * steps) * BLOCK_K, steps * BLOCK_K, K, part,
+                          False, False, BLOCK_M, BLOCK_N, BLOCK_K, False)
+        _tile_epilogue(c_desc, bias_ptr, M, N, pid_m, pid_n, zero + part, HAS_BIAS, BLOCK_M, BLOCK_N, False, False)
 
 
 @triton.jit
