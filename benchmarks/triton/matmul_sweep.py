@@ -424,31 +424,27 @@ def streamk_forms(ms=STREAMK_MS, shapes=STREAMK_SHAPES, block_ks=(BLOCK_K, 2 * B
     return forms_sweep("matmul_streamk", ms, shapes, forms)
 
 
+def forms_main(sub: str, run, ms, shapes, block_ks: tuple[int, ...], block_k_help: str):
+    """``matmul_sweep.py SUB [--m] [--shapes] [--block-k]``: ``run(ms, shapes, block_ks)`` (``sm90_forms``,
+    ``streamk_forms``) on the command line's rows, shapes and K loads (defaults: ``ms``, ``shapes``, ``block_ks``)."""
+    ap = argparse.ArgumentParser(prog=f"matmul_sweep.py {sub}")
+    ap.add_argument("--m", default=",".join(map(str, ms)), help="comma-separated row counts")
+    ap.add_argument("--shapes", default=",".join(shapes), help="comma-separated subset of " + ",".join(SHAPES))
+    ap.add_argument("--block-k", default=",".join(map(str, block_ks)), help=block_k_help)
+    a = ap.parse_args(sys.argv[2:])
+    names = a.shapes.split(",")
+    if bad := sorted(set(names) - set(SHAPES)):
+        ap.error(f"--shapes: no shapes {bad} ({', '.join(SHAPES)})")
+    return run(tuple(int(m) for m in a.m.split(",")), names, tuple(int(b) for b in a.block_k.split(",")))
+
+
 def main() -> None:
     if sys.argv[1:2] == ["sm90"]:
-        ap = argparse.ArgumentParser(prog="matmul_sweep.py sm90")
-        ap.add_argument("--m", default=",".join(map(str, SM90_MS)), help="comma-separated row counts")
-        ap.add_argument("--shapes", default=",".join(SM90_SHAPES), help="comma-separated subset of "
-                        + ",".join(SHAPES))
-        ap.add_argument("--block-k", default=str(BLOCK_K),
-                        help="comma-separated K slot widths (Launch.block_k) to time each Gluon form at, e.g. 64,128")
-        a = ap.parse_args(sys.argv[2:])
-        shapes = a.shapes.split(",")
-        if bad := sorted(set(shapes) - set(SHAPES)):
-            ap.error(f"--shapes: no shapes {bad} ({', '.join(SHAPES)})")
-        return sm90_forms(tuple(int(m) for m in a.m.split(",")), shapes, tuple(int(b) for b in a.block_k.split(",")))
-    if sys.argv[1:2] == ["streamk"]:
-        ap = argparse.ArgumentParser(prog="matmul_sweep.py streamk")
-        ap.add_argument("--m", default=",".join(map(str, STREAMK_MS)), help="comma-separated row counts")
-        ap.add_argument("--shapes", default=",".join(STREAMK_SHAPES), help="comma-separated plain layers of "
-                        + ",".join(SHAPES))
-        ap.add_argument("--block-k", default=f"{BLOCK_K},{2 * BLOCK_K}", help="comma-separated K-tile loads")
-        a = ap.parse_args(sys.argv[2:])
-        shapes = a.shapes.split(",")
-        if bad := sorted(set(shapes) - set(SHAPES)):
-            ap.error(f"--shapes: no shapes {bad} ({', '.join(SHAPES)})")
-        return streamk_forms(tuple(int(m) for m in a.m.split(",")), shapes,
-                             tuple(int(b) for b in a.block_k.split(",")))
+        return forms_main("sm90", sm90_forms, SM90_MS, SM90_SHAPES, (BLOCK_K,),
+                          "comma-separated K slot widths (Launch.block_k) to time each Gluon form at, e.g. 64,128")
+    if sys.argv[1:2] == ["streamk"]:  # plain layers only (streamk_forms refuses the others)
+        return forms_main("streamk", streamk_forms, STREAMK_MS, STREAMK_SHAPES, (BLOCK_K, 2 * BLOCK_K),
+                          "comma-separated K-tile loads (Launch.block_k)")
     if sys.argv[1:2] == ["goal"]:  # RUN.json [BEFORE.json] [--cold | --layer]: #17's count, misses, a markdown table
         rows = {"--cold": "graph_cold", "--layer": "graph_layer"}
         files = [f for f in sys.argv[2:] if f not in rows]
