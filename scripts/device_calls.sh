@@ -223,6 +223,14 @@ search_into_file() {  # search_into_file NAME SECONDS ARGS...: a matmul_sweep.py
 search_summary() {  # search_summary LOG...: the searches' rows, retimed medians, bit differences and entries written
     grep -hE "search:|graph:|retimed:|BITS|launch file|not written" "$@" | cut -c1-200 | head -40
 }
+table_edges() {  # table_edges SECONDS [VAR=VALUE...]: every layer's rows at its table edges (the table-edges test
+                # of tests/gpu/test_triton_contract_8b.py, under RLK_MATMUL_LAUNCHES where set), then its summary
+    local secs=$1
+    shift
+    part edges "$secs" PART=tests TEST_TIMEOUT=$((secs - 10)) TESTS=tests/gpu/test_triton_contract_8b.py \
+        K="rows_at_the_table_edges" "$@"
+    test_summary edges 12
+}
 vllm_figures() {  # vllm_figures NAME SHAPE: a PART=vllm part's batch-1 TPOT, throughput (and their ratios to
                  # stock) and rlk's log-prob mismatches, from its JSON
     grep -hE '"(batch1_tpot_ms|batch1_tpot_vs_stock|tok_per_s|throughput_vs_stock|mismatch_count|max_abs_diff)"' \
@@ -743,9 +751,7 @@ s41v)
     # then every layer's rows at its table edges and against the 64-wide pointer kernel (carry .vllm-cuda)
     part vllm_1.7b 330 PART=vllm SHAPE=1.7b ENGINES=rlk,stock VLLM_ARGS="--limit 160"
     vllm_figures vllm_1.7b 1.7b
-    part edges 200 PART=tests TEST_TIMEOUT=190 TESTS=tests/gpu/test_triton_contract_8b.py \
-        K="rows_at_the_table_edges"
-    test_summary edges 12
+    table_edges 200
     ;;
 s42v)
     # session 41's 128-wide K-load defaults in CUDA vLLM, paired: the 1.7B rollout, rlk (then its log-probs against the
@@ -769,9 +775,7 @@ s42d)
     # session 42's defaults (256-wide loads at qkv 1.7B to 64 rows and o 1.7B at 17-32; 128-wide at o/down 1.7B to
     # 256, gate_up 1.7B at 193-256): the table edges' bits first, then the changed rows timed against cuBLAS, then the
     # 1.7B rollout in CUDA vLLM, rlk only, with its parity against the training class (carry .vllm-cuda)
-    part edges 150 PART=tests TEST_TIMEOUT=140 TESTS=tests/gpu/test_triton_contract_8b.py \
-        K="rows_at_the_table_edges"
-    test_summary edges 12
+    table_edges 150
     bench rows42 110 benchmarks/triton/matmul_sweep.py --m 1,16,32,64,128,256 \
         --shapes qkv_1.7b,o_1.7b,down_1.7b,gate_up_1.7b
     grep -hE "graph:|BITS|skip" "$ROOT_OUT"/rows42.log | cut -c1-200 | head -30
@@ -808,9 +812,7 @@ s43edges)
     # after a TUNED change: every layer's rows at its table edges against the 64-wide pointer kernel (8 items, one a
     # layer shape, compiled side by side), then the table's graph rows (the 17 M of matmul_table, no eager or
     # backward rows, which at the 8B shapes would not fit the limit) of SHAPES43 (no carry)
-    part edges 200 PART=tests TEST_TIMEOUT=190 XDIST=8 TESTS=tests/gpu/test_triton_contract_8b.py \
-        K="rows_at_the_table_edges"
-    test_summary edges 12
+    table_edges 200 XDIST=8
     bench rows43 240 benchmarks/triton/matmul_sweep.py --quick \
         --m 1,2,4,8,16,32,64,128,192,256,384,512,768,1024,2048,4096,8192 \
         --shapes "${SHAPES43:-qkv_1.7b,o_1.7b,down_1.7b,gate_up_1.7b}"
@@ -822,9 +824,7 @@ s47)
     # 34, qkv 8B's last in sessions 34-41) with the kernels each side ran (--kernels: which kernel cuBLAS picked), then
     # #17's count and why each miss misses (``explain``: our tiles and waves, bytes and FLOPs a second, cuBLAS's
     # kernels) (no carry)
-    part edges 200 PART=tests TEST_TIMEOUT=190 XDIST=8 TESTS=tests/gpu/test_triton_contract_8b.py \
-        K="rows_at_the_table_edges"
-    test_summary edges 12
+    table_edges 200 XDIST=8
     matmul_table 370 --kernels | head -1  # its exit; the rows are in table.log
     PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py goal "$ROOT_OUT/table/matmul_sweep.json" | tail -2
     PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py explain "$ROOT_OUT/table/matmul_sweep.json" |
@@ -901,9 +901,7 @@ print(','.join(dict.fromkeys(x['layer'] for x in e)), ','.join(map(str, sorted({
     echo "launch file: layers $layers, rows $rows"
     bench before 150 benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers"
     export RLK_MATMUL_LAUNCHES="$lf"
-    part edges 200 PART=tests TEST_TIMEOUT=190 XDIST=8 TESTS=tests/gpu/test_triton_contract_8b.py \
-        K="rows_at_the_table_edges"
-    test_summary edges 12
+    table_edges 200 XDIST=8
     bench after 150 benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers"
     grep -hE "graph:" "$ROOT_OUT"/before.log "$ROOT_OUT"/after.log | cut -c1-200
     ;;
