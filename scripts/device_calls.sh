@@ -175,7 +175,8 @@
 #   CALL=s47sk bash scripts/device_calls.sh     # Launch.streamk: its bits natively, then its time against the
 #                                              # persistent launch of each config at the plain layers (no carry)
 #   CALL=s47layer bash scripts/device_calls.sh  # the row-parallel layers with the norm after them, as the engine
-#                                              # runs them (--layer), against cuBLAS into the same norm (no carry)
+#                                              # runs them (--layer), against cuBLAS into the same norm; then
+#                                              # Launch.last_folds: its bits natively, its time (folds) (no carry)
 #   CALL=s43edges bash scripts/device_calls.sh  # after a TUNED change: the table-edges bits (XDIST) and the
 #                                              # table's graph rows of SHAPES43 (default the 1.7B layers) against
 #                                              # cuBLAS (no carry)
@@ -853,6 +854,14 @@ s47layer)
         PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py goal "$ROOT_OUT/layer47/matmul_sweep.json" $row |
             tail -2
     done
+    # session 47's Launch.last_folds (CPU-built, never run on a GPU: each tile's partials folded by its last program,
+    # one launch where a split default has two): its bits natively (each split default at 1-256 rows, bias, fp32
+    # out, a TP=2 rank, 50 runs, beside another stream, graph replays), then its time against the split default
+    # and cuBLAS, as a product and as the engine's layer
+    part lf_bits 120 PART=tests TEST_TIMEOUT=110 XDIST=4 TESTS=tests/gpu/test_triton_contract_8b.py K="last_folds"
+    test_summary lf_bits 6
+    bench folds 120 benchmarks/triton/matmul_sweep.py folds
+    grep -E "M=" "$ROOT_OUT/folds.log" | cut -c1-400
     ;;
 s43rows8b)
     # the 8B layers' small- and mid-M misses in session 34's table (not re-run since) searched with 128- and
