@@ -174,6 +174,8 @@
 #                                              # misses (matmul_sweep.py explain) (no carry)
 #   CALL=s47sk bash scripts/device_calls.sh     # Launch.streamk: its bits natively, then its time against the
 #                                              # persistent launch of each config at the plain layers (no carry)
+#   CALL=s47new bash scripts/device_calls.sh    # Launch.last_folds and Launch.streamk: their bits natively, then
+#                                              # their time against the launches they are forms of (no carry)
 #   CALL=s47layer bash scripts/device_calls.sh  # the row-parallel layers with the norm after them, as the engine
 #                                              # runs them (--layer), against cuBLAS into the same norm; then
 #                                              # Launch.last_folds: its bits natively, its time (folds) (no carry)
@@ -841,6 +843,20 @@ s47sk)
     test_summary sk_bits 10
     bench sk_sweep 370 benchmarks/triton/matmul_sweep.py streamk
     grep -E "M=" "$ROOT_OUT/sk_sweep.log" | cut -c1-1200
+    ;;
+s47new)
+    # the two CPU-built forms first (sessions 46-47, never run on a GPU), bits then time: Launch.last_folds (a split
+    # default's fold by each tile's last program) natively, then Launch.streamk's bits; last_folds against the split
+    # default as a product and as the engine's layer (folds); streamk against the persistent launch where the plain
+    # layers' last wave is part empty (192/384/768 rows) (no carry)
+    part lf_bits 120 PART=tests TEST_TIMEOUT=110 XDIST=4 TESTS=tests/gpu/test_triton_contract_8b.py K="last_folds"
+    test_summary lf_bits 6
+    part sk_bits 170 PART=tests TEST_TIMEOUT=160 XDIST=4 TESTS=tests/gpu/test_triton_contract_8b.py K="streamk"
+    test_summary sk_bits 6
+    bench folds 100 benchmarks/triton/matmul_sweep.py folds --m 1,4,16,32,64,128,256
+    grep -E "M=" "$ROOT_OUT/folds.log" | cut -c1-300
+    bench sk_sweep 170 benchmarks/triton/matmul_sweep.py streamk --m 192,384,768 --shapes gate_up,qkv,qkv_1.7b
+    grep -E "M=" "$ROOT_OUT/sk_sweep.log" | cut -c1-900
     ;;
 s47layer)
     # the row-parallel layers as the engine runs them (--layer: the product, then the residual add + RMSNorm with a
