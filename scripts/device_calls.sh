@@ -176,6 +176,8 @@
 #                                              # persistent launch of each config at the plain layers (no carry)
 #   CALL=s47new bash scripts/device_calls.sh    # Launch.last_folds and Launch.streamk: their bits natively, then
 #                                              # their time against the launches they are forms of (no carry)
+#   CALL=s47one bash scripts/device_calls.sh    # one call: the table-edges, last_folds and streamk bits side by
+#                                              # side, then last_folds's and streamk's time (no carry)
 #   CALL=s47layer bash scripts/device_calls.sh  # the row-parallel layers with the norm after them, as the engine
 #                                              # runs them (--layer), against cuBLAS into the same norm; then
 #                                              # Launch.last_folds: its bits natively, its time (folds) (no carry)
@@ -856,6 +858,20 @@ s47new)
     bench folds 100 benchmarks/triton/matmul_sweep.py folds --m 1,4,16,32,64,128,256
     grep -E "M=" "$ROOT_OUT/folds.log" | cut -c1-300
     bench sk_sweep 170 benchmarks/triton/matmul_sweep.py streamk --m 192,384,768 --shapes gate_up,qkv,qkv_1.7b
+    grep -E "M=" "$ROOT_OUT/sk_sweep.log" | cut -c1-900
+    ;;
+s47one)
+    # the session's one call where the GPU is scarce (session 47: six tries refused): every bits proof due in one
+    # pytest part, items side by side -- the table-edges test (qkv 1.7B 129-192's 129-row edge not yet run under
+    # TUNED), Launch.last_folds's and Launch.streamk's tests (CPU-built, never run on a GPU) -- then last_folds
+    # timed against the split default (product and engine layer) and streamk where the plain layers' last wave is
+    # part empty (gate_up 8B at 192 rows: 4.36 waves, 1.21x in session 45) (no carry)
+    part bits47 300 PART=tests TEST_TIMEOUT=290 XDIST=8 TESTS=tests/gpu/test_triton_contract_8b.py \
+        K="rows_at_the_table_edges or last_folds or streamk"
+    test_summary bits47 24
+    bench folds 100 benchmarks/triton/matmul_sweep.py folds --m 1,4,16,32,64,128,256
+    grep -E "M=" "$ROOT_OUT/folds.log" | cut -c1-300
+    bench sk_sweep 130 benchmarks/triton/matmul_sweep.py streamk --m 192,384 --shapes gate_up,qkv_1.7b
     grep -E "M=" "$ROOT_OUT/sk_sweep.log" | cut -c1-900
     ;;
 s47layer)
