@@ -350,15 +350,20 @@ def _mm_streamk_kernel(a_desc, b_desc, c_desc, bias_ptr, ws_ptr, flag_ptr, M, N,
 
 
 @triton.jit
-def fold_parts(p_ptr, idx, ok, MN, acc, GROUPS: tl.constexpr, RUN: tl.constexpr, CACHE: tl.constexpr = ""):
+def fold_parts(p_ptr, idx, ok, MN, acc, GROUPS: tl.constexpr, RUN: tl.constexpr, FROM_L2: tl.constexpr):
     """acc (zeros, the shape of idx) + the fused kernel's sum of GROUPS fp32 partials at element offsets idx of
     each [MN] partial: runs of RUN folded in order from zero, the runs' sums added in order. The one fold
-    ``_fold_kernel``, a ``Launch.last_folds`` tile (``_fold_last``; CACHE ".cg": from L2, where the other programs'
-    stores are) and the RMSNorm of unfolded partials (``rms_norm._rms_fwd``) run, so they round alike."""
+    ``_fold_kernel``, a ``Launch.last_folds`` tile (``_fold_last``; FROM_L2: ``.cg`` loads, from L2, where the other
+    programs' stores are) and the RMSNorm of unfolded partials (``rms_norm._rms_fwd``) run, so they round alike.
+    FROM_L2 has no default: a jit function's constexpr default reached from another jit function failed to compile
+    on the GPU (session 47: a str default, which the interpreter took), so every caller names it."""
     for r in tl.static_range(GROUPS // RUN):
         run = tl.zeros_like(acc)
         for g in tl.static_range(r * RUN, r * RUN + RUN):
-            run = run + tl.load(p_ptr + g * MN + idx, mask=ok, other=0.0, cache_modifier=CACHE)
+            if FROM_L2:
+                run = run + tl.load(p_ptr + g * MN + idx, mask=ok, other=0.0, cache_modifier=".cg")
+            else:
+                run = run + tl.load(p_ptr + g * MN + idx, mask=ok, other=0.0)
         acc = acc + run
     return acc
 
@@ -387,7 +392,7 @@ def _fold_last(p_ptr, cnt_ptr, o_ptr, bias_ptr, M, N, pid_m, pid_n, r, part, HAS
             idx = rf[:, None] * N + rn[None, :]
             ok = (rf[:, None] < M) & (rn[None, :] < N)
             acc = fold_parts(p_ptr, idx, ok, M * N, tl.zeros((FOLD_ROWS, BLOCK_N), dtype=tl.float32), PARTS, RUN,
-                             ".cg")
+                             True)
             if HAS_BIAS:
                 acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
             tl.store(o_ptr + idx, acc.to(o_ptr.dtype.element_ty), mask=ok)
@@ -400,7 +405,7 @@ def _fold_kernel(p_ptr, c_ptr, bias_ptr, M, N, HAS_BIAS: tl.constexpr, GROUPS: t
     runs' sums added in order) (+ bias), rounded once."""
     idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = idx < M * N
-    acc = fold_parts(p_ptr, idx, ok, M * N, tl.zeros((BLOCK,), dtype=tl.float32), GROUPS, RUN)
+    acc = fold_parts(p_ptr, idx, ok, M * N, tl.zeros((BLOCK,), dtype=tl.float32), GROUPS, RUN, False)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + idx % N, mask=ok, other=0.0).to(tl.float32)
     tl.store(c_ptr + idx, acc.to(c_ptr.dtype.element_ty), mask=ok)
