@@ -26,11 +26,13 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from rlk_models.ops.triton.matmul import (
+    FOLD_BLOCK,
     HALF,
     K_GROUPS,
     LAUNCHES,
     TUNED,
     Launch,
+    _fold_kernel,
     _mm_streamk_kernel,
     _mm_tma_kernel,
     fitted_config,
@@ -181,10 +183,23 @@ def forms() -> dict[str, tuple[Launch, int, dict]]:
     return out
 
 
+def fold_forms() -> dict:
+    """``_fold_kernel`` (a split launch's second kernel, and ``combine_partials``'s) for 2 partials (halves) and 8
+    (groups, runs of 4): built here because a fold that ran under the interpreter failed to compile on the GPU
+    (session 47). Without a bias (Qwen3's row-parallel layers): with one, its column is an int64 remainder of the
+    flat index by N (``int64_divisions``: 1), a known cost of the bias layers' (llama_bias) decode sizes."""
+    types = dict(p_ptr="*fp32", c_ptr="*bf16", bias_ptr="*bf16", M="i32", N="i32")
+    return {f"fold/parts={parts}": build(_fold_kernel, types, dict(HAS_BIAS=False, GROUPS=parts, RUN=run,
+                                                                   BLOCK=FOLD_BLOCK), ("N",), 4)
+            for parts, run in ((2, 1), (K_GROUPS, run_of(K_GROUPS)))}
+
+
 def main() -> None:
     res = {}
     for name, (lc, groups, kw) in forms().items():
         res[name] = {"launch": str(lc), **describe(compile_form(lc, groups, **kw))}
+    for name, kernel in fold_forms().items():
+        res[name] = {"launch": "_fold_kernel", **describe(kernel)}
     print(json.dumps(res, indent=1))
 
 

@@ -35,14 +35,18 @@ HEAD = importlib.import_module("rlk_models.ops.triton.logprob_head")
 TREE_TYPES = dict(m_ptr="*fp32", s_ptr="*fp32", e_ptr="*fp32", mo_ptr="*fp32", so_ptr="*fp32", eo_ptr="*fp32")
 
 
-def rms_forward(d: int, *, res=False, rope=False, two=False, heads=1):
-    """A ``_rms_fwd`` form as ``rms_norm._forward`` launches it (heads = 1 is Triton's constant 1)."""
+def rms_forward(d: int, *, res=False, rope=False, two=False, heads=1, parts=0):
+    """A ``_rms_fwd`` form as ``rms_norm._forward`` launches it (heads = 1 is Triton's constant 1; ``parts``: x is
+    that many fp32 split-K partials, folded in the kernel as ``add_rms_norm`` of ``Partials`` launches it)."""
     block, warps = RMS._block(d)
     types = dict(x_ptr="*bf16", w_ptr="*bf16", y_ptr="*bf16", rstd_ptr="*fp32", r_ptr="*bf16", s_ptr="*bf16",
                  pos_ptr="*i64", tab_ptr="*fp32", w2_ptr="*bf16", y2_ptr="*bf16", rstd2_ptr="*fp32",
                  M="i32", D="i32", SX="i32", eps="fp32", HALF="i32", H1="i32")
     consts = dict(ROWS=RMS._fwd_rows(d), BLOCK_D=block, RES=res, ROPE=rope,
                   BLOCK_HALF=triton.next_power_of_2(max(1, d // 2)), TWO=two)
+    if parts:  # the partials' fold (matmul.fold_parts: runs of 4 at 8 parts) and the bias
+        types |= dict(x_ptr="*fp32", b_ptr="*bf16")
+        consts |= dict(PARTS=parts, RUN=4 if parts == 8 else 1, HAS_BIAS=True)
     if heads == 1:
         consts["H"] = 1
     else:
@@ -69,6 +73,10 @@ def forms() -> dict:
     return {
         "rms_norm forward, hidden 4096": rms_forward(4096),
         "add_rms_norm forward, hidden 4096": rms_forward(4096, res=True),
+        # the engine's fold of a split launch's partials inside the norm (session 47: a fold that built under the
+        # interpreter failed to compile on the GPU, which only a build catches on the CPU)
+        "add_rms_norm forward of 2 partials, hidden 4096": rms_forward(4096, res=True, parts=2),
+        "add_rms_norm forward of 8 partials, hidden 4096": rms_forward(4096, res=True, parts=8),
         "rms_norm forward, per head 128": rms_forward(128, heads=32),
         "rms_norm_rope forward, per head 128": rms_forward(128, rope=True, heads=32),
         "qk_norm_rope forward, 32 + 8 heads of 128": rms_forward(128, rope=True, two=True, heads=40),
