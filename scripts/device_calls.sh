@@ -178,6 +178,8 @@
 #                                              # their time against the launches they are forms of (no carry)
 #   CALL=s47one bash scripts/device_calls.sh    # one call: the table-edges, last_folds and streamk bits side by
 #                                              # side, then last_folds's and streamk's time (no carry)
+#   CALL=s48fix bash scripts/device_calls.sh    # after the fold fix: the table edges, last_folds and fold-in-norm
+#                                              # bits side by side, then last_folds's time (no carry)
 #   CALL=s47layer bash scripts/device_calls.sh  # the row-parallel layers with the norm after them, as the engine
 #                                              # runs them (--layer), against cuBLAS into the same norm; then
 #                                              # Launch.last_folds: its bits natively, its time (folds) (no carry)
@@ -873,6 +875,17 @@ s47one)
     grep -E "M=" "$ROOT_OUT/folds.log" | cut -c1-300
     bench sk_sweep 130 benchmarks/triton/matmul_sweep.py streamk --m 192,384 --shapes gate_up,qkv_1.7b
     grep -E "M=" "$ROOT_OUT/sk_sweep.log" | cut -c1-900
+    ;;
+s48fix)
+    # after session 47's fold fix (1700432: a str constexpr default in fold_parts had broken every split launch's fold
+    # on the GPU): the row-parallel table edges, Launch.last_folds's GPU test and the native fold-in-the-norm tests,
+    # side by side, then last_folds against the split default as a product and as the engine's layer (no carry)
+    part bits48 260 PART=tests TEST_TIMEOUT=250 XDIST=8 \
+        TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py" \
+        K="rows_at_the_table_edges or last_folds or unfolded_partials or row_parallel_method"
+    test_summary bits48 24
+    bench folds 150 benchmarks/triton/matmul_sweep.py folds --m 1,4,16,32,64,128
+    grep -E "M=" "$ROOT_OUT/folds.log" | cut -c1-330
     ;;
 s47layer)
     # the row-parallel layers as the engine runs them (--layer: the product, then the residual add + RMSNorm with a
