@@ -465,7 +465,8 @@ class Launch(NamedTuple):
     #                     programs share is finished by the second from the first's fp32 sum, the same chain of
     #                     dots. For the M whose last wave of tiles is part empty (gate_up 8B at 192 rows: 576 tiles
     #                     of 64 x 128 in 4.36 waves). Fewer tiles than SMs: the persistent launch it names
-    #                     (session 46, CPU: not yet timed)
+    #                     (session 46). Session 47 (H100): bitwise, but 1.07-1.73x the persistent launch's time at
+    #                     14 of 16 configs where it applies (gate_up 8B at 192 / 384 rows): not a candidate; to go
     last_folds: bool = False  # split launches: each tile's partials folded by the last of its programs to finish
     #                     (``_fold_last``: a ticket from a counter a tile), not by a second kernel -- the fold
     #                     kernel's adds in its order, so its bits; one launch where a split has two (the fold's
