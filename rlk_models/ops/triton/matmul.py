@@ -360,10 +360,7 @@ def fold_parts(p_ptr, idx, ok, MN, acc, GROUPS: tl.constexpr, RUN: tl.constexpr,
     for r in tl.static_range(GROUPS // RUN):
         run = tl.zeros_like(acc)
         for g in tl.static_range(r * RUN, r * RUN + RUN):
-            if FROM_L2:
-                run = run + tl.load(p_ptr + g * MN + idx, mask=ok, other=0.0, cache_modifier=".cg")
-            else:
-                run = run + tl.load(p_ptr + g * MN + idx, mask=ok, other=0.0)
+            run = run + tl.load(p_ptr + g * MN + idx, mask=ok, other=0.0, cache_modifier=".cg" if FROM_L2 else "")
         acc = acc + run
     return acc
 
