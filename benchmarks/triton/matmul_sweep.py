@@ -66,7 +66,7 @@ from harness import (  # noqa: E402
     save,
 )
 
-from rlk_models.ops.triton import linear, matmul_sm90  # noqa: E402
+from rlk_models.ops.triton import add_rms_norm, linear, linear_unfolded, matmul_sm90  # noqa: E402
 from rlk_models.ops.triton.matmul import (  # noqa: E402
     CANDIDATE_CONFIGS,
     HALF,
@@ -286,8 +286,6 @@ def layer_fns(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, norm_w: 
     """(ours, cuBLAS's) row-parallel layer as the engine runs it: the product, then the residual add + RMSNorm after
     it (``add_rms_norm``); ours through ``linear_unfolded``, whose split launches leave their fold to that norm, and
     cuBLAS's ``F.linear`` into the same norm -- the decode sizes' fold counted where the engine pays it."""
-    from rlk_models.ops.triton import add_rms_norm, linear_unfolded
-
     return (lambda: add_rms_norm(linear_unfolded(x, w), residual, norm_w, eps),
             lambda: add_rms_norm(F.linear(x, w), residual, norm_w, eps))
 
@@ -392,8 +390,6 @@ def forms_sweep(run: str, ms, shapes, forms, layer: bool = False) -> dict:
                     row[label] = {"us": t, "vs_cublas": t / row["cublas_us"], "vs_default": t / row["default_us"],
                                   "bitwise": same}
                     if lay:
-                        from rlk_models.ops.triton import add_rms_norm
-
                         def form_layer():
                             return add_rms_norm(mm(xm, w, groups=groups, launch=lc), residual, norm_w, 1e-6)
                         lt = 1e3 * bench_graph(form_layer)
@@ -469,7 +465,8 @@ def folds_forms(ms=FOLDS_MS, shapes=SM90_SHAPES, block_ks=(BLOCK_K,)) -> dict:
 
 def forms_main(sub: str, run, ms, shapes, block_ks: tuple[int, ...], block_k_help: str):
     """``matmul_sweep.py SUB [--m] [--shapes] [--block-k]``: ``run(ms, shapes, block_ks)`` (``sm90_forms``,
-    ``streamk_forms``) on the command line's rows, shapes and K loads (defaults: ``ms``, ``shapes``, ``block_ks``)."""
+    ``streamk_forms``, ``folds_forms``) on the command line's rows, shapes and K loads (defaults: ``ms``, ``shapes``,
+    ``block_ks``)."""
     ap = argparse.ArgumentParser(prog=f"matmul_sweep.py {sub}")
     ap.add_argument("--m", default=",".join(map(str, ms)), help="comma-separated row counts")
     ap.add_argument("--shapes", default=",".join(shapes), help="comma-separated subset of " + ",".join(SHAPES))
