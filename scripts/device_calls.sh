@@ -174,15 +174,12 @@
 #                                              # misses (matmul_sweep.py explain) (no carry)
 #   CALL=s47sk bash scripts/device_calls.sh     # Launch.streamk: its bits natively, then its time against the
 #                                              # persistent launch of each config at the plain layers (no carry)
-#   CALL=s47new bash scripts/device_calls.sh    # Launch.last_folds and Launch.streamk: their bits natively, then
-#                                              # their time against the launches they are forms of (no carry)
 #   CALL=s47one bash scripts/device_calls.sh    # one call: the table-edges, last_folds and streamk bits side by
 #                                              # side, then last_folds's and streamk's time (no carry)
 #   CALL=s48fix bash scripts/device_calls.sh    # after the fold fix: the table edges, last_folds and fold-in-norm
 #                                              # bits side by side, then last_folds's time (no carry)
 #   CALL=s47layer bash scripts/device_calls.sh  # the row-parallel layers with the norm after them, as the engine
-#                                              # runs them (--layer), against cuBLAS into the same norm; then
-#                                              # Launch.last_folds: its bits natively, its time (folds) (no carry)
+#                                              # runs them (--layer), against cuBLAS into the same norm (no carry)
 #   CALL=s43edges bash scripts/device_calls.sh  # after a TUNED change: the table-edges bits (XDIST) and the
 #                                              # table's graph rows of SHAPES43 (default the 1.7B layers) against
 #                                              # cuBLAS (no carry)
@@ -848,20 +845,6 @@ s47sk)
     bench sk_sweep 370 benchmarks/triton/matmul_sweep.py streamk
     grep -E "M=" "$ROOT_OUT/sk_sweep.log" | cut -c1-1200
     ;;
-s47new)
-    # the two CPU-built forms first (sessions 46-47, never run on a GPU), bits then time: Launch.last_folds (a split
-    # default's fold by each tile's last program) natively, then Launch.streamk's bits; last_folds against the split
-    # default as a product and as the engine's layer (folds); streamk against the persistent launch where the plain
-    # layers' last wave is part empty (192/384/768 rows) (no carry)
-    part lf_bits 120 PART=tests TEST_TIMEOUT=110 XDIST=4 TESTS=tests/gpu/test_triton_contract_8b.py K="last_folds"
-    test_summary lf_bits 6
-    part sk_bits 170 PART=tests TEST_TIMEOUT=160 XDIST=4 TESTS=tests/gpu/test_triton_contract_8b.py K="streamk"
-    test_summary sk_bits 6
-    bench folds 100 benchmarks/triton/matmul_sweep.py folds --m 1,4,16,32,64,128,256
-    grep -E "M=" "$ROOT_OUT/folds.log" | cut -c1-300
-    bench sk_sweep 170 benchmarks/triton/matmul_sweep.py streamk --m 192,384,768 --shapes gate_up,qkv,qkv_1.7b
-    grep -E "M=" "$ROOT_OUT/sk_sweep.log" | cut -c1-900
-    ;;
 s47one)
     # the session's one call where the GPU is scarce (session 47: six tries refused): every bits proof due in one
     # pytest part, items side by side -- the table-edges test (qkv 1.7B 129-192's 129-row edge not yet run under
@@ -899,14 +882,6 @@ s47layer)
         PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py goal "$ROOT_OUT/layer47/matmul_sweep.json" $row |
             tail -2
     done
-    # session 47's Launch.last_folds (CPU-built, never run on a GPU: each tile's partials folded by its last program,
-    # one launch where a split default has two): its bits natively (each split default at 1-256 rows, bias, fp32
-    # out, a TP=2 rank, 50 runs, beside another stream, graph replays), then its time against the split default
-    # and cuBLAS, as a product and as the engine's layer
-    part lf_bits 120 PART=tests TEST_TIMEOUT=110 XDIST=4 TESTS=tests/gpu/test_triton_contract_8b.py K="last_folds"
-    test_summary lf_bits 6
-    bench folds 120 benchmarks/triton/matmul_sweep.py folds
-    grep -E "M=" "$ROOT_OUT/folds.log" | cut -c1-400
     ;;
 s43rows8b)
     # the 8B layers' small- and mid-M misses in session 34's table (not re-run since) searched with 128- and
