@@ -172,10 +172,8 @@
 #   CALL=s47 bash scripts/device_calls.sh       # the table-edges bits (XDIST), then the whole table's graph rows
 #                                              # with the kernels each side ran, #17's count and why each miss
 #                                              # misses (matmul_sweep.py explain) (no carry)
-#   CALL=s47sk bash scripts/device_calls.sh     # Launch.streamk: its bits natively, then its time against the
-#                                              # persistent launch of each config at the plain layers (no carry)
-#   CALL=s47one bash scripts/device_calls.sh    # one call: the table-edges, last_folds and streamk bits side by
-#                                              # side, then last_folds's and streamk's time (no carry)
+#   (CALL=s47one, session 47's H100 call: Launch.streamk's bits and time with the table edges; streamk, slower,
+#    was removed in session 48: the kernel, its tests and its calls are at 2bae642)
 #   CALL=s48fix bash scripts/device_calls.sh    # after the fold fix: the table edges, last_folds and fold-in-norm
 #                                              # bits side by side, then last_folds's time (no carry)
 #   CALL=s47layer bash scripts/device_calls.sh  # the row-parallel layers with the norm after them, as the engine
@@ -833,31 +831,6 @@ s47)
     PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py goal "$ROOT_OUT/table/matmul_sweep.json" | tail -2
     PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py explain "$ROOT_OUT/table/matmul_sweep.json" |
         cut -c1-400
-    ;;
-s47sk)
-    # session 46's Launch.streamk (CPU-built, never run on a GPU: the tiles' K-tiles dealt out evenly over one program
-    # an SM, a shared tile finished from the first program's fp32 sum): its bits natively (every table config at 64-
-    # and 128-wide loads at 130-1024 rows against the pointer kernel, bias and fp32 out, 50 runs against the first),
-    # then its time against the persistent launch of the same config, the default and cuBLAS at the plain layers
-    # (gate_up 8B at 192 rows: 576 tiles of 64 x 128 in 4.36 waves, 1.21x in session 45) (no carry)
-    part sk_bits 200 PART=tests TEST_TIMEOUT=190 XDIST=4 TESTS=tests/gpu/test_triton_contract_8b.py K="streamk"
-    test_summary sk_bits 10
-    bench sk_sweep 370 benchmarks/triton/matmul_sweep.py streamk
-    grep -E "M=" "$ROOT_OUT/sk_sweep.log" | cut -c1-1200
-    ;;
-s47one)
-    # the session's one call where the GPU is scarce (session 47: six tries refused): every bits proof due in one
-    # pytest part, items side by side -- the table-edges test (qkv 1.7B 129-192's 129-row edge not yet run under
-    # TUNED), Launch.last_folds's and Launch.streamk's tests (CPU-built, never run on a GPU) -- then last_folds
-    # timed against the split default (product and engine layer) and streamk where the plain layers' last wave is
-    # part empty (gate_up 8B at 192 rows: 4.36 waves, 1.21x in session 45) (no carry)
-    part bits47 300 PART=tests TEST_TIMEOUT=290 XDIST=8 TESTS=tests/gpu/test_triton_contract_8b.py \
-        K="rows_at_the_table_edges or last_folds or streamk"
-    test_summary bits47 24
-    bench folds 100 benchmarks/triton/matmul_sweep.py folds --m 1,4,16,32,64,128,256
-    grep -E "M=" "$ROOT_OUT/folds.log" | cut -c1-300
-    bench sk_sweep 130 benchmarks/triton/matmul_sweep.py streamk --m 192,384 --shapes gate_up,qkv_1.7b
-    grep -E "M=" "$ROOT_OUT/sk_sweep.log" | cut -c1-900
     ;;
 s48fix)
     # after session 47's fold fix (1700432: a str constexpr default in fold_parts had broken every split launch's fold

@@ -33,7 +33,6 @@ from rlk_models.ops.triton.matmul import (
     TUNED,
     Launch,
     _fold_kernel,
-    _mm_streamk_kernel,
     _mm_tma_kernel,
     fitted_config,
     run_of,
@@ -56,15 +55,6 @@ def compile_form(launch: Launch, groups: int, a_km: bool = False, b_kn: bool = F
     split = launch.split if groups > 1 else 0
     bk = launch.block_k
     bm, bn, warps, stages = fitted_config(launch.config, 2, 4 if split else 2, block_k=bk)  # as mm() runs it
-    if launch.streamk:  # plain K, forward layouts, one program an SM
-        args = dict(a_desc=f"tensordesc<bf16[{bm}, {bk}]>", b_desc=f"tensordesc<bf16[{bn}, {bk}]>",
-                    c_desc=f"tensordesc<bf16[{bm}, {bn}]>", bias_ptr="*bf16", ws_ptr="*fp32", flag_ptr="*i32",
-                    M="i32", N="i32", K="i32")
-        consts = dict(HAS_BIAS=bias, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_PROGS=132)
-        names = _mm_streamk_kernel.arg_names
-        src = ASTSource(_mm_streamk_kernel, {n: args.get(n, "constexpr") for n in names},
-                        {(names.index(n),): v for n, v in consts.items()})
-        return triton.compile(src, target=TARGET, options=dict(num_warps=warps, num_stages=stages))
     c_t = launch.swap
     a_block = f"{bk}, {bm}" if a_km else f"{bm}, {bk}"
     b_block = f"{bk}, {bn}" if b_kn else f"{bn}, {bk}"
@@ -151,8 +141,7 @@ def forms() -> dict[str, tuple[Launch, int, dict]]:
     """Every default launch (forward; and the plain ones as the two backward layouts), plus the
     flat form of each grouped default that is fused or split by halves, each default up to 64 rows or loading
     wider K-tiles with each of its other K-tile loads (``Launch.block_k``: ``/block_k=64``, ``128``, ``256``), and
-    each persistent plain default above 64 rows as ``Launch.streamk`` (``/streamk``), and each split default as
-    ``Launch.last_folds`` (``/last_folds``)."""
+    each split default as ``Launch.last_folds`` (``/last_folds``)."""
     out = {}
     tables = {f"{kind}/{width}": (kind, table) for (kind, width), table in LAUNCHES.items()
               if not (table is LAUNCHES["groups", "narrow"] and width == "wide")}  # the same table
@@ -176,8 +165,6 @@ def forms() -> dict[str, tuple[Launch, int, dict]]:
             if (bound <= 64 or lc.block_k != BLOCK_K) and not fallback:  # the other K-tile loads beside it
                 for other in {*BLOCK_KS} - {lc.block_k}:
                     out[f"{name}/block_k={other}"] = (lc._replace(block_k=other), groups, {})
-            if kind == "plain" and bound > 64 and lc.persistent and not (lc.swap or lc.flat or fallback):
-                out[name + "/streamk"] = (lc._replace(streamk=True), 1, {})  # where its last wave is part empty
             if kind == "groups" and lc.split and not fallback:  # its fold by each tile's last program
                 out[name + "/last_folds"] = (lc._replace(last_folds=True), groups, {})
     return out

@@ -32,8 +32,6 @@ row-parallel (canonical K-groups), the others plain (one group).
         # goal); --cold / --layer: the run's L2-cold or layer rows
     python benchmarks/triton/matmul_sweep.py explain RUN.json [--all]  # why the misses miss: our kernels' tiles and
         # waves, bytes and FLOPs a second each side, and (a --kernels run) the kernels cuBLAS ran
-    python benchmarks/triton/matmul_sweep.py streamk [--m 192,384] [--shapes gate_up] [--block-k 64,128]  # streamk
-        # launches (Launch.streamk) against the persistent one of the same config, the default, cuBLAS (plain layers)
     python benchmarks/triton/matmul_sweep.py folds [--m 1,64] [--shapes o,down]  # Launch.last_folds against the
         # split default it is a form of and cuBLAS, as a product and as the engine's layer (row-parallel layers)
     python benchmarks/triton/matmul_sweep.py sm90 [--m 192,384] [--shapes o,qkv] [--block-k 64,128]  # the Gluon
@@ -103,13 +101,12 @@ def candidates(m: int, grouped: bool, tiles: set[tuple[int, int]] | None = None,
                stages: list[int] | None = None, block_ks: list[int] | None = None) -> list[Launch]:
     """Launches to time at M. grouped: split-K per group (decode sizes), per half (2 programs per tile, up to
     M=1024), fused, and the last two with flat K loops; plain, M <= 256: also swap launches, config (weight
-    rows, tokens, ...), of 64 weight rows and more (at M <= 64 also 16 and 32); plain above 64 rows, also
-    ``Launch.streamk`` (persistent where the tiles are fewer than the SMs). ``tiles`` keeps the configs of
+    rows, tokens, ...), of 64 weight rows and more (at M <= 64 also 16 and 32). ``tiles`` keeps the configs of
     those (BLOCK_M, BLOCK_N) only, ``stages`` replaces each config's pipeline depth by each of these, ``block_ks``
     times each launch at each of these K-tile loads (``Launch.block_k``; the Gluon forms' K slots too)."""
     flat = [dict(split=HALF, flat=True, persistent=False), dict(flat=True, persistent=False)]
     forms = ([dict(split=1), dict(split=HALF), dict(), *flat] if grouped
-             else [dict(persistent=False), dict()] + ([dict(streamk=True)] if m > 64 else []))
+             else [dict(persistent=False), dict()])
     cfgs = [c for c in CANDIDATE_CONFIGS if c[0] <= 2 * max(16, m) and not (m >= 1024 and c[0] < 64)]
     out = [Launch(c, **f) for c in cfgs for f in forms
            if not (f.get("split") == 1 and m > 256) and not (f.get("split") == HALF and m > 1024)]
@@ -426,24 +423,6 @@ def sm90_forms(ms=SM90_MS, shapes=SM90_SHAPES, block_ks=(BLOCK_K,)) -> dict:
     return forms_sweep("matmul_sm90_groups", ms, shapes, forms)
 
 
-# ``Launch.streamk`` beside the persistent launch of the same config: the plain layers' table configs above 64 rows
-STREAMK_CONFIGS = [(64, 128, 4, 4), (64, 128, 4, 8), (128, 128, 4, 4), (128, 256, 8, 3)]
-STREAMK_MS = (192, 256, 384, 640, 768, 1024)
-STREAMK_SHAPES = ("gate_up", "qkv", "qkv_1.7b", "gate_up_1.7b")
-
-
-def streamk_forms(ms=STREAMK_MS, shapes=STREAMK_SHAPES, block_ks=(BLOCK_K, 2 * BLOCK_K)) -> dict:
-    """``Launch.streamk`` (the tiles' K-tiles dealt out evenly over one program an SM) against the persistent launch
-    of the same config (one tile a program at a time), the default and cuBLAS: at the plain layers, each config of
-    ``STREAMK_CONFIGS`` at each K-tile load in ``block_ks``."""
-    def forms(name, m, rp):
-        return [(f"{'streamk' if sk else 'persistent'} {c}{'' if bk == BLOCK_K else f' k{bk}'}",
-                 Launch(c, block_k=bk, streamk=sk)) for c in STREAMK_CONFIGS for bk in block_ks for sk in (False, True)]
-    if bad := [name for name in shapes if name in ROW_PARALLEL]:
-        raise ValueError(f"streamk: plain layers only, not {bad}")
-    return forms_sweep("matmul_streamk", ms, shapes, forms)
-
-
 # ``Launch.last_folds`` beside the split default it is a form of: the row-parallel layers' decode sizes
 FOLDS_MS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256)
 
@@ -465,7 +444,7 @@ def folds_forms(ms=FOLDS_MS, shapes=SM90_SHAPES, block_ks=(BLOCK_K,)) -> dict:
 
 def forms_main(sub: str, run, ms, shapes, block_ks: tuple[int, ...], block_k_help: str):
     """``matmul_sweep.py SUB [--m] [--shapes] [--block-k]``: ``run(ms, shapes, block_ks)`` (``sm90_forms``,
-    ``streamk_forms``, ``folds_forms``) on the command line's rows, shapes and K loads (defaults: ``ms``, ``shapes``,
+    ``folds_forms``) on the command line's rows, shapes and K loads (defaults: ``ms``, ``shapes``,
     ``block_ks``)."""
     ap = argparse.ArgumentParser(prog=f"matmul_sweep.py {sub}")
     ap.add_argument("--m", default=",".join(map(str, ms)), help="comma-separated row counts")
@@ -482,9 +461,6 @@ def main() -> None:
     if sys.argv[1:2] == ["sm90"]:
         return forms_main("sm90", sm90_forms, SM90_MS, SM90_SHAPES, (BLOCK_K,),
                           "comma-separated K slot widths (Launch.block_k) to time each Gluon form at, e.g. 64,128")
-    if sys.argv[1:2] == ["streamk"]:  # plain layers only (streamk_forms refuses the others)
-        return forms_main("streamk", streamk_forms, STREAMK_MS, STREAMK_SHAPES, (BLOCK_K, 2 * BLOCK_K),
-                          "comma-separated K-tile loads (Launch.block_k)")
     if sys.argv[1:2] == ["folds"]:  # row-parallel layers only (folds_forms refuses the others)
         return forms_main("folds", folds_forms, FOLDS_MS, SM90_SHAPES, (BLOCK_K,), "not used (the defaults' loads)")
     if sys.argv[1:2] == ["goal"]:  # RUN.json [BEFORE.json] [--cold | --layer]: #17's count, misses, a markdown table

@@ -83,8 +83,7 @@ def test_matmul_rows_and_launch_choices(name):
     flat = [dict(split=HALF, flat=True, persistent=False), dict(flat=True, persistent=False)]
     forms = ([dict(split=1), dict(split=HALF), dict(), *flat]
              if rp and k_groups(k) > 1
-             else [dict(persistent=False), dict(), dict(swap=True), dict(flat=True, persistent=False),
-                   dict(streamk=True)])
+             else [dict(persistent=False), dict(), dict(swap=True), dict(flat=True, persistent=False)])
     for m in (1, 1024):
         ref = matmul(x[:m], w, row_parallel=rp)
         for c in CANDIDATE_CONFIGS:
@@ -156,57 +155,6 @@ def test_matmul_rows_at_the_table_edges(name):
         assert torch.equal(matmul(x[:m], w, row_parallel=rp, tma=False), full[:m]), f"{name}: M={m} pointer kernel"
 
 
-# the plain layers' persistent Triton configs of the tables, each tested as a streamk launch
-PLAIN_PERSISTENT_CONFIGS = [(64, 64, 4, 8), (64, 128, 4, 4), (64, 128, 4, 6), (64, 128, 4, 8), (128, 128, 4, 4),
-                   (128, 128, 4, 8), (128, 256, 8, 3)]
-
-
-@pytest.mark.parametrize("name", ["qkv", "gate_up", "qkv_1.7b", "gate_up_1.7b"])
-def test_matmul_streamk_gives_the_plain_bits(name):
-    """``Launch.streamk`` (the tiles' K-tiles dealt out over one program an SM; a tile two programs share finished by
-    the second from the first's fp32 sum, handed over by a flag): each table config at 64- and 128-wide loads, at
-    rows where the tiles outnumber the SMs and runs split tiles, equal to the pointer kernel (64-wide dots, one
-    program a tile); with a bias and fp32 out; and 50 times over at one launch, each against the first (a hand-over
-    that read the sum before it was whole would show as a run that differs), then 10 more beside another stream's
-    products."""
-    import triton
-
-    from rlk_models.ops.triton.matmul import Launch, matmul_flags, mm
-
-    k, n = LAYERS[name]
-    g = gen(7)
-    x, w, bias = randn(1024, k, g=g), randn(n, k, g=g, scale=0.02), randn(n, g=g)
-    for m in (130, 192, 384, 700, 1024):
-        ref = mm(x[:m], w, tma=False)
-        for c in PLAIN_PERSISTENT_CONFIGS:
-            for load in (64, 128):
-                try:
-                    got = mm(x[:m], w, launch=Launch(c, block_k=load, streamk=True))
-                except triton.runtime.errors.OutOfResources:
-                    continue  # does not fit shared memory: never chosen
-                assert torch.equal(got, ref), f"M={m} config {c} block_k={load}"
-    lc = Launch((64, 128, 4, 4), block_k=128, streamk=True)
-    for m in (192, 700):
-        ref = mm(x[:m], w, bias, torch.float32, tma=False)
-        assert torch.equal(mm(x[:m], w, bias, torch.float32, launch=lc), ref), f"M={m} bias, fp32 out"
-    first = mm(x[:192], w, launch=lc)
-    for i in range(50):
-        assert torch.equal(mm(x[:192], w, launch=lc), first), f"run {i} differs from the first"
-    # and while another stream's products hold some of the SMs (the programs then cannot all be resident at once:
-    # each waits only on a run taken before its own, so they finish)
-    side, big = torch.cuda.Stream(), randn(4096, k, g=g)
-    side.wait_stream(torch.cuda.current_stream())  # big is made
-    runs = []
-    with torch.cuda.stream(side):
-        for _ in range(4):
-            big @ big.T
-    for _ in range(10):
-        runs.append(mm(x[:192], w, launch=lc))
-    torch.cuda.synchronize()
-    assert all(torch.equal(r, first) for r in runs), "a run beside another stream's work differs"
-    assert not matmul_flags(x.device, 1).any(), "a flag left raised"
-
-
 @pytest.mark.parametrize("name", ["o", "down", "o_1.7b", "down_1.7b"])
 def test_matmul_last_folds_gives_the_split_bits(name):
     """``Launch.last_folds`` (each tile's partials folded by the last of its programs to finish, by a ticket a tile):
@@ -214,7 +162,7 @@ def test_matmul_last_folds_gives_the_split_bits(name):
     (the fold kernel) and the pointer kernel; with a bias and fp32 out and a TP=2 rank's 4 groups; 50 times over at
     one launch against the first (a last program that read a partial before it was whole would show as a run that
     differs), 10 more beside another stream's products, 20 CUDA graph replays; every ticket counter 0 after."""
-    from rlk_models.ops.triton.matmul import HALF, k_groups, launch_for, matmul_flags, mm, split_of
+    from rlk_models.ops.triton.matmul import HALF, k_groups, launch_for, mm, split_of, tile_counters
 
     k, n = LAYERS[name]
     groups = k_groups(k)
@@ -261,7 +209,7 @@ def test_matmul_last_folds_gives_the_split_bits(name):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, first), f"graph replay {i} differs"
-    assert not matmul_flags(x.device, 1).any(), "a ticket counter left standing"
+    assert not tile_counters(x.device, 1).any(), "a ticket counter left standing"
 
 
 @pytest.mark.parametrize("load", [128, 256])

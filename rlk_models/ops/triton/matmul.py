@@ -294,62 +294,6 @@ def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, p_ptr, o_ptr, 
 
 
 @triton.jit
-def _mm_streamk_kernel(a_desc, b_desc, c_desc, bias_ptr, ws_ptr, flag_ptr, M, N, K, HAS_BIAS: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGS: tl.constexpr):
-    """Plain K, forward layouts, at least as many tiles as programs (``Launch.streamk``): the K-tiles of all tiles (a
-    tile's in K order, tile after tile) dealt out over NUM_PROGS programs, an even, contiguous run each, so the last
-    wave of tiles is not part empty. A tile that two programs share is begun from zero by the first (the last tile of
-    its run, done first: its fp32 sum into ws[pid], then flag[pid] raised) and finished by the second (the first of
-    its run, done last: from that sum once the flag is up, which it lowers again for the next call) -- one chain of
-    dots, as one program running the tile makes it, hence the same bits. A run is at least a tile long, so a tile is
-    never shared by three programs and every wait is on a flag its neighbour raised before anything else. A program
-    takes its run's index from a counter (flag[NUM_PROGS]; the last to take one sets it back to 0), not from its
-    block index, so the one it waits on has started whatever order the GPU dispatches blocks in: no deadlock.
-    Tiles run in row-major order: a row of tiles spans NUM_PROGS / (rows of tiles) runs, so the programs that hold
-    the same column of tiles in different rows reach it at about the same time, and B's column tile is read from
-    memory once for all of them (a program's own run of consecutive tiles of one column, as the persistent
-    kernel's grouped order gives, would read it again from memory for each: by then the other programs' columns
-    have pushed it out of L2)."""
-    pid = tl.atomic_add(flag_ptr + NUM_PROGS, 1, sem="relaxed", scope="gpu")
-    if pid == NUM_PROGS - 1:
-        tl.atomic_xchg(flag_ptr + NUM_PROGS, 0, sem="relaxed", scope="gpu")
-    num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-    steps = tl.cdiv(K, BLOCK_K)
-    total = num_pid_m * num_pid_n * steps
-    per = total // NUM_PROGS
-    extra = total % NUM_PROGS
-    start = pid * per + tl.minimum(pid, extra)
-    end = start + per + (pid < extra).to(tl.int32)
-    first = start // steps  # the tile of the run's first K-tile, and of its last
-    last = (end - 1) // steps
-    tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    zero = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if end % steps != 0:  # the run's last tile runs on into the next program's: its first K-tiles, first
-        pid_m, pid_n = last // num_pid_n, last % num_pid_n
-        part = _group_tma(a_desc, b_desc, pid_m, pid_n, 0, (end - last * steps) * BLOCK_K, K, zero, False, False,
-                          BLOCK_M, BLOCK_N, BLOCK_K, False)
-        tl.store(ws_ptr + pid.to(tl.int64) * (BLOCK_M * BLOCK_N) + tile, part)
-        tl.debug_barrier()  # every thread's share of the sum stored before the flag goes up
-        tl.atomic_xchg(flag_ptr + pid, 1, sem="release", scope="gpu")
-    # the run's whole tiles, flattened with their K loops into one pipelined loop (as the persistent kernel's)
-    for t in tl.range(first + (start % steps != 0).to(tl.int32), last + (end % steps == 0).to(tl.int32),
-                      flatten=True):
-        pid_m, pid_n = t // num_pid_n, t % num_pid_n
-        part = _group_tma(a_desc, b_desc, pid_m, pid_n, 0, steps * BLOCK_K, K, zero, False, False, BLOCK_M, BLOCK_N,
-                          BLOCK_K, False)
-        # the plain K loop's ``acc = 0 + part`` (``_mm_tma_tile``), then its epilogue
-        _tile_epilogue(c_desc, bias_ptr, M, N, pid_m, pid_n, zero + part, HAS_BIAS, BLOCK_M, BLOCK_N, False, False)
-    if start % steps != 0:  # the first tile, begun by the previous program: its last K-tiles, from that sum
-        while tl.atomic_cas(flag_ptr + pid - 1, 1, 0, sem="acquire", scope="gpu") != 1:
-            pass
-        part = tl.load(ws_ptr + (pid - 1).to(tl.int64) * (BLOCK_M * BLOCK_N) + tile, cache_modifier=".cg")
-        pid_m, pid_n = first // num_pid_n, first % num_pid_n
-        part = _group_tma(a_desc, b_desc, pid_m, pid_n, (start - first * steps) * BLOCK_K, steps * BLOCK_K, K, part,
-                          False, False, BLOCK_M, BLOCK_N, BLOCK_K, False)
-        _tile_epilogue(c_desc, bias_ptr, M, N, pid_m, pid_n, zero + part, HAS_BIAS, BLOCK_M, BLOCK_N, False, False)
-
-
-@triton.jit
 def fold_parts(p_ptr, idx, ok, MN, acc, GROUPS: tl.constexpr, RUN: tl.constexpr, FROM_L2: tl.constexpr):
     """acc (zeros, the shape of idx) + the fused kernel's sum of GROUPS fp32 partials at element offsets idx of
     each [MN] partial: runs of RUN folded in order from zero, the runs' sums added in order. The one fold
@@ -457,13 +401,6 @@ class Launch(NamedTuple):
     #                     dots, which one dot does not have. Session 41: proven bitwise on the H200, and the default
     #                     of the small-M launches it made faster (``TUNED``). sm90: each K slot block_k wide, one
     #                     wgmma a slot (the same chain of k16 MMAs; fewer, larger slots in shared memory)
-    streamk: bool = False  # plain K, forward layouts, TMA, persistent: where the tiles are at least the SMs, their
-    #                     K-tiles dealt out evenly over one program an SM (``_mm_streamk_kernel``): a tile two
-    #                     programs share is finished by the second from the first's fp32 sum, the same chain of
-    #                     dots. For the M whose last wave of tiles is part empty (gate_up 8B at 192 rows: 576 tiles
-    #                     of 64 x 128 in 4.36 waves). Fewer tiles than SMs: the persistent launch it names
-    #                     (session 46). Session 47 (H100): bitwise, but 1.07-1.73x the persistent launch's time at
-    #                     14 of 16 configs where it applies (gate_up 8B at 192 / 384 rows): not a candidate; to go
     last_folds: bool = False  # split launches: each tile's partials folded by the last of its programs to finish
     #                     (``_fold_last``: a ticket from a counter a tile), not by a second kernel -- the fold
     #                     kernel's adds in its order, so its bits; one launch where a split has two (the fold's
@@ -806,20 +743,12 @@ def sm90_serves(launch: Launch, groups: int, k: int) -> bool:
             and (not launch.tail or launch.config[0] == 2 * matmul_sm90.HALF))
 
 
-def streamk_serves(launch: Launch, groups: int) -> bool:
-    """Whether ``Launch.streamk`` has a form for ``launch`` in ``groups`` K-groups: plain K, persistent, the Triton
-    kernel's plain tiles (no swap, flat, split or sm90 form); ``mm`` asks besides for forward layouts, no accumulate
-    and the TMA kernel, and runs it where the tiles are at least the SMs."""
-    return groups == 1 and launch.persistent and not (launch.swap or launch.flat or launch.split or launch.sm90)
-
-
 class Grid(NamedTuple):
     """One kernel launch of a forward product as ``mm`` runs it on an sm_90 GPU (``grids``)."""
 
     rows: int  # the product's rows it covers
-    form: str  # "gluon" (``matmul_sm90``), "triton", "streamk" (``Launch.streamk``: the tiles' K-tiles dealt out
-    #            evenly over the programs) or "fold" (a split launch's fold of its fp32 partials; none where
-    #            ``Launch.last_folds``)
+    form: str  # "gluon" (``matmul_sm90``), "triton" or "fold" (a split launch's fold of its fp32 partials; none
+    #            where ``Launch.last_folds``)
     tile: tuple[int, int]  # (rows, columns) of the product a tile covers (a swap launch's: its tokens x weight rows)
     tiles: int  # over every part (a split launch's tiles times its parts)
     programs: int  # over every part
@@ -848,8 +777,6 @@ def grids(m: int, n: int, k: int, groups: int, launch: Launch | None = None, sms
     tiles, progs, _ = tile_grid(launch, split, pm, pn, bm, bn, sms)
     parts = groups // split if split else 1
     tile = (bn, bm) if launch.swap else (bm, bn)
-    if launch.streamk and streamk_serves(launch, groups) and tiles >= sms:
-        return [Grid(m, "streamk", tile, tiles, sms)]
     out = [Grid(m, "triton", tile, tiles * parts, progs * parts)]
     if split and not launch.last_folds:
         fold = triton.cdiv(m * n, FOLD_BLOCK)
@@ -857,21 +784,20 @@ def grids(m: int, n: int, k: int, groups: int, launch: Launch | None = None, sms
     return out
 
 
-_FLAGS: dict[tuple[str, int], torch.Tensor] = {}
+_COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
 
 
-def matmul_flags(device: torch.device, count: int) -> torch.Tensor:
-    """The int32 flags and counters of ``_mm_streamk_kernel`` (a flag a program and a run counter) and of a
-    ``Launch.last_folds`` launch (a ticket counter a tile): zero between calls (each raised flag is lowered by the
-    program that waits on it, each counter set back by the last program to take from it), one set a device and
-    stream, so products running at once on two streams never share one, while those of one stream run one after
-    another. Made where first needed (under a CUDA graph capture: in its pool, kept alive here)."""
+def tile_counters(device: torch.device, count: int) -> torch.Tensor:
+    """The int32 ticket counters of a ``Launch.last_folds`` launch (one a tile): zero between calls (each set back
+    by the last program to take from it), one set a device and stream, so products running at once on two streams
+    never share one, while those of one stream run one after another. Made where first needed (under a CUDA graph
+    capture: in its pool, kept alive here)."""
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     key = (str(device), stream)
-    flags = _FLAGS.get(key)
-    if flags is None or flags.numel() < count:
-        flags = _FLAGS[key] = torch.zeros(count, dtype=torch.int32, device=device)
-    return flags
+    counters = _COUNTERS.get(key)
+    if counters is None or counters.numel() < count:
+        counters = _COUNTERS[key] = torch.zeros(count, dtype=torch.int32, device=device)
+    return counters
 
 
 def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
@@ -929,11 +855,6 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         return out
     if launch.swap and (a_km or b_kn or accumulate) and not explicit:  # a table's swap serves forward layouts only
         launch = launch._replace(swap=False)
-    if launch.streamk and (a_km or b_kn or accumulate or not streamk_serves(launch, groups)):
-        if explicit:
-            raise ValueError(f"matmul: a streamk launch computes a plain-K forward product, persistent (no K-groups, "
-                             f"transposed operands, accumulation, swap, flat or split form) ({launch})")
-        launch = launch._replace(streamk=False)
     if launch.last_folds and not launch.split and explicit:
         raise ValueError(f"matmul: Launch.last_folds is a form of a split launch (split=1 or {HALF}) ({launch})")
     swap = launch.swap
@@ -949,10 +870,6 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     # x BLOCK_K, as k_groups ensures for a layer); past K the loads are zeros (masks; TMA's bounds)
     kg = triton.cdiv(k, groups * BLOCK_K) * BLOCK_K if grouped else k
     use_tma = tma_ok(a, b, out) if tma is None else tma
-    if launch.streamk and not use_tma:  # the pointer kernel has no stream-K form: the persistent launch it names
-        if explicit:
-            raise ValueError(f"matmul: a streamk launch runs on the TMA kernel ({launch})")
-        launch = launch._replace(streamk=False)
     bk = _block_k(launch, use_tma and a.is_cuda, kg, grouped, explicit)
     bm, bn, warps, stages = fitted_config(launch.config, a.element_size(), 4 if split else out.element_size(),
                                           accumulate, explicit, bk)
@@ -967,7 +884,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     c = torch.empty(parts, m, n, dtype=torch.float32, device=a.device) if split else out
     bias_arg = bias if bias is not None else out  # without a bias: out (the accumulate epilogue reads it there)
     last = bool(split and launch.last_folds)  # the tiles' last programs fold into out: no fold kernel
-    cnt = matmul_flags(a.device, tiles) if last else out
+    cnt = tile_counters(a.device, tiles) if last else out
     grid = (progs, parts) if split else (progs,)
     if use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
@@ -976,11 +893,6 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         a_d = TensorDescriptor.from_tensor(a, [bk, bm] if a_km else [bm, bk])
         b_d = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
         c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if split else [bn, bm] if swap else [bm, bn])
-        if launch.streamk and tiles >= sms:  # fewer tiles than SMs: the persistent launch (one tile a program)
-            ws = torch.empty(sms, bm, bn, dtype=torch.float32, device=a.device)  # a shared tile's first K-tiles' sum
-            _mm_streamk_kernel[(sms,)](a_d, b_d, c_d, bias_arg, ws, matmul_flags(a.device, sms + 1), m, n, k,
-                                       bias is not None, bm, bn, bk, sms, num_warps=warps, num_stages=stages)
-            return out
         _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, c, out, cnt, bias is not None, groups,
                              run_of(groups), split, a_km, b_kn, bm, bn, bk, 8, stride, num_warps=warps,
                              num_stages=stages, C_T=swap, FLAT=launch.flat, ACC=accumulate, LAST=last)
@@ -1085,8 +997,8 @@ def launch_problem(launch: Launch, kind: str) -> str:
             return f"sm90 config {launch.config} is none of the proven Gluon forms {sorted(forms)}"
         if launch.block_k not in matmul_sm90.SLOT_WIDTHS:
             return f"sm90 K slots {launch.block_k} wide: proven {matmul_sm90.SLOT_WIDTHS}"
-        if launch.split or launch.swap or launch.flat or launch.streamk or launch.last_folds:
-            return "an sm90 launch has no split, swap, flat, streamk or last_folds form"
+        if launch.split or launch.swap or launch.flat or launch.last_folds:
+            return "an sm90 launch has no split, swap, flat or last_folds form"
         if launch.tail and launch.config[0] != 2 * matmul_sm90.HALF:
             return "Launch.tail follows 128-row tiles only"
         return ""
@@ -1100,8 +1012,6 @@ def launch_problem(launch: Launch, kind: str) -> str:
         return f"split {launch.split}: split-K runs per group (1) or per half ({HALF}), in K-groups only"
     if launch.swap and kind == "groups":
         return "a swap launch computes plain K only"
-    if launch.streamk and not streamk_serves(launch, 1 if kind == "plain" else K_GROUPS):
-        return "a streamk launch computes plain K, persistent (no swap, flat or split form)"
     if launch.last_folds and not launch.split:
         return "Launch.last_folds is a form of a split launch"
     return ""

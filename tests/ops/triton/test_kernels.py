@@ -28,8 +28,6 @@ from contextlib import nullcontext
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 triton = pytest.importorskip("triton")
 
@@ -117,52 +115,6 @@ def test_matmul_tma_kernel_is_the_pointer_kernel(row_parallel):
         assert torch.equal(mm.matmul(x, w, b, row_parallel=row_parallel, launch=lc, tma=True), first), lc
 
 
-@pytest.mark.parametrize("m,n,k,config", [(40, 96, 320, (16, 32, 4, 2)),  # 9 tiles of 5 K-tiles on 4 programs
-                                          (33, 48, 448, (16, 16, 4, 2)),  # 9 tiles of 7
-                                          (32, 64, 256, (16, 32, 4, 2))])  # 4 tiles on 4: none shared
-def test_matmul_streamk_is_the_persistent_launch(m, n, k, config):
-    """``Launch.streamk``: the tiles' K-tiles dealt out evenly over the programs (4 under the interpreter), a tile that
-    two programs share finished by the second from the first's fp32 sum, gives the bits of the same tiles run whole
-    -- on random values, where a tile's two halves summed apart would not (a kernel so changed fails here) -- with a
-    bias and without, and lowers every flag it raised. Fewer tiles than programs: the persistent launch itself."""
-    mm = _mod("matmul")
-    g = torch.Generator().manual_seed(5)
-    x, w, b = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g), torch.randn(n, generator=g)
-    plain, streamk = mm.Launch(config), mm.Launch(config, streamk=True)
-    for bias in (None, b):
-        want = mm.matmul(x, w, bias, launch=plain, tma=True)
-        assert torch.equal(mm.matmul(x, w, bias, launch=streamk, tma=True), want)
-    assert not mm.matmul_flags(x.device, 4).any()
-    bm, bn = config[:2]
-    tiles = -(-m // bm) * -(-n // bn)
-    [grid] = mm.grids(m, n, k, 1, streamk, sms=4)
-    assert grid.form == "streamk" and grid.tiles == tiles and grid.programs == 4
-    x2, w2 = x[:bm], w[:2 * bn]  # 2 tiles: fewer than programs
-    assert mm.grids(bm, 2 * bn, k, 1, streamk, sms=4)[0].form == "triton"
-    assert torch.equal(mm.matmul(x2, w2, launch=streamk, tma=True), mm.matmul(x2, w2, launch=plain, tma=True))
-
-
-@settings(max_examples=40, deadline=None)
-@given(m=st.integers(1, 80), n=st.sampled_from([16, 48, 100, 132]), k_tiles=st.integers(1, 9),
-       tile=st.sampled_from([(16, 16), (16, 32), (32, 16)]), sms=st.integers(1, 11), bias=st.booleans(),
-       seed=st.integers(0, 99))
-def test_matmul_streamk_deals_every_k_tile_once(m, n, k_tiles, tile, sms, bias, seed):
-    """The runs' arithmetic over shapes and SM counts (1-11 programs; ragged M and N; K of 1-9 K-tiles; tiles split
-    across programs at any K-tile, runs of uneven length): every K-tile of every tile dealt once, in order, so the
-    product equals the persistent launch of the same tiles, and every flag and the run counter are 0 after."""
-    mm = _mod("matmul")
-    g = torch.Generator().manual_seed(seed)
-    k = 64 * k_tiles
-    x, w = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)
-    b = torch.randn(n, generator=g) if bias else None
-    config = (*tile, 4, 2)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mm, "num_sms", lambda device: sms)
-        want = mm.matmul(x, w, b, launch=mm.Launch(config), tma=True)
-        assert torch.equal(mm.matmul(x, w, b, launch=mm.Launch(config, streamk=True), tma=True), want)
-    assert not mm.matmul_flags(x.device, sms + 1).any()
-
-
 @pytest.mark.parametrize("tma", [False, True])
 @pytest.mark.parametrize("split,flat", [(1, False), (1, True), (4, False), (4, True)])
 def test_matmul_last_folds_is_the_split_launch(tma, split, flat):
@@ -183,7 +135,7 @@ def test_matmul_last_folds_is_the_split_launch(tma, split, flat):
                 want = mm.mm(x, w, bias, dt, groups=groups, launch=split_lc, tma=tma)
                 got = mm.mm(x, w, bias, dt, groups=groups, launch=last_lc, tma=tma)
                 assert torch.equal(got, want), (groups, bias is not None, dt)
-    assert not mm.matmul_flags(x.device, 9).any(), "a ticket counter left standing"
+    assert not mm.tile_counters(x.device, 9).any(), "a ticket counter left standing"
     unfolded = mm.mm(x, w, b, groups=8, launch=last_lc, tma=tma, fold=False)
     assert isinstance(unfolded, torch.Tensor)
     assert torch.equal(unfolded, mm.mm(x, w, b, groups=8, launch=split_lc, tma=tma))
@@ -199,20 +151,6 @@ def test_matmul_last_folds_is_refused_without_a_split():
     assert mm.launch_problem(mm.Launch((64, 128, 4, 4), last_folds=True), "groups")
     assert not mm.launch_problem(mm.Launch((64, 128, 4, 4), split=1, last_folds=True), "groups")
     assert mm.launch_problem(mm.Launch((128, 128, 12, 5), sm90=True, last_folds=True), "groups")
-
-
-def test_matmul_streamk_is_refused_where_it_has_no_form():
-    mm = _mod("matmul")
-    x, w = torch.randn(40, 512), torch.randn(96, 512)
-    for f in (dict(swap=True), dict(flat=True), dict(persistent=False)):
-        with pytest.raises(ValueError, match="a streamk launch computes a plain-K forward product"):
-            mm.matmul(x, w, launch=mm.Launch((16, 32, 4, 2), streamk=True, **f), tma=True)
-    with pytest.raises(ValueError, match="a streamk launch computes a plain-K forward product"):
-        mm.matmul(x, w, row_parallel=True, launch=mm.Launch((16, 32, 4, 2), streamk=True), tma=True)
-    with pytest.raises(ValueError, match="a streamk launch runs on the TMA kernel"):
-        mm.matmul(x, w, launch=mm.Launch((16, 32, 4, 2), streamk=True), tma=False)
-    assert mm.launch_problem(mm.Launch((64, 128, 4, 4), streamk=True), "groups")
-    assert not mm.launch_problem(mm.Launch((64, 128, 4, 4), streamk=True), "plain")
 
 
 def test_matmul_block_k_runs_on_the_gpu_only_and_is_refused_by_name_elsewhere(monkeypatch):
