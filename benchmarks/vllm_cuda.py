@@ -172,20 +172,24 @@ def stage_engine(a) -> dict:
     for b in (64, 256):
         if b <= a.n:
             llm.generate(prompts[:b], SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)  # warm-up
-            # five pairs, the median and the fastest (one pair moved by 2x between sessions 17 and 19 at b = 256;
-            # session 37's three pairs at b = 256 fell at ~5.5 or ~8 ms in both engines, 4 of 6 rlk and 2 of 6 stock
-            # at ~8: a median of three then says which engine drew more slow pairs)
-            steps = []
+            # five pairs (one pair moved by 2x between sessions 17 and 19 at b = 256; session 37's three pairs at
+            # b = 256 fell at ~5.5 or ~8 ms in both engines, 4 of 6 rlk and 2 of 6 stock at ~8). The figures take
+            # each length's median (and fastest) run apart, not a pair's difference: one slow 1-token run made a
+            # pair's step negative (session 48, H100: -1.035 ms at b = 64, then the "fastest")
+            t1s, t128s = [], []
             for _ in range(5):
                 t = time.time()
                 llm.generate(prompts[:b], first, use_tqdm=False)
-                t1 = time.time() - t
+                t1s.append(time.time() - t)
                 t = time.time()
                 llm.generate(prompts[:b], one, use_tqdm=False)
-                steps.append((time.time() - t - t1) / 127 * 1e3)
-            res["decode_step_ms"][str(b)] = round(sorted(steps)[2], 3)
-            res.setdefault("decode_step_min_ms", {})[str(b)] = round(min(steps), 3)
-            res.setdefault("decode_step_runs_ms", {})[str(b)] = [round(v, 3) for v in steps]
+                t128s.append(time.time() - t)
+            fig = decode_step_figures(t1s, t128s, 127)
+            res["decode_step_ms"][str(b)] = fig["median_ms"]
+            res.setdefault("decode_step_min_ms", {})[str(b)] = fig["min_ms"]
+            res.setdefault("decode_step_runs_ms", {})[str(b)] = fig["pairs_ms"]
+            res.setdefault("decode_step_run_s", {})[str(b)] = {"1": [round(v, 4) for v in t1s],
+                                                                "128": [round(v, 4) for v in t128s]}
             if a.engine_profile:  # the same runs again, traced (their time is not the figure above)
                 runs = {n: traced_totals(llm, traces, f"{a.kind}_b{b}_{n}", prompts[:b],
                                          SamplingParams(temperature=1.0, max_tokens=n, ignore_eos=True))
@@ -225,6 +229,19 @@ def engine_facts(llm) -> dict:
     return {"kv_cache_tokens": blocks * cfg.cache_config.block_size if blocks else None,
             "max_num_batched_tokens": cfg.scheduler_config.max_num_batched_tokens,
             "max_cudagraph_capture_size": cfg.compilation_config.max_cudagraph_capture_size}
+
+
+def decode_step_figures(short_s: list[float], long_s: list[float], steps: int) -> dict:
+    """A decode step's time (ms) from runs of the same batch generating 1 token (``short_s``, seconds) and
+    ``steps`` + 1 (``long_s``): the median step, (median long - median short) / steps; the fastest, (fastest long -
+    fastest short) / steps; and each pair's own difference, for the record. The figures take each length's runs
+    apart: a pair whose short run stalled gives a negative step (session 48), which a median or minimum over pairs
+    would then report."""
+    def mid(v):
+        return sorted(v)[len(v) // 2]
+    return {"median_ms": round((mid(long_s) - mid(short_s)) / steps * 1e3, 3),
+            "min_ms": round((min(long_s) - min(short_s)) / steps * 1e3, 3),
+            "pairs_ms": [round((x - y) / steps * 1e3, 3) for x, y in zip(long_s, short_s)]}
 
 
 def gpu_state() -> dict:

@@ -174,6 +174,12 @@
 #                                              # misses (matmul_sweep.py explain) (no carry)
 #   (CALL=s47one, session 47's H100 call: Launch.streamk's bits and time with the table edges; streamk, slower,
 #    was removed in session 48: the kernel, its tests and its calls are at 2bae642)
+#   CALL=s48plain bash scripts/device_calls.sh  # qkv and gate_up 8B's graph rows on the current defaults, #17's
+#                                              # count (no carry)
+#   CALL=s48qkv bash scripts/device_calls.sh    # qkv 8B at 192 and 768 rows searched into a launch file (no
+#                                              # carry)
+#   CALL=s48engine bash scripts/device_calls.sh # the 1.7B engine against stock vLLM on the current ops (carry
+#                                              # .vllm-cuda)
 #   CALL=s48fix bash scripts/device_calls.sh    # after the fold fix: the table edges, last_folds and fold-in-norm
 #                                              # bits side by side, then last_folds's time (no carry)
 #   CALL=s47layer bash scripts/device_calls.sh  # the row-parallel layers with the norm after them, as the engine
@@ -1006,6 +1012,26 @@ engine)
     # the two stock runs' mean; session 45: stock's three 8B runs spread 29%)
     part engine_8b 580 PART=vllm SHAPE=8b ENGINES="${ENGINE_KINDS:-stock,rlk}" VLLM_ARGS="--limit 230 ${ENGINE_ARGS:-}"
     tail -40 "$ROOT_OUT/engine_8b.log"
+    ;;
+s48plain)
+    # the plain 8B layers' graph rows on the current defaults (qkv 8B last ran whole in session 34), #17's count
+    bench plain48 250 benchmarks/triton/matmul_sweep.py --quick \
+        --m 1,2,4,8,16,32,64,128,192,256,384,512,768,1024,2048,4096,8192 --shapes qkv,gate_up
+    grep -hE "graph:" "$ROOT_OUT"/plain48.log | cut -c1-120
+    PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py goal "$ROOT_OUT/plain48/matmul_sweep.json" | tail -2
+    ;;
+s48qkv)
+    # qkv 8B's misses on the H100 (s48plain: 1.25x at 192, 1.29x at 768 rows) searched at 64- and 128-wide loads,
+    # winners by > 4% into $ROOT_OUT/launches.json: H100 candidates, for an H200 CALL=s44prove (no carry)
+    search_into_file s48q 240 --m 192,768 --shapes qkv --block-k 64,128
+    search_summary "$ROOT_OUT"/s48q.log
+    ;;
+s48engine)
+    # the 1.7B engine against stock vLLM on the current Triton ops (session 47's fold_parts changed the norm's fold
+    # of split-K partials since the last CUDA vLLM run): throughput, and the rollout's log-probs against the
+    # training class's (carry .vllm-cuda)
+    part engine_1.7b 430 PART=vllm SHAPE=1.7b ENGINES=stock,rlk VLLM_ARGS="--limit 200"
+    tail -40 "$ROOT_OUT/engine_1.7b.log"
     ;;
 varied)
     # an RL-shaped rollout: 384 requests of 256-token prompts through 256 slots, outputs of 48-384 tokens, so

@@ -10,7 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from trace_steps import totals  # noqa: E402
-from vllm_cuda import per_step  # noqa: E402
+from vllm_cuda import decode_step_figures, per_step  # noqa: E402
 
 
 def _trace(path: Path, steps: int) -> str:
@@ -93,3 +93,17 @@ def test_host_gaps_name_the_hosts_untraced_stretches_a_step(tmp_path):
     assert r["gaps"] == [{"after": "cudaEventRecordWithFlags", "before": "aten::slice", "us_per_step": 600.0,
                           "median_us": 600.0},
                          {"after": "aten::slice", "before": "next step", "us_per_step": 280.0, "median_us": 280.0}]
+
+
+def test_decode_step_figures_take_each_length_apart():
+    """Session 48's 1.7B rlk runs at 64 sequences (H100): one 1-token run stalled, so that pair's difference was
+    negative (-1.035 ms) and a minimum over pairs reported it. Each length's median and fastest run apart: the
+    same stall moves neither figure below the others' steps."""
+    steps = 127
+    short = [0.030, 0.031, 0.600, 0.030, 0.032]  # the third stalled
+    long = [short[0] + steps * 3.0e-3, short[1] + steps * 3.2e-3, 0.030 + steps * 3.1e-3,
+            short[3] + steps * 3.3e-3, short[4] + steps * 2.9e-3]
+    fig = decode_step_figures(short, long, steps)
+    assert fig["pairs_ms"][2] < 0  # the pair's own difference, kept for the record
+    assert 2.9 <= fig["min_ms"] <= 3.3 and 2.9 <= fig["median_ms"] <= 3.3
+    assert fig["median_ms"] == round((sorted(long)[2] - sorted(short)[2]) / steps * 1e3, 3)
