@@ -173,15 +173,15 @@
 #                                              # with the kernels each side ran, #17's count and why each miss
 #                                              # misses (matmul_sweep.py explain) (no carry)
 #   (CALL=s47one, session 47's H100 call: Launch.streamk's bits and time with the table edges; streamk, slower,
-#    was removed in session 48: the kernel, its tests and its calls are at 2bae642)
+#    was removed in session 48: the kernel, its tests and its calls are at 2bae642. CALL=s48fix, session 48's H100
+#    call: the row-parallel table edges and the fold inside the norm after the fold fix, Launch.last_folds's bits
+#    and time; last_folds, slower as the engine's layer, was removed in session 48: it and its call are at 379331a)
 #   CALL=s48plain bash scripts/device_calls.sh  # qkv and gate_up 8B's graph rows on the current defaults, #17's
 #                                              # count (no carry)
 #   CALL=s48qkv bash scripts/device_calls.sh    # qkv 8B at 192 and 768 rows searched into a launch file (no
 #                                              # carry)
 #   CALL=s48engine bash scripts/device_calls.sh # the 1.7B engine against stock vLLM on the current ops (carry
 #                                              # .vllm-cuda)
-#   CALL=s48fix bash scripts/device_calls.sh    # after the fold fix: the table edges, last_folds and fold-in-norm
-#                                              # bits side by side, then last_folds's time (no carry)
 #   CALL=s47layer bash scripts/device_calls.sh  # the row-parallel layers with the norm after them, as the engine
 #                                              # runs them (--layer), against cuBLAS into the same norm (no carry)
 #   CALL=s43edges bash scripts/device_calls.sh  # after a TUNED change: the table-edges bits (XDIST) and the
@@ -837,17 +837,6 @@ s47)
     PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py goal "$ROOT_OUT/table/matmul_sweep.json" | tail -2
     PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py explain "$ROOT_OUT/table/matmul_sweep.json" |
         cut -c1-400
-    ;;
-s48fix)
-    # after session 47's fold fix (1700432: a str constexpr default in fold_parts had broken every split launch's fold
-    # on the GPU): the row-parallel table edges, Launch.last_folds's GPU test and the native fold-in-the-norm tests,
-    # side by side, then last_folds against the split default as a product and as the engine's layer (no carry)
-    part bits48 260 PART=tests TEST_TIMEOUT=250 XDIST=8 \
-        TESTS="tests/gpu/test_triton_contract_8b.py tests/ops/triton/test_kernels.py" \
-        K="rows_at_the_table_edges or last_folds or unfolded_partials or row_parallel_method"
-    test_summary bits48 24
-    bench folds 150 benchmarks/triton/matmul_sweep.py folds --m 1,4,16,32,64,128
-    grep -E "M=" "$ROOT_OUT/folds.log" | cut -c1-330
     ;;
 s47layer)
     # the row-parallel layers as the engine runs them (--layer: the product, then the residual add + RMSNorm with a

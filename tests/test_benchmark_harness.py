@@ -238,31 +238,6 @@ def test_matmul_layer_rows_fold_inside_the_norm():
     assert all(torch.equal(a, b) for a, b in zip(cublas(), ref))
 
 
-def test_folds_sweep_times_last_folds_where_the_default_splits():
-    """``matmul_sweep.py folds``: each row-parallel point's form is the default launch with ``last_folds`` where that
-    default splits K (the decode sizes), none where it runs fused; the plain layers are refused."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))
-    import matmul_sweep
-
-    from rlk_models.ops.triton.matmul import k_groups, launch_for, split_of
-
-    seen = {}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(matmul_sweep, "forms_sweep", lambda run, ms, shapes, forms, layer=False: seen.update(
-            {(name, m): forms(name, m, True) for name in shapes for m in ms}) or {"layer": layer})
-        assert matmul_sweep.folds_forms(ms=(1, 64, 1024), shapes=("o", "down_1.7b")) == {"layer": True}
-    for (name, m), forms in seen.items():
-        k, n = matmul_sweep.SHAPES[name]
-        default = launch_for(m, n, k_groups(k), k)
-        if split_of(default, k_groups(k), m, n):
-            assert forms == [("last_folds", default._replace(last_folds=True))], (name, m)
-        else:
-            assert forms == [], (name, m)
-    assert seen[("o", 64)] and not seen[("o", 1024)]
-    with pytest.raises(ValueError, match="row-parallel layers only"):
-        matmul_sweep.folds_forms(shapes=("qkv",))
-
-
 def test_save_writes_whole_files_only(tmp_path, monkeypatch):
     """``harness.save``: the JSON under $OUT, replaced whole; a dump that fails leaves the last save and no
     temporary file."""

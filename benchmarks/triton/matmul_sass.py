@@ -61,11 +61,10 @@ def compile_form(launch: Launch, groups: int, a_km: bool = False, b_kn: bool = F
     c_desc = (f"tensordesc<fp32[1, {bm}, {bn}]>" if split else
               f"tensordesc<bf16[{bn}, {bm}]>" if c_t else f"tensordesc<bf16[{bm}, {bn}]>")
     args = dict(a_desc=f"tensordesc<bf16[{a_block}]>", b_desc=f"tensordesc<bf16[{b_block}]>", c_desc=c_desc,
-                bias_ptr="*bf16", M="i32", N="i32", K="i32", KG="i32", p_ptr="*fp32", o_ptr="*bf16", cnt_ptr="*i32")
+                bias_ptr="*bf16", M="i32", N="i32", K="i32", KG="i32")
     consts = dict(HAS_BIAS=bias, GROUPS=groups, RUN=run_of(groups), SPLIT=split, A_KM=a_km, B_KN=b_kn, BLOCK_M=bm,
                   BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, C_T=c_t, FLAT=launch.flat,
-                  NUM_PROGS=132 if launch.persistent and not split and not launch.flat else ONE_PASS,
-                  LAST=bool(split and launch.last_folds))
+                  NUM_PROGS=132 if launch.persistent and not split and not launch.flat else ONE_PASS)
     names = _mm_tma_kernel.arg_names
     sig = {n: args.get(n, "constexpr") for n in names}
     src = ASTSource(_mm_tma_kernel, sig, {(names.index(n),): v for n, v in consts.items()})
@@ -140,8 +139,7 @@ def describe(kernel) -> dict:
 def forms() -> dict[str, tuple[Launch, int, dict]]:
     """Every default launch (forward; and the plain ones as the two backward layouts), plus the
     flat form of each grouped default that is fused or split by halves, each default up to 64 rows or loading
-    wider K-tiles with each of its other K-tile loads (``Launch.block_k``: ``/block_k=64``, ``128``, ``256``), and
-    each split default as ``Launch.last_folds`` (``/last_folds``)."""
+    wider K-tiles with each of its other K-tile loads (``Launch.block_k``: ``/block_k=64``, ``128``, ``256``)."""
     out = {}
     tables = {f"{kind}/{width}": (kind, table) for (kind, width), table in LAUNCHES.items()
               if not (table is LAUNCHES["groups", "narrow"] and width == "wide")}  # the same table
@@ -165,8 +163,6 @@ def forms() -> dict[str, tuple[Launch, int, dict]]:
             if (bound <= 64 or lc.block_k != BLOCK_K) and not fallback:  # the other K-tile loads beside it
                 for other in {*BLOCK_KS} - {lc.block_k}:
                     out[f"{name}/block_k={other}"] = (lc._replace(block_k=other), groups, {})
-            if kind == "groups" and lc.split and not fallback:  # its fold by each tile's last program
-                out[name + "/last_folds"] = (lc._replace(last_folds=True), groups, {})
     return out
 
 

@@ -32,8 +32,6 @@ row-parallel (canonical K-groups), the others plain (one group).
         # goal); --cold / --layer: the run's L2-cold or layer rows
     python benchmarks/triton/matmul_sweep.py explain RUN.json [--all]  # why the misses miss: our kernels' tiles and
         # waves, bytes and FLOPs a second each side, and (a --kernels run) the kernels cuBLAS ran
-    python benchmarks/triton/matmul_sweep.py folds [--m 1,64] [--shapes o,down]  # Launch.last_folds against the
-        # split default it is a form of and cuBLAS, as a product and as the engine's layer (row-parallel layers)
     python benchmarks/triton/matmul_sweep.py sm90 [--m 192,384] [--shapes o,qkv] [--block-k 64,128]  # the Gluon
         # fused form (Launch.sm90) against the Triton launches it competes with: row-parallel shapes in K-groups
         # (default o, down at 8B and 1.7B), plain ones in one; each form at each K slot width
@@ -353,11 +351,10 @@ SM90_MS = (128, 256, 384, 512, 640, 768, 1024, 1100, 16384)
 SM90_SHAPES = ("o", "down", "o_1.7b", "down_1.7b")
 
 
-def forms_sweep(run: str, ms, shapes, forms, layer: bool = False) -> dict:
+def forms_sweep(run: str, ms, shapes, forms) -> dict:
     """Launch forms against the default launch and cuBLAS under CUDA graphs, each checked bitwise against the default:
     ``forms(name, m, rp)`` gives the (label, launch) pairs to time at a shape's M; us, ratios and bits per point,
-    into ``$OUT/{run}.json``. ``layer``: at the row-parallel shapes each also as the engine runs the layer (the
-    product into the residual add + RMSNorm: ``layer_fns``'s, a form's product through ``mm``), ``layer_*`` keys."""
+    into ``$OUT/{run}.json``."""
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     res = {"info": info(), "shapes": {}}
@@ -373,38 +370,19 @@ def forms_sweep(run: str, ms, shapes, forms, layer: bool = False) -> dict:
             row = {"cublas_us": 1e3 * bench_graph(lambda: F.linear(xm, w)),
                    "default_us": 1e3 * bench_graph(lambda: matmul(xm, w, row_parallel=rp)),
                    "default": str(launch_for(m, n, groups, k))}
-            lay = layer and rp
-            if lay:  # the engine's layer: the product, then the residual add + RMSNorm
-                residual, norm_w = x[:m, :n].clone(), torch.ones(n, device=dev, dtype=torch.bfloat16)
-                ours_fn, cublas_fn = layer_fns(xm, w, residual, norm_w)
-                ref_layer = ours_fn()
-                row["layer_cublas_us"] = 1e3 * bench_graph(cublas_fn)
-                row["layer_default_us"] = 1e3 * bench_graph(ours_fn)
             for label, lc in forms(name, m, rp):
                 try:
                     same = torch.equal(mm(xm, w, groups=groups, launch=lc), ref)
                     t = 1e3 * bench_graph(lambda: mm(xm, w, groups=groups, launch=lc))
                     row[label] = {"us": t, "vs_cublas": t / row["cublas_us"], "vs_default": t / row["default_us"],
                                   "bitwise": same}
-                    if lay:
-                        def form_layer():
-                            return add_rms_norm(mm(xm, w, groups=groups, launch=lc), residual, norm_w, 1e-6)
-                        lt = 1e3 * bench_graph(form_layer)
-                        row[label] |= {"layer_us": lt, "layer_vs_cublas": lt / row["layer_cublas_us"],
-                                       "layer_vs_default": lt / row["layer_default_us"],
-                                       "layer_bitwise": all(map(torch.equal, form_layer(), ref_layer))}
                 except Exception as exc:  # noqa: BLE001 -- a form that fails to build or run is reported
                     row[label] = f"{type(exc).__name__}: {exc}"[:300]
             row["default_vs_cublas"] = row["default_us"] / row["cublas_us"]
-            if lay:
-                row["layer_default_vs_cublas"] = row["layer_default_us"] / row["layer_cublas_us"]
             res["shapes"][f"{name} M={m}"] = row
             log(f"{name} M={m}: " + ", ".join(
-                f"{key} {v['vs_cublas']:.3f}x{'' if v['bitwise'] else ' NOT BITWISE'}"
-                + (f" (layer {v['layer_vs_cublas']:.3f}x{'' if v['layer_bitwise'] else ' NOT BITWISE'})"
-                   if "layer_us" in v else "") if isinstance(v, dict)
-                else f"{key} {v}" for key, v in row.items()
-                if key not in ("default_us", "cublas_us", "layer_default_us", "layer_cublas_us")))
+                f"{key} {v['vs_cublas']:.3f}x{'' if v['bitwise'] else ' NOT BITWISE'}" if isinstance(v, dict)
+                else f"{key} {v}" for key, v in row.items() if key not in ("default_us", "cublas_us")))
     save(run, res)
     return res
 
@@ -423,29 +401,9 @@ def sm90_forms(ms=SM90_MS, shapes=SM90_SHAPES, block_ks=(BLOCK_K,)) -> dict:
     return forms_sweep("matmul_sm90_groups", ms, shapes, forms)
 
 
-# ``Launch.last_folds`` beside the split default it is a form of: the row-parallel layers' decode sizes
-FOLDS_MS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256)
-
-
-def folds_forms(ms=FOLDS_MS, shapes=SM90_SHAPES, block_ks=(BLOCK_K,)) -> dict:
-    """``Launch.last_folds`` (each tile's partials folded by its last program: one launch) against the split default
-    it is a form of (the split kernel, then the fold kernel) and cuBLAS, wherever the default splits K, as a product
-    and as the engine's layer (the default's fold inside the norm; ``forms_sweep``'s ``layer``). ``block_ks`` is not
-    used: each form is the default's own."""
-    def forms(name, m, rp):
-        k, n = SHAPES[name]
-        groups = k_groups(k) if rp else 1
-        lc = launch_for(m, n, groups, k)
-        return [("last_folds", lc._replace(last_folds=True))] if split_of(lc, groups, m, n) else []
-    if bad := [name for name in shapes if name not in ROW_PARALLEL]:
-        raise ValueError(f"folds: row-parallel layers only (split-K), not {bad}")
-    return forms_sweep("matmul_folds", ms, shapes, forms, layer=True)
-
-
 def forms_main(sub: str, run, ms, shapes, block_ks: tuple[int, ...], block_k_help: str):
-    """``matmul_sweep.py SUB [--m] [--shapes] [--block-k]``: ``run(ms, shapes, block_ks)`` (``sm90_forms``,
-    ``folds_forms``) on the command line's rows, shapes and K loads (defaults: ``ms``, ``shapes``,
-    ``block_ks``)."""
+    """``matmul_sweep.py SUB [--m] [--shapes] [--block-k]``: ``run(ms, shapes, block_ks)`` (``sm90_forms``) on the
+    command line's rows, shapes and K loads (defaults: ``ms``, ``shapes``, ``block_ks``)."""
     ap = argparse.ArgumentParser(prog=f"matmul_sweep.py {sub}")
     ap.add_argument("--m", default=",".join(map(str, ms)), help="comma-separated row counts")
     ap.add_argument("--shapes", default=",".join(shapes), help="comma-separated subset of " + ",".join(SHAPES))
@@ -461,8 +419,6 @@ def main() -> None:
     if sys.argv[1:2] == ["sm90"]:
         return forms_main("sm90", sm90_forms, SM90_MS, SM90_SHAPES, (BLOCK_K,),
                           "comma-separated K slot widths (Launch.block_k) to time each Gluon form at, e.g. 64,128")
-    if sys.argv[1:2] == ["folds"]:  # row-parallel layers only (folds_forms refuses the others)
-        return forms_main("folds", folds_forms, FOLDS_MS, SM90_SHAPES, (BLOCK_K,), "not used (the defaults' loads)")
     if sys.argv[1:2] == ["goal"]:  # RUN.json [BEFORE.json] [--cold | --layer]: #17's count, misses, a markdown table
         rows = {"--cold": "graph_cold", "--layer": "graph_layer"}
         files = [f for f in sys.argv[2:] if f not in rows]

@@ -155,63 +155,6 @@ def test_matmul_rows_at_the_table_edges(name):
         assert torch.equal(matmul(x[:m], w, row_parallel=rp, tma=False), full[:m]), f"{name}: M={m} pointer kernel"
 
 
-@pytest.mark.parametrize("name", ["o", "down", "o_1.7b", "down_1.7b"])
-def test_matmul_last_folds_gives_the_split_bits(name):
-    """``Launch.last_folds`` (each tile's partials folded by the last of its programs to finish, by a ticket a tile):
-    the table's split launch at each decode size (1-256 rows; wherever the default splits K), equal to the default
-    (the fold kernel) and the pointer kernel; with a bias and fp32 out and a TP=2 rank's 4 groups; 50 times over at
-    one launch against the first (a last program that read a partial before it was whole would show as a run that
-    differs), 10 more beside another stream's products, 20 CUDA graph replays; every ticket counter 0 after."""
-    from rlk_models.ops.triton.matmul import HALF, k_groups, launch_for, mm, split_of, tile_counters
-
-    k, n = LAYERS[name]
-    groups = k_groups(k)
-    g = gen(8)
-    x, w, bias = randn(256, k, g=g), randn(n, k, g=g, scale=0.02), randn(n, g=g)
-    tested = []
-    for m in (1, 2, 4, 8, 16, 17, 32, 33, 48, 64, 65, 96, 128, 129, 192, 256):
-        lc = launch_for(m, n, groups, k)
-        if not split_of(lc, groups, m, n):
-            continue
-        tested.append((m, lc))
-        last = lc._replace(last_folds=True)
-        ref = mm(x[:m], w, groups=groups)
-        assert torch.equal(ref, mm(x[:m], w, groups=groups, tma=False)), f"M={m}: the default != the pointer kernel"
-        assert torch.equal(mm(x[:m], w, groups=groups, launch=last), ref), f"M={m} {last}"
-        ref = mm(x[:m], w, bias, torch.float32, groups=groups)
-        assert torch.equal(mm(x[:m], w, bias, torch.float32, groups=groups, launch=last), ref), f"M={m} bias fp32"
-        half_x, half_w = x[:m, :k // 2].contiguous(), w[:, :k // 2].contiguous()
-        ref = mm(half_x, half_w, groups=HALF, launch=lc)
-        assert torch.equal(mm(half_x, half_w, groups=HALF, launch=last), ref), f"M={m} a TP=2 rank's 4 groups"
-    assert tested, f"{name}: no split default at 1-256 rows"
-    m, lc = tested[-1]
-    last = lc._replace(last_folds=True)
-    first = mm(x[:m], w, groups=groups, launch=last)
-    for i in range(50):
-        assert torch.equal(mm(x[:m], w, groups=groups, launch=last), first), f"run {i} differs from the first"
-    side, big = torch.cuda.Stream(), randn(4096, k, g=g)
-    side.wait_stream(torch.cuda.current_stream())
-    runs = []
-    with torch.cuda.stream(side):
-        for _ in range(4):
-            big @ big.T
-    for _ in range(10):
-        runs.append(mm(x[:m], w, groups=groups, launch=last))
-    torch.cuda.synchronize()
-    assert all(torch.equal(r, first) for r in runs), "a run beside another stream's work differs"
-    xs = x[:m].clone()
-    out = mm(xs, w, groups=groups, launch=last)  # compiled and the counters made before the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = mm(xs, w, groups=groups, launch=last)
-    for i in range(20):
-        out.zero_()
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, first), f"graph replay {i} differs"
-    assert not tile_counters(x.device, 1).any(), "a ticket counter left standing"
-
-
 @pytest.mark.parametrize("load", [128, 256])
 @pytest.mark.parametrize("name", ["qkv", "o", "gate_up", "down", "qkv_1.7b", "o_1.7b"])
 def test_matmul_wide_k_loads_give_the_64_wide_bits(name, load):

@@ -91,16 +91,14 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, scm, scn, o_ptr, cnt_ptr,
+def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, scm, scn,
                HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr, RUN: tl.constexpr, SPLIT: tl.constexpr,
                BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr,
-               C_T: tl.constexpr = False, ACC: tl.constexpr = False, LAST: tl.constexpr = False):
+               C_T: tl.constexpr = False, ACC: tl.constexpr = False):
     """Pointer loads (any strides; runs in the interpreter); the TMA kernel's two forms. C_T (swap
     launch): A is the weight and B the tokens, c's strides address the [tokens, weight rows]
-    output, and the bias runs along M. ACC: c = c + the product (``mm(..., accumulate=True)``).
-    LAST (``Launch.last_folds``, SPLIT > 0): the partials folded into o by each tile's last program
-    (``_fold_last``; cnt_ptr its tickets), not by the fold kernel."""
+    output, and the bias runs along M. ACC: c = c + the product (``mm(..., accumulate=True)``)."""
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     for tile in range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGS):
@@ -114,11 +112,7 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, s
             part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             part = dot_k_range(a_ptr, b_ptr, rm, rn, rk, M, N, K, g * KG, g * KG + KG, sam, sak, sbn, sbk, part,
                                BLOCK_K)
-            if LAST:
-                _fold_last(c_ptr, cnt_ptr, o_ptr, bias_ptr, M, N, pid_m, pid_n, g, part, HAS_BIAS, GROUPS, RUN,
-                           BLOCK_M, BLOCK_N)
-            else:
-                tl.store(c_ptr + g.to(tl.int64) * M * N + c_off, part, mask=c_mask)
+            tl.store(c_ptr + g.to(tl.int64) * M * N + c_off, part, mask=c_mask)
         elif SPLIT:  # program axis 1: a run of SPLIT consecutive groups, folded in order from zero
             r = tl.program_id(1)
             run = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -127,11 +121,7 @@ def _mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, KG, sam, sak, sbn, sbk, s
                 part = dot_k_range(a_ptr, b_ptr, rm, rn, rk, M, N, K, g * KG, g * KG + KG, sam, sak, sbn, sbk, part,
                                    BLOCK_K)
                 run = run + part
-            if LAST:
-                _fold_last(c_ptr, cnt_ptr, o_ptr, bias_ptr, M, N, pid_m, pid_n, r, run, HAS_BIAS, GROUPS // SPLIT,
-                           RUN // SPLIT, BLOCK_M, BLOCK_N)
-            else:
-                tl.store(c_ptr + r.to(tl.int64) * M * N + c_off, run, mask=c_mask)
+            tl.store(c_ptr + r.to(tl.int64) * M * N + c_off, run, mask=c_mask)
         else:
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             if GROUPS == RUN:  # one run: fold the group partials straight into acc
@@ -192,10 +182,10 @@ def _group_tma(a_desc, b_desc, pid_m, pid_n, k_lo, k_hi, KG, part, A_KM: tl.cons
 
 
 @triton.jit
-def _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, p_ptr, o_ptr, cnt_ptr, M, N, KG, pid_m, pid_n,
-                 HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr, RUN: tl.constexpr, SPLIT: tl.constexpr,
-                 A_KM: tl.constexpr, B_KN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, C_T: tl.constexpr, FLAT: tl.constexpr, ACC: tl.constexpr, LAST: tl.constexpr):
+def _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS: tl.constexpr,
+                 GROUPS: tl.constexpr, RUN: tl.constexpr, SPLIT: tl.constexpr, A_KM: tl.constexpr,
+                 B_KN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 C_T: tl.constexpr, FLAT: tl.constexpr, ACC: tl.constexpr):
     """One output tile (``_mm_tma_kernel``). FLAT: the group loops carry ``flatten``; with no tile
     loop around them (one tile per program) each heads its own loop nest, and Triton fuses it with
     its K loop into one pipelined loop, so the TMA loads run on across group boundaries instead of
@@ -205,11 +195,7 @@ def _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, p_ptr, o_ptr, cnt_ptr, M, N, 
         part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, KG, part, A_KM, B_KN, BLOCK_M,
                           BLOCK_N, BLOCK_K, FLAT)
-        if LAST:  # pointer stores: the TMA store's writes are not ordered before the ticket's release
-            _fold_last(p_ptr, cnt_ptr, o_ptr, bias_ptr, M, N, pid_m, pid_n, g, part, HAS_BIAS, GROUPS, RUN,
-                       BLOCK_M, BLOCK_N)
-        else:
-            c_desc.store([g, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(part, (1, BLOCK_M, BLOCK_N)))
+        c_desc.store([g, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(part, (1, BLOCK_M, BLOCK_N)))
     elif SPLIT:  # program axis 1: a run of SPLIT consecutive groups, folded in order from zero
         r = tl.program_id(1)
         run = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -218,11 +204,7 @@ def _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, p_ptr, o_ptr, cnt_ptr, M, N, 
             part = _group_tma(a_desc, b_desc, pid_m, pid_n, g * KG, g * KG + KG, KG, part, A_KM, B_KN, BLOCK_M,
                               BLOCK_N, BLOCK_K, FLAT)
             run = run + part
-        if LAST:
-            _fold_last(p_ptr, cnt_ptr, o_ptr, bias_ptr, M, N, pid_m, pid_n, r, run, HAS_BIAS, GROUPS // SPLIT,
-                       RUN // SPLIT, BLOCK_M, BLOCK_N)
-        else:
-            c_desc.store([r, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(run, (1, BLOCK_M, BLOCK_N)))
+        c_desc.store([r, pid_m * BLOCK_M, pid_n * BLOCK_N], tl.reshape(run, (1, BLOCK_M, BLOCK_N)))
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         if GROUPS == RUN:  # one run (GROUPS == 1: the plain K loop, pipelined across tiles)
@@ -268,75 +250,40 @@ def _tile_epilogue(c_desc, bias_ptr, M, N, pid_m, pid_n, acc, HAS_BIAS: tl.const
 
 
 @triton.jit
-def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, p_ptr, o_ptr, cnt_ptr, HAS_BIAS: tl.constexpr,
-                   GROUPS: tl.constexpr, RUN: tl.constexpr, SPLIT: tl.constexpr, A_KM: tl.constexpr,
-                   B_KN: tl.constexpr, BLOCK_M: tl.constexpr,
+def _mm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr,
+                   RUN: tl.constexpr, SPLIT: tl.constexpr, A_KM: tl.constexpr, B_KN: tl.constexpr,
+                   BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGS: tl.constexpr,
-                   C_T: tl.constexpr = False, FLAT: tl.constexpr = False, ACC: tl.constexpr = False,
-                   LAST: tl.constexpr = False):
+                   C_T: tl.constexpr = False, FLAT: tl.constexpr = False, ACC: tl.constexpr = False):
     """TMA tensor descriptors (Hopper). SPLIT (> 0): program axis 1 is a run of SPLIT groups and
     c_desc is the [GROUPS / SPLIT, M, N] fp32 partial buffer. C_T (swap launch, SPLIT = 0): A is
     the weight, B the tokens; each tile is stored transposed into the [tokens, weight rows]
     output and the bias runs along M. FLAT (``Launch.flat``): one tile per program and no tile
     loop (``_mm_tma_tile``); otherwise a (possibly persistent) loop over tiles, which Triton
-    flattens with a single inner K loop (plain K). LAST (``Launch.last_folds``, SPLIT > 0): p_ptr is
-    c_desc's buffer, stored to by pointer and folded into o by each tile's last program (``_fold_last``)."""
+    flattens with a single inner K loop (plain K)."""
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-    if FLAT or LAST:  # LAST: a split launch, one program a tile (Triton cannot flatten a loop around its ticket's if)
+    if FLAT:
         pid_m, pid_n = _tile_coords(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
-        _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, p_ptr, o_ptr, cnt_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS,
-                     GROUPS, RUN, SPLIT, A_KM, B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT, ACC, LAST)
+        _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS, GROUPS, RUN, SPLIT, A_KM,
+                     B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT, ACC)
     else:
         for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGS, flatten=True):
             pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-            _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, p_ptr, o_ptr, cnt_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS,
-                         GROUPS, RUN, SPLIT, A_KM, B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT, ACC, LAST)
+            _mm_tma_tile(a_desc, b_desc, c_desc, bias_ptr, M, N, KG, pid_m, pid_n, HAS_BIAS, GROUPS, RUN, SPLIT,
+                         A_KM, B_KN, BLOCK_M, BLOCK_N, BLOCK_K, C_T, FLAT, ACC)
 
 
 @triton.jit
-def fold_parts(p_ptr, idx, ok, MN, acc, GROUPS: tl.constexpr, RUN: tl.constexpr, FROM_L2: tl.constexpr):
+def fold_parts(p_ptr, idx, ok, MN, acc, GROUPS: tl.constexpr, RUN: tl.constexpr):
     """acc (zeros, the shape of idx) + the fused kernel's sum of GROUPS fp32 partials at element offsets idx of
     each [MN] partial: runs of RUN folded in order from zero, the runs' sums added in order. The one fold
-    ``_fold_kernel``, a ``Launch.last_folds`` tile (``_fold_last``; FROM_L2: ``.cg`` loads, from L2, where the other
-    programs' stores are) and the RMSNorm of unfolded partials (``rms_norm._rms_fwd``) run, so they round alike.
-    FROM_L2 has no default: a jit function's constexpr default reached from another jit function failed to compile
-    on the GPU (session 47: a str default, which the interpreter took), so every caller names it."""
+    ``_fold_kernel`` and the RMSNorm of unfolded partials (``rms_norm._rms_fwd``) both run, so they round alike."""
     for r in tl.static_range(GROUPS // RUN):
         run = tl.zeros_like(acc)
         for g in tl.static_range(r * RUN, r * RUN + RUN):
-            run = run + tl.load(p_ptr + g * MN + idx, mask=ok, other=0.0, cache_modifier=".cg" if FROM_L2 else "")
+            run = run + tl.load(p_ptr + g * MN + idx, mask=ok, other=0.0)
         acc = acc + run
     return acc
-
-
-@triton.jit
-def _fold_last(p_ptr, cnt_ptr, o_ptr, bias_ptr, M, N, pid_m, pid_n, r, part, HAS_BIAS: tl.constexpr,
-               PARTS: tl.constexpr, RUN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """``Launch.last_folds``: a split program's fp32 partial ``part`` (its tile's part r of PARTS) stored into the
-    [PARTS, M, N] buffer at p_ptr; the tile's last program to store folds the PARTS partials as ``_fold_kernel``
-    does (``fold_parts``: runs of RUN in order from zero, the runs' sums added in order), adds the bias and stores
-    into o, rounded once. Whichever program comes last, the same adds in the same order: the fold kernel's bits.
-    Last by a ticket from the tile's counter (cnt[tile], acq_rel at GPU scope, taken after a barrier: every
-    program's stores come before its ticket, and the last one's loads after all of them), which the last sets
-    back to 0 for the next call."""
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    tl.store(p_ptr + r * M * N + rm[:, None] * N + rn[None, :], part, mask=(rm[:, None] < M) & (rn[None, :] < N))
-    tl.debug_barrier()  # every thread's share of the partial stored before the ticket is taken
-    cnt = cnt_ptr + pid_m * tl.cdiv(N, BLOCK_N) + pid_n
-    if tl.atomic_add(cnt, 1, sem="acq_rel", scope="gpu") == PARTS - 1:
-        tl.atomic_xchg(cnt, 0, sem="relaxed", scope="gpu")
-        # FOLD_ROWS rows at a time (at most 1024 outputs: the PARTS loads a thread holds stay few)
-        FOLD_ROWS: tl.constexpr = BLOCK_M if BLOCK_M * BLOCK_N <= 1024 else 1024 // BLOCK_N
-        for r0 in tl.range(0, BLOCK_M, FOLD_ROWS):
-            rf = pid_m * BLOCK_M + r0 + tl.arange(0, FOLD_ROWS)
-            idx = rf[:, None] * N + rn[None, :]
-            ok = (rf[:, None] < M) & (rn[None, :] < N)
-            acc = fold_parts(p_ptr, idx, ok, M * N, tl.zeros((FOLD_ROWS, BLOCK_N), dtype=tl.float32), PARTS, RUN,
-                             True)
-            if HAS_BIAS:
-                acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-            tl.store(o_ptr + idx, acc.to(o_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -346,7 +293,7 @@ def _fold_kernel(p_ptr, c_ptr, bias_ptr, M, N, HAS_BIAS: tl.constexpr, GROUPS: t
     runs' sums added in order) (+ bias), rounded once."""
     idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = idx < M * N
-    acc = fold_parts(p_ptr, idx, ok, M * N, tl.zeros((BLOCK,), dtype=tl.float32), GROUPS, RUN, False)
+    acc = fold_parts(p_ptr, idx, ok, M * N, tl.zeros((BLOCK,), dtype=tl.float32), GROUPS, RUN)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + idx % N, mask=ok, other=0.0).to(tl.float32)
     tl.store(c_ptr + idx, acc.to(c_ptr.dtype.element_ty), mask=ok)
@@ -401,12 +348,6 @@ class Launch(NamedTuple):
     #                     dots, which one dot does not have. Session 41: proven bitwise on the H200, and the default
     #                     of the small-M launches it made faster (``TUNED``). sm90: each K slot block_k wide, one
     #                     wgmma a slot (the same chain of k16 MMAs; fewer, larger slots in shared memory)
-    last_folds: bool = False  # split launches: each tile's partials folded by the last of its programs to finish
-    #                     (``_fold_last``: a ticket from a counter a tile), not by a second kernel -- the fold
-    #                     kernel's adds in its order, so its bits; one launch where a split has two (the fold's
-    #                     launch and its pass over M x N at the decode sizes: o 8B at 64 rows 9.8 us against
-    #                     cuBLAS's 8.0, session 45). In a model's forward too (``linear_unfolded`` has no partials
-    #                     to hand on). (Session 47, CPU: not yet timed)
 
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
@@ -747,8 +688,7 @@ class Grid(NamedTuple):
     """One kernel launch of a forward product as ``mm`` runs it on an sm_90 GPU (``grids``)."""
 
     rows: int  # the product's rows it covers
-    form: str  # "gluon" (``matmul_sm90``), "triton" or "fold" (a split launch's fold of its fp32 partials; none
-    #            where ``Launch.last_folds``)
+    form: str  # "gluon" (``matmul_sm90``), "triton" or "fold" (a split launch's fold of its fp32 partials)
     tile: tuple[int, int]  # (rows, columns) of the product a tile covers (a swap launch's: its tokens x weight rows)
     tiles: int  # over every part (a split launch's tiles times its parts)
     programs: int  # over every part
@@ -778,26 +718,10 @@ def grids(m: int, n: int, k: int, groups: int, launch: Launch | None = None, sms
     parts = groups // split if split else 1
     tile = (bn, bm) if launch.swap else (bm, bn)
     out = [Grid(m, "triton", tile, tiles * parts, progs * parts)]
-    if split and not launch.last_folds:
+    if split:
         fold = triton.cdiv(m * n, FOLD_BLOCK)
         out.append(Grid(m, "fold", (1, FOLD_BLOCK), fold, fold))
     return out
-
-
-_COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
-
-
-def tile_counters(device: torch.device, count: int) -> torch.Tensor:
-    """The int32 ticket counters of a ``Launch.last_folds`` launch (one a tile): zero between calls (each set back
-    by the last program to take from it), one set a device and stream, so products running at once on two streams
-    never share one, while those of one stream run one after another. Made where first needed (under a CUDA graph
-    capture: in its pool, kept alive here)."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (str(device), stream)
-    counters = _COUNTERS.get(key)
-    if counters is None or counters.numel() < count:
-        counters = _COUNTERS[key] = torch.zeros(count, dtype=torch.int32, device=device)
-    return counters
 
 
 def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
@@ -855,8 +779,6 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         return out
     if launch.swap and (a_km or b_kn or accumulate) and not explicit:  # a table's swap serves forward layouts only
         launch = launch._replace(swap=False)
-    if launch.last_folds and not launch.split and explicit:
-        raise ValueError(f"matmul: Launch.last_folds is a form of a split launch (split=1 or {HALF}) ({launch})")
     swap = launch.swap
     if swap:  # the tiles of B @ A^T: B's rows on the kernel's M side, each tile stored transposed into out
         if groups > 1 or a_km or b_kn or launch.split or accumulate:
@@ -883,8 +805,6 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     parts = groups // split if split else 0
     c = torch.empty(parts, m, n, dtype=torch.float32, device=a.device) if split else out
     bias_arg = bias if bias is not None else out  # without a bias: out (the accumulate epilogue reads it there)
-    last = bool(split and launch.last_folds)  # the tiles' last programs fold into out: no fold kernel
-    cnt = tile_counters(a.device, tiles) if last else out
     grid = (progs, parts) if split else (progs,)
     if use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
@@ -893,17 +813,17 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         a_d = TensorDescriptor.from_tensor(a, [bk, bm] if a_km else [bm, bk])
         b_d = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
         c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if split else [bn, bm] if swap else [bm, bn])
-        _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, c, out, cnt, bias is not None, groups,
-                             run_of(groups), split, a_km, b_kn, bm, bn, bk, 8, stride, num_warps=warps,
-                             num_stages=stages, C_T=swap, FLAT=launch.flat, ACC=accumulate, LAST=last)
+        _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, run_of(groups), split,
+                             a_km, b_kn, bm, bn, bk, 8, stride, num_warps=warps, num_stages=stages, C_T=swap,
+                             FLAT=launch.flat, ACC=accumulate)
     else:
         sam, sak = (a.stride(1), a.stride(0)) if a_km else (a.stride(0), a.stride(1))
         sbn, sbk = (b.stride(1), b.stride(0)) if b_kn else (b.stride(0), b.stride(1))
         scm, scn = (1, m) if swap else (n, 1)  # out is [M, N] of the caller: transposed when swapped
-        _mm_kernel[grid](a, b, c, bias_arg, m, n, k, kg, sam, sak, sbn, sbk, scm, scn, out, cnt, bias is not None,
-                         groups, run_of(groups), split, bm, bn, BLOCK_K, 8, stride, num_warps=warps,
-                         num_stages=stages, C_T=swap, ACC=accumulate, LAST=last)
-    if split and not last:  # the runs' partials, folded as the fused kernel folds the groups (or by the next op)
+        _mm_kernel[grid](a, b, c, bias_arg, m, n, k, kg, sam, sak, sbn, sbk, scm, scn, bias is not None, groups,
+                         run_of(groups), split, bm, bn, BLOCK_K, 8, stride, num_warps=warps, num_stages=stages,
+                         C_T=swap, ACC=accumulate)
+    if split:  # the runs' partials, folded as the fused kernel folds the groups (or by the next op)
         run = run_of(groups) // split
         if not fold:
             return Partials(c, bias, out.dtype, run)
@@ -997,8 +917,8 @@ def launch_problem(launch: Launch, kind: str) -> str:
             return f"sm90 config {launch.config} is none of the proven Gluon forms {sorted(forms)}"
         if launch.block_k not in matmul_sm90.SLOT_WIDTHS:
             return f"sm90 K slots {launch.block_k} wide: proven {matmul_sm90.SLOT_WIDTHS}"
-        if launch.split or launch.swap or launch.flat or launch.last_folds:
-            return "an sm90 launch has no split, swap, flat or last_folds form"
+        if launch.split or launch.swap or launch.flat:
+            return "an sm90 launch has no split, swap or flat form"
         if launch.tail and launch.config[0] != 2 * matmul_sm90.HALF:
             return "Launch.tail follows 128-row tiles only"
         return ""
@@ -1012,8 +932,6 @@ def launch_problem(launch: Launch, kind: str) -> str:
         return f"split {launch.split}: split-K runs per group (1) or per half ({HALF}), in K-groups only"
     if launch.swap and kind == "groups":
         return "a swap launch computes plain K only"
-    if launch.last_folds and not launch.split:
-        return "Launch.last_folds is a form of a split launch"
     return ""
 
 

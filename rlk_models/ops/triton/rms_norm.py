@@ -109,7 +109,7 @@ def _rms_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, r_ptr, s_ptr, pos_ptr, tab_ptr, M, D
     mask = row_ok[:, None] & (cols < D)
     if PARTS:
         off = row.to(tl.int64)[:, None] * D + cols
-        x = fold_parts(x_ptr, off, mask, M * D, tl.zeros((ROWS, BLOCK_D), dtype=tl.float32), PARTS, RUN, False)
+        x = fold_parts(x_ptr, off, mask, M * D, tl.zeros((ROWS, BLOCK_D), dtype=tl.float32), PARTS, RUN)
         if HAS_BIAS:
             x += tl.load(b_ptr + cols, mask=cols < D, other=0.0).to(tl.float32)
         x = x.to(s_ptr.dtype.element_ty)

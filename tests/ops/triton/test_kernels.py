@@ -115,44 +115,6 @@ def test_matmul_tma_kernel_is_the_pointer_kernel(row_parallel):
         assert torch.equal(mm.matmul(x, w, b, row_parallel=row_parallel, launch=lc, tma=True), first), lc
 
 
-@pytest.mark.parametrize("tma", [False, True])
-@pytest.mark.parametrize("split,flat", [(1, False), (1, True), (4, False), (4, True)])
-def test_matmul_last_folds_is_the_split_launch(tma, split, flat):
-    """``Launch.last_folds``: each tile's partials folded by the last of its programs (a ticket a tile) give the fold
-    kernel's bits -- on random values, where a fold of the 8 groups in one run instead of the halves would not (a
-    kernel so changed fails here) -- per group and per half, the flat and nested K loops, both kernels, 8 K-groups and
-    a TP=2 rank's 4, bias or none, fp32 or fp16 out; every ticket counter is 0 after, ``grids`` lists no fold
-    kernel, and ``fold=False`` (a model's row-parallel forward) gets the folded product, there being no partials."""
-    mm = _mod("matmul")
-    g = torch.Generator().manual_seed(11)
-    m, n, k = 37, 80, 1024  # 3 x 3 tiles of 16 x 32, ragged; 8 groups of 2 K-tiles
-    x, w, b = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g), torch.randn(n, generator=g)
-    split_lc = mm.Launch((16, 32, 4, 2), split=split, flat=flat, persistent=False)
-    last_lc = split_lc._replace(last_folds=True)
-    for groups in (8, 4):
-        for bias in (None, b):
-            for dt in (torch.float32, torch.float16):
-                want = mm.mm(x, w, bias, dt, groups=groups, launch=split_lc, tma=tma)
-                got = mm.mm(x, w, bias, dt, groups=groups, launch=last_lc, tma=tma)
-                assert torch.equal(got, want), (groups, bias is not None, dt)
-    assert not mm.tile_counters(x.device, 9).any(), "a ticket counter left standing"
-    unfolded = mm.mm(x, w, b, groups=8, launch=last_lc, tma=tma, fold=False)
-    assert isinstance(unfolded, torch.Tensor)
-    assert torch.equal(unfolded, mm.mm(x, w, b, groups=8, launch=split_lc, tma=tma))
-    assert [gr.form for gr in mm.grids(m, n, k, 8, split_lc)] == ["triton", "fold"]
-    assert [gr.form for gr in mm.grids(m, n, k, 8, last_lc)] == ["triton"]
-
-
-def test_matmul_last_folds_is_refused_without_a_split():
-    mm = _mod("matmul")
-    x, w = torch.randn(40, 512), torch.randn(96, 512)
-    with pytest.raises(ValueError, match="Launch.last_folds is a form of a split launch"):
-        mm.matmul(x, w, row_parallel=True, launch=mm.Launch((16, 32, 4, 2), last_folds=True))
-    assert mm.launch_problem(mm.Launch((64, 128, 4, 4), last_folds=True), "groups")
-    assert not mm.launch_problem(mm.Launch((64, 128, 4, 4), split=1, last_folds=True), "groups")
-    assert mm.launch_problem(mm.Launch((128, 128, 12, 5), sm90=True, last_folds=True), "groups")
-
-
 def test_matmul_block_k_runs_on_the_gpu_only_and_is_refused_by_name_elsewhere(monkeypatch):
     """``Launch.block_k=128`` (one dot over two 64-wide K-tiles) gives the 64-wide bits on the GPU, where a dot is a
     chain of k16 MMAs (tests/gpu proves it); under the interpreter a dot is one numpy product, so a launch that asks

@@ -111,18 +111,6 @@ def test_matmul_block_k_forms_take_their_k_tiles_in_one_dot_unspilled(matmul_for
         assert r["spill_stack_bytes"] == 0 == base["spill_stack_bytes"], name
 
 
-def test_matmul_last_folds_forms_build_unspilled_beside_their_split_form(matmul_forms):
-    """``Launch.last_folds`` (``/last_folds``: each split default with its fold by the tile's last program, in steps
-    of at most 1024 outputs): no spill and at most 16 registers a thread more than the split form it is a form of
-    (session 47: the whole tile's fold at once took 255 and spilled up to 5 KB), the same MMAs."""
-    last = {name: r for name, r in matmul_forms.items() if name.endswith("/last_folds")}
-    assert len(last) >= 8
-    for name, r in last.items():
-        base = matmul_forms[name.removesuffix("/last_folds")]
-        assert r["spill_stack_bytes"] == 0 and r["registers"] <= base["registers"] + 16, (name, r, base)
-        assert r["mma"] == base["mma"], name
-
-
 def test_the_folds_of_partials_build_for_sm90(matmul_forms, rowwise):
     """The split launches' fold kernel and the engine's fold inside the residual add + RMSNorm, each for 2 and 8
     partials, compile for sm_90 (session 47: a fold that ran under the interpreter failed to build on the GPU, and
