@@ -348,6 +348,10 @@ class Launch(NamedTuple):
     #                     dots, which one dot does not have. Session 41: proven bitwise on the H200, and the default
     #                     of the small-M launches it made faster (``TUNED``). sm90: each K slot block_k wide, one
     #                     wgmma a slot (the same chain of k16 MMAs; fewer, larger slots in shared memory)
+    # Dropped, each proven bitwise on the GPU and slower (docs/benchmarks.md): ``streamk`` (session 46: the tiles'
+    # K-tiles dealt out evenly over one program an SM; 1.07-1.73x the persistent launch's time, H100; 2bae642 has
+    # it) and ``last_folds`` (session 47: a split launch's tiles folded by their last program, no fold kernel;
+    # slower than the fold inside the norm at 22 of 24 decode-size layer points, H100; 379331a has it)
 
 
 # Defaults by (K order, width, M bucket): "plain" = one group (column-parallel, backward),
