@@ -163,7 +163,7 @@ def stage_engine(a) -> dict:
     res["batch1_itl_ms"] = round(sorted(itl)[2], 3)
     res["batch1_itl_runs_ms"] = [round(v, 3) for v in itl]
     res["batch1_ttft_ms"] = round(sorted(ttft)[2] * 1e3, 3)
-    res["batch1_tpot_ms"] = round((sorted(whole)[2] - sorted(ttft)[2]) / (len(o1[0].outputs[0].token_ids) - 1) * 1e3, 3)
+    res["batch1_tpot_ms"] = decode_step_figures(ttft, whole, len(o1[0].outputs[0].token_ids) - 1)["median_ms"]
     # whole-model decode-step latency at the batch sizes rollouts run (#17's decode goal): B sequences, 128
     # tokens against 1 token, (t(128) - t(1)) / 127 -- decode steps only, as batch1_tpot_ms (until session 12
     # the figure was t(128) / 128, the prefill of B prompts included, which an engine's eager or graphed

@@ -166,15 +166,21 @@ def forms() -> dict[str, tuple[Launch, int, dict]]:
     return out
 
 
+def fold_run(parts: int) -> int:
+    """The run a fold of ``parts`` partials of the canonical K-groups folds from zero, as ``mm`` hands it on
+    (``run_of(groups) // split``, ``parts = groups // split``): 4 for the 8 groups' partials, 1 for the halves'."""
+    return run_of(K_GROUPS) // (K_GROUPS // parts)
+
+
 def fold_forms() -> dict:
     """``_fold_kernel`` (a split launch's second kernel, and ``combine_partials``'s) for 2 partials (halves) and 8
     (groups, runs of 4): built here because a fold that ran under the interpreter failed to compile on the GPU
     (session 47). Without a bias (Qwen3's row-parallel layers): with one, its column is an int64 remainder of the
     flat index by N (``int64_divisions``: 1), a known cost of the bias layers' (llama_bias) decode sizes."""
     types = dict(p_ptr="*fp32", c_ptr="*bf16", bias_ptr="*bf16", M="i32", N="i32")
-    return {f"fold/parts={parts}": build(_fold_kernel, types, dict(HAS_BIAS=False, GROUPS=parts, RUN=run,
-                                                                   BLOCK=FOLD_BLOCK), ("N",), 4)
-            for parts, run in ((2, 1), (K_GROUPS, run_of(K_GROUPS)))}
+    return {f"fold/parts={parts}": build(_fold_kernel, types, dict(HAS_BIAS=False, GROUPS=parts,
+                                                                   RUN=fold_run(parts), BLOCK=FOLD_BLOCK), ("N",), 4)
+            for parts in (K_GROUPS // HALF, K_GROUPS)}
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from matmul_sass import build, describe  # noqa: E402
+from matmul_sass import build, describe, fold_run  # noqa: E402
 
 RMS = importlib.import_module("rlk_models.ops.triton.rms_norm")  # the package exports the functions
 ROPE = importlib.import_module("rlk_models.ops.triton.rope")
@@ -44,9 +44,9 @@ def rms_forward(d: int, *, res=False, rope=False, two=False, heads=1, parts=0):
                  M="i32", D="i32", SX="i32", eps="fp32", HALF="i32", H1="i32")
     consts = dict(ROWS=RMS._fwd_rows(d), BLOCK_D=block, RES=res, ROPE=rope,
                   BLOCK_HALF=triton.next_power_of_2(max(1, d // 2)), TWO=two)
-    if parts:  # the partials' fold (matmul.fold_parts: runs of 4 at 8 parts) and the bias
+    if parts:  # the partials' fold (matmul.fold_parts, in the runs mm hands on) and the bias
         types |= dict(x_ptr="*fp32", b_ptr="*bf16")
-        consts |= dict(PARTS=parts, RUN=4 if parts == 8 else 1, HAS_BIAS=True)
+        consts |= dict(PARTS=parts, RUN=fold_run(parts), HAS_BIAS=True)
     if heads == 1:
         consts["H"] = 1
     else:
