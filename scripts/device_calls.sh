@@ -176,6 +176,11 @@
 #    was removed in session 48: the kernel, its tests and its calls are at 2bae642. CALL=s48fix, session 48's H100
 #    call: the row-parallel table edges and the fold inside the norm after the fold fix, Launch.last_folds's bits
 #    and time; last_folds, slower as the engine's layer, was removed in session 48: it and its call are at 379331a)
+#   CALL=s49 bash scripts/device_calls.sh       # the landed ops: the table-edges bits (XDIST), then rlk-verify
+#                                              # in CUDA vLLM for Qwen3's batches and chunked prefill (carry
+#                                              # .vllm-cuda)
+#   CALL=s49h100 bash scripts/device_calls.sh   # the H100's misses of the H200 table searched into a launch
+#                                              # file (no carry)
 #   CALL=s48plain bash scripts/device_calls.sh  # qkv and gate_up 8B's graph rows on the current defaults, #17's
 #                                              # count (no carry)
 #   CALL=s48qkv bash scripts/device_calls.sh    # qkv 8B at 192 and 768 rows searched into a launch file (no
@@ -1001,6 +1006,21 @@ engine)
     # the two stock runs' mean; session 45: stock's three 8B runs spread 29%)
     part engine_8b 580 PART=vllm SHAPE=8b ENGINES="${ENGINE_KINDS:-stock,rlk}" VLLM_ARGS="--limit 230 ${ENGINE_ARGS:-}"
     tail -40 "$ROOT_OUT/engine_8b.log"
+    ;;
+s49)
+    # the landed ops (Launch.last_folds and Launch.streamk removed, session 48) on the GPU: every layer's rows at its
+    # table edges (XDIST), then rlk-verify inside CUDA vLLM for Qwen3 (64-256-sequence batches, chunked prefill: 0
+    # mismatching log-probs against the training class) (carry .vllm-cuda)
+    table_edges 180 XDIST=8
+    verify_qwen3 verify
+    ;;
+s49h100)
+    # the H100's own misses of the H200-tuned table (session 48, H100): o 8B at 32 rows (1.53x), o 1.7B at 1-4 rows
+    # (1.15-1.16x), qkv 8B at 192-768 rows (1.16-1.29x), searched into one launch file, winners by > 4%: the H100's
+    # launch file (no carry)
+    search_into_file h100_o 250 --m 1,4,32 --shapes o,o_1.7b --block-k 64,128,256
+    search_into_file h100_qkv 300 --m 192,384,512,768 --shapes qkv --block-k 64,128
+    search_summary "$ROOT_OUT"/h100_*.log
     ;;
 s48plain)
     # the plain 8B layers' graph rows on the current defaults (qkv 8B last ran whole in session 34), #17's count
