@@ -171,6 +171,36 @@ def test_matmul_search_writes_a_launch_file_the_package_runs(tmp_path):
     assert eval(row.split("#")[0].strip().rstrip(","), {"Launch": mm.Launch}) == (96, best)
 
 
+def test_matmul_search_keeps_its_launch_file_as_each_shape_ends(tmp_path, monkeypatch):
+    """``keep_results`` (each shape's end): the JSON and the launch file with the entries so far, so a search cut
+    at its limit in a later shape leaves a launch file ``use_launches`` loads; a later shape's entry is added to
+    the file, and a shape with no winner leaves the file as it was."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))
+    import matmul_sweep
+
+    from rlk_models.ops.triton import matmul as mm
+
+    monkeypatch.setenv("OUT", str(tmp_path))
+    path = tmp_path / "launches.json"
+    res = {"info": {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130", "triton": "3.6.0"}, "shapes": {}}
+    o32 = mm.Launch((32, 64, 4, 4), split=mm.HALF, persistent=False, flat=True, block_k=256)
+    written = matmul_sweep.launch_entry("o", 32, True, o32, {str(o32): 0.0101, "default": 0.0123, "cublas": 0.0078})
+    assert matmul_sweep.keep_results(res, [], str(path)) == [] and not path.exists()
+    assert len(matmul_sweep.keep_results(res, written, str(path))) == 1  # the first shape's end
+    doc = json.loads(path.read_text())
+    assert doc["device"] == "NVIDIA H100 80GB HBM3" and doc["launches"] == written
+    assert json.loads((tmp_path / "matmul_sweep.json").read_text())["launches_written"] == written
+    try:
+        assert mm.use_launches(path) == {("groups", 4096, 4096): [(32, 32, o32)]}
+    finally:
+        mm.use_launches(None)
+    qkv = mm.Launch((192, 64, 12, 6), sm90=True)
+    written += matmul_sweep.launch_entry("qkv", 768, False, qkv, {str(qkv): 0.0696, "default": 0.0740,
+                                                                   "cublas": 0.0552})
+    assert [e["layer"] for e in matmul_sweep.keep_results(res, written, str(path))] == ["o", "qkv"]
+    assert [e["layer"] for e in json.loads(path.read_text())["launches"]] == ["o", "qkv"]
+
+
 def test_matmul_sweep_reads_a_models_linear_shapes():
     """``--model DIR``: a Qwen3 config's linear layers as (K, N) at TP=1 -- Qwen3-8B's are the sweep's own five."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))

@@ -211,6 +211,19 @@ def launch_entry(name: str, m: int, grouped: bool, lc: Launch, med: dict) -> lis
                           "cublas_us": us["cublas"]}}]
 
 
+def keep_results(res: dict, written: list[dict], launches_path: str = "") -> list[dict]:
+    """The measurements so far as ``$OUT/matmul_sweep.json``, then, with ``launches_path``, the launch file with
+    this run's entries so far (``save_launches``: checked whole, written to a temporary file and renamed). Called as
+    each shape ends, so a run cut at its limit keeps both (session 49: a search cut in its second shape had its
+    first shape's winner in the JSON only). Returns the file's entries (none written: [], the file untouched)."""
+    save("matmul_sweep", res | {"launches_written": written})
+    if not (launches_path and written):
+        return []
+    info = res["info"]
+    return save_launches(launches_path, written, {"device": info["gpu"], "torch": info["torch"],
+                                                  "triton": info["triton"]})
+
+
 def tuned_rows(path: str) -> str:
     """A launch file's entries (``matmul.launch_entries``: checked, read once) as ``TUNED`` rows by shape, each with the
     retimed medians it was written on: what folding a device session's winners into the table starts from."""
@@ -498,6 +511,10 @@ def main() -> None:
     dev = torch.device("cuda")
     res = {"info": info(), "shapes": {}}
     written = []  # --write-launches: the launch file's new entries
+
+    def keep() -> list[dict]:
+        return keep_results(res, written, args.write_launches)
+
     log(res["info"])
     g = torch.Generator(device=dev).manual_seed(0)
     for name in args.shapes.split(","):
@@ -589,7 +606,7 @@ def main() -> None:
         r["bwd_graph"] = {}
         if args.quick:
             res["shapes"][name] = r
-            save("matmul_sweep", res | {"launches_written": written})  # each shape as it ends: a cut run keeps them
+            keep()
             continue
         for m in (1024, 4096, 16384):
             xm = torch.randn(m, k, device=dev, generator=g).bfloat16()
@@ -613,16 +630,13 @@ def main() -> None:
         log(f"{name}: fwd+bwd M=4096 ours {t_ours:.3f} ms vs cuBLAS {t_cu:.3f} ms ({t_ours / t_cu:.2f}x); "
             f"rel err vs fp64 {r['rel_err_vs_fp64_M128']:.2e} (cuBLAS {r['cublas_rel_err_vs_fp64_M128']:.2e})")
         res["shapes"][name] = r
-        save("matmul_sweep", res | {"launches_written": written})
+        keep()
         del x, w, xg, wg, dy
         torch.cuda.empty_cache()
-    res["launches_written"] = written
-    save("matmul_sweep", res)  # first: a launch file that cannot be written loses no measurement
+    kept = keep()  # the measurements first: a launch file that cannot be written loses none of them
     if args.write_launches:
-        kept = save_launches(args.write_launches, written, {"device": res["info"]["gpu"], "torch":
-                                                            res["info"]["torch"], "triton": res["info"]["triton"]})
-        log(f"launch file {args.write_launches}: {len(written)} entr{'y' if len(written) == 1 else 'ies'} written, "
-            f"{len(kept)} in the file")
+        log(f"launch file {args.write_launches}: {len(written)} entr{'y' if len(written) == 1 else 'ies'} written"
+            + (f", {len(kept)} in the file" if written else " (the file is left as it was)"))
 
 
 if __name__ == "__main__":
