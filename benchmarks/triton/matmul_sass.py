@@ -175,12 +175,12 @@ def fold_run(parts: int) -> int:
 def fold_forms() -> dict:
     """``_fold_kernel`` (a split launch's second kernel, and ``combine_partials``'s) for 2 partials (halves) and 8
     (groups, runs of 4): built here because a fold that ran under the interpreter failed to compile on the GPU
-    (session 47). Without a bias (Qwen3's row-parallel layers): with one, its column is an int64 remainder of the
-    flat index by N (``int64_divisions``: 1), a known cost of the bias layers' (llama_bias) decode sizes."""
+    (session 47). Without a bias (Qwen3's row-parallel layers) and with one (``/bias``: Llama's with
+    ``attention_bias``/``mlp_bias``; until session 49 its column was an int64 remainder of a flat index by N)."""
     types = dict(p_ptr="*fp32", c_ptr="*bf16", bias_ptr="*bf16", M="i32", N="i32")
-    return {f"fold/parts={parts}": build(_fold_kernel, types, dict(HAS_BIAS=False, GROUPS=parts,
-                                                                   RUN=fold_run(parts), BLOCK=FOLD_BLOCK), ("N",), 4)
-            for parts in (K_GROUPS // HALF, K_GROUPS)}
+    return {f"fold/parts={parts}{'/bias' if bias else ''}": build(
+        _fold_kernel, types, dict(HAS_BIAS=bias, GROUPS=parts, RUN=fold_run(parts), BLOCK=FOLD_BLOCK), ("N",), 4)
+        for parts in (K_GROUPS // HALF, K_GROUPS) for bias in (False, True)}
 
 
 def main() -> None:

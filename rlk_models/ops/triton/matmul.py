@@ -290,16 +290,26 @@ def fold_parts(p_ptr, idx, ok, MN, acc, GROUPS: tl.constexpr, RUN: tl.constexpr)
 def _fold_kernel(p_ptr, c_ptr, bias_ptr, M, N, HAS_BIAS: tl.constexpr, GROUPS: tl.constexpr, RUN: tl.constexpr,
                  BLOCK: tl.constexpr):
     """c = the fused kernel's sum of GROUPS partials (runs of RUN folded in order from zero, the
-    runs' sums added in order) (+ bias), rounded once."""
-    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    ok = idx < M * N
+    runs' sums added in order) (+ bias), rounded once. A program folds BLOCK columns of one row (grid: rows,
+    column blocks), so the bias's column is the program's own and not a remainder of a flat int64 index by N (a
+    64-bit division, which sm_90 runs as a subroutine call a thread)."""
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = cols < N
+    idx = tl.program_id(0).to(tl.int64) * N + cols
     acc = fold_parts(p_ptr, idx, ok, M * N, tl.zeros((BLOCK,), dtype=tl.float32), GROUPS, RUN)
     if HAS_BIAS:
-        acc += tl.load(bias_ptr + idx % N, mask=ok, other=0.0).to(tl.float32)
+        acc += tl.load(bias_ptr + cols, mask=ok, other=0.0).to(tl.float32)
     tl.store(c_ptr + idx, acc.to(c_ptr.dtype.element_ty), mask=ok)
 
 
-FOLD_BLOCK = 1024  # the outputs a program of ``_fold_kernel`` folds
+FOLD_BLOCK = 1024  # the most columns a program of ``_fold_kernel`` folds
+
+
+def fold_grid(m: int, n: int) -> tuple[tuple[int, int], int]:
+    """``_fold_kernel``'s grid (rows, column blocks) for [m, n] outputs, and its BLOCK: a row's columns in
+    blocks of ``FOLD_BLOCK``, or in one block of the power of two above n where n is narrower."""
+    block = min(FOLD_BLOCK, triton.next_power_of_2(n))
+    return (m, triton.cdiv(n, block)), block
 
 
 def fold_partials(parts: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None, count: int, run: int
@@ -309,8 +319,8 @@ def fold_partials(parts: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | N
     launch's second kernel and ``combine_partials``."""
     n = out.shape[-1]
     m = out.numel() // n
-    _fold_kernel[(triton.cdiv(m * n, FOLD_BLOCK),)](parts, out, bias if bias is not None else out, m, n,
-                                                    bias is not None, count, run, FOLD_BLOCK)
+    grid, block = fold_grid(m, n)
+    _fold_kernel[grid](parts, out, bias if bias is not None else out, m, n, bias is not None, count, run, block)
     return out
 
 
@@ -723,8 +733,8 @@ def grids(m: int, n: int, k: int, groups: int, launch: Launch | None = None, sms
     tile = (bn, bm) if launch.swap else (bm, bn)
     out = [Grid(m, "triton", tile, tiles * parts, progs * parts)]
     if split:
-        fold = triton.cdiv(m * n, FOLD_BLOCK)
-        out.append(Grid(m, "fold", (1, FOLD_BLOCK), fold, fold))
+        (rows, blocks), block = fold_grid(m, n)
+        out.append(Grid(m, "fold", (1, block), rows * blocks, rows * blocks))
     return out
 
 

@@ -241,6 +241,31 @@ def test_matmul_row_parallel_adds_two_halves(split):
     assert mm.matmul(x, w, row_parallel=True, launch=lc, tma=False).item() == 2.0 ** 24 + 2
 
 
+@pytest.mark.parametrize("n", [45, 1024, 1100])  # one block narrower than 1024; one whole; a whole and a ragged one
+@pytest.mark.parametrize("count,run", [(2, 1), (8, 4)])  # halves; the 8 groups' runs of 4
+def test_fold_partials_folds_each_rows_columns_with_their_bias(n, count, run):
+    """``fold_partials`` (the split launches' second kernel, a program a row's block of columns): each output the
+    partials in runs of ``run`` folded from zero, the runs' sums added in order, + its column's bias -- the same
+    sums written out in torch (fp32, elementwise, in that order), for every row and column block. Out in fp32 (the
+    interpreter's conversion to bf16 does not round to nearest as the GPU's does: the sums, not the rounding, are
+    under test here)."""
+    mm = _mod("matmul")
+    g = torch.Generator().manual_seed(n + count)
+    rows = 3
+    parts = torch.randn(count, rows, n, generator=g).to(DEV)
+    bias = torch.randn(n, generator=g).bfloat16().to(DEV)
+    acc = torch.zeros(rows, n, device=DEV)
+    for r in range(count // run):
+        part = torch.zeros(rows, n, device=DEV)
+        for i in range(r * run, (r + 1) * run):
+            part = part + parts[i]
+        acc = acc + part
+    for b in (None, bias):
+        out = torch.empty(rows, n, device=DEV)
+        want = acc if b is None else acc + b.float()
+        assert torch.equal(mm.fold_partials(parts, out, b, count, run), want), f"bias={b is not None}"
+
+
 def test_matmul_two_groups_split_by_halves_runs_fused():
     """A split by halves needs whole halves of 4 groups; asked of 2 groups (what
     benchmarks/triton/matmul_halves_probe.py compares against) it runs the fused form, the same
@@ -384,7 +409,8 @@ def test_matmul_grids():
         mp.setattr(mmod, "num_sms", lambda device: 132)  # an H200's
         mmod.mm(a, b, groups=8, launch=lc, tma=False)
         mmod.mm(torch.zeros(300, 4096), b, groups=1, launch=Launch((64, 128, 4, 4)), tma=False)
-    assert seen == [(64, 2), (256,), (132,)]  # 64 tiles x 2 parts, the fold's blocks; 160 tiles on 132 programs
+    # 64 tiles x 2 parts, the fold's rows x column blocks; 160 tiles on 132 programs
+    assert seen == [(64, 2), (64, 4), (132,)]
     assert [(g.programs, g.tiles) for g in grids(64, 4096, 4096, 8, lc)] == [(128, 128), (256, 256)]
     assert grids(300, 4096, 4096, 1, Launch((64, 128, 4, 4))) == [Grid(300, "triton", (64, 128), 160, 132)]
 

@@ -112,10 +112,10 @@ def test_matmul_block_k_forms_take_their_k_tiles_in_one_dot_unspilled(matmul_for
 
 
 def test_the_folds_of_partials_build_for_sm90(matmul_forms, rowwise):
-    """The split launches' fold kernel and the engine's fold inside the residual add + RMSNorm, each for 2 and 8
-    partials, compile for sm_90 (session 47: a fold that ran under the interpreter failed to build on the GPU, and
-    with it every split launch; the builds above had not compiled either kernel)."""
-    assert {"fold/parts=2", "fold/parts=8"} <= set(matmul_forms)
+    """The split launches' fold kernel (with and without a bias) and the engine's fold inside the residual add +
+    RMSNorm, each for 2 and 8 partials, compile for sm_90 (session 47: a fold that ran under the interpreter failed
+    to build on the GPU, and with it every split launch; the builds above had not compiled either kernel)."""
+    assert {"fold/parts=2", "fold/parts=8", "fold/parts=2/bias", "fold/parts=8/bias"} <= set(matmul_forms)
     assert {f"add_rms_norm forward of {p} partials, hidden 4096" for p in (2, 8)} <= set(rowwise)
 
 
