@@ -179,6 +179,8 @@
 #   CALL=s49 bash scripts/device_calls.sh       # the landed ops: the table-edges bits (XDIST), then rlk-verify
 #                                              # in CUDA vLLM for Qwen3's batches and chunked prefill (carry
 #                                              # .vllm-cuda)
+#   CALL=s50 bash scripts/device_calls.sh       # session 49's fold kernel: the table-edges bits (XDIST), its
+#                                              # sums and bias columns natively, its cost (no carry)
 #   CALL=s49h100 bash scripts/device_calls.sh   # the H100's misses of the H200 table searched into a launch
 #                                              # file (no carry)
 #   CALL=s48plain bash scripts/device_calls.sh  # qkv and gate_up 8B's graph rows on the current defaults, #17's
@@ -1013,6 +1015,17 @@ s49)
     # mismatching log-probs against the training class) (carry .vllm-cuda)
     table_edges 180 XDIST=8
     verify_qwen3 verify
+    ;;
+s50)
+    # session 49's fold kernel (a program a row's block of columns; the bias's column no int64 remainder): every
+    # layer's rows at its table edges (the split launches fold with it), then natively its sums and bias columns,
+    # the launch choices with a bias, the TP shards' combine and the halves (no carry)
+    table_edges 180 XDIST=8
+    part folds 200 PART=tests TEST_TIMEOUT=190 TESTS=tests/ops/triton/test_kernels.py \
+        K="fold_partials_folds or launch_choices_and_rows or tensor_parallel_shards or row_parallel_adds"
+    test_summary folds 12
+    bench fold_cost 120 benchmarks/triton/matmul_fold_cost.py --split --m 1,16,32,64,128,256
+    tail -20 "$ROOT_OUT/fold_cost.log"
     ;;
 s49h100)
     # the H100's own misses of the H200-tuned table (session 48, H100): o 8B at 32 rows (1.53x), o 1.7B at 1-4 rows
