@@ -7,7 +7,8 @@ one call's runs let the ratio move (PNG).
 
 Only calls that list every timed run (``throughput.runs_tok_per_s``, since session 14) of both engines are drawn,
 TP=1, not under ``--profile`` (the engine core in the benchmark's process), one series a workload: 256 prompts x
-512 tokens, or the RL-shaped rollout (``--varied``).
+512 tokens, or the RL-shaped rollout (``--varied``); on an H200 unless the file says another GPU (``-h100`` in its
+name: a series of its own), with text out unless it records token ids (``"detokenize": false``: its own series).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def history(data: Path) -> dict[str, list[dict]]:
         name = f"{d['shape']}, " + ("RL-shaped rollout" if d.get("varied") else f"{d['n']} x {d['max_tokens']}")
         if d.get("detokenize") is False:  # token ids out (session 49 on): a series of its own
             name += ", token ids"
+        if "-h100" in f.name:  # a call the H100 ran: not in the H200 series
+            name += ", H100"
         out.setdefault(name, []).append({
             "session": int(session.group(1)), "file": f.name,
             "ratio": statistics.median(rlk) / statistics.median(stock),
@@ -61,7 +64,7 @@ def plot(series: dict[str, list[dict]], png: str) -> None:
         ax.errorbar(xs, ys, yerr=err, fmt="o", color=f"C{i}", capsize=2, lw=0.8, ms=4, label=name)
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
     ax.set_xlabel("session")
-    ax.set_ylabel("rlk / stock vLLM throughput (H200)")
+    ax.set_ylabel("rlk / stock vLLM throughput (H200 unless named)")
     ax.set_title("median run over median run; bars: slowest over fastest to fastest over slowest", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)

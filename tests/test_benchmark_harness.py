@@ -228,13 +228,14 @@ def test_vllm_history_reads_the_recorded_paired_runs(tmp_path):
     data = Path(__file__).resolve().parents[1] / "docs" / "data"
     s45 = [p for p in plot_vllm_history.history(data)["8b, 256 x 512"] if p["session"] == 45]
     assert len(s45) == 1 and s45[0]["mismatches"] == 0
+    assert (round(s45[0]["ratio"], 3), round(s45[0]["low"], 3), round(s45[0]["high"], 3)) == (1.079, 0.809, 1.126)
+    assert [p["session"] for p in plot_vllm_history.history(data)["8b, 256 x 512, H100"]] == [49]
     # runs with token ids out (``vllm_cuda.py`` from session 49: ``"detokenize": false``) are a series of their own
     runs, ids = {"throughput": {"runs_tok_per_s": [100.0]}}, tmp_path / "token_ids"
     ids.mkdir()
     (ids / "vllm_cuda_8b_2026-12-06-s50.json").write_text(json.dumps(
         {"shape": "8b", "tp": 1, "n": 256, "max_tokens": 512, "detokenize": False, "rlk": runs, "stock": runs}))
     assert list(plot_vllm_history.history(ids)) == ["8b, 256 x 512, token ids"]
-    assert (round(s45[0]["ratio"], 3), round(s45[0]["low"], 3), round(s45[0]["high"], 3)) == (1.079, 0.809, 1.126)
 
     def call(name, **extra):
         doc = {"shape": "8b", "tp": 1, "n": 4, "max_tokens": 8, "varied": False,
