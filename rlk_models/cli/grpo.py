@@ -243,7 +243,8 @@ def run(ckpt: Path, out: Path, cfg: GRPOConfig, baseline: bool = False, progress
     ref = AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype).to(cfg.device).eval() if cfg.kl_coef > 0 else None
     opt = MasterWeights(model, cfg.lr)
     llm = make_engine(ckpt, cfg)
-    sp = SamplingParams(n=cfg.group_size, temperature=1.0, max_tokens=cfg.max_new_tokens, logprobs=0)
+    sp = SamplingParams(n=cfg.group_size, temperature=1.0, max_tokens=cfg.max_new_tokens, logprobs=0,
+                        detokenize=False)  # token ids: the rewards decode them (tok.decode)
     pool, held_out = arith.split()
     rng = random.Random(cfg.seed + 1)
 

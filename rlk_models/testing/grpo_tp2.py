@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> None:
     model = AutoModelForCausalLM.from_pretrained(a.ckpt, dtype=torch.float32).to(device)
     fully_shard_model(model, mesh)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
-    sp = SamplingParams(n=cfg.group_size, temperature=1.0, max_tokens=cfg.max_new_tokens, logprobs=0)
+    sp = SamplingParams(n=cfg.group_size, temperature=1.0, max_tokens=cfg.max_new_tokens, logprobs=0,
+                        detokenize=False)  # token ids: the rewards decode them
     pool, rng = arith.split()[0], random.Random(cfg.seed + 1)
     setup_s = time.perf_counter() - t0
 
