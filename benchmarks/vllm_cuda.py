@@ -122,11 +122,13 @@ def stage_engine(a) -> dict:
     # s as token ids, 1.10 s with text; session 49), so 131,072 tokens put seconds of host work into each run that
     # neither engine's model does: the 8B runs took 8.4-10.6 s for ~6 s of decode steps and gave 1.27x stock with
     # rlk's step 1.035x stock's (session 49)
-    sp = SamplingParams(temperature=1.0, max_tokens=a.max_tokens, ignore_eos=True, logprobs=0, seed=None,
-                        detokenize=a.detokenize)
+    def sampling(max_tokens: int) -> SamplingParams:
+        return SamplingParams(temperature=1.0, max_tokens=max_tokens, ignore_eos=True, logprobs=0, seed=None,
+                              detokenize=a.detokenize)
+
+    sp = sampling(a.max_tokens)
     if a.varied:  # each request its own length: finished sequences make room for waiting ones (mixed steps)
-        sp = [SamplingParams(temperature=1.0, max_tokens=rng.randint(a.max_tokens // 8, a.max_tokens), ignore_eos=True,
-                             logprobs=0, seed=None, detokenize=a.detokenize) for _ in prompts]
+        sp = [sampling(rng.randint(a.max_tokens // 8, a.max_tokens)) for _ in prompts]
     # warm-up: the measured workload once, untimed. An rlk engine compiles a Triton kernel the first time a step
     # falls in a launch bucket it has not met (stock vLLM compiles at start); on a fresh machine (empty Triton
     # cache) that is seconds, and with full graphs of every step up to 512 tokens a short warm-up leaves the

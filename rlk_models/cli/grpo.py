@@ -135,6 +135,16 @@ class Rollout:
         return Rollout(*(t.to(device) for t in (self.ids, self.mask, self.comp, self.old, self.rewards, self.adv)))
 
 
+def rollout_params(cfg: GRPOConfig):
+    """The rollouts' sampling: ``cfg.group_size`` completions a prompt at temperature 1 with the sampled tokens'
+    log-probs, as token ids (``rollout`` decodes them for the rewards; vLLM's front end would otherwise detokenize
+    every log-prob entry too, ~24 us of host time a token)."""
+    from vllm import SamplingParams
+
+    return SamplingParams(n=cfg.group_size, temperature=1.0, max_tokens=cfg.max_new_tokens, logprobs=0,
+                          detokenize=False)
+
+
 def rollout(llm, tok, sp, batch: list[tuple[int, int]], cfg: GRPOConfig, reward=arith.reward) -> Rollout:
     """Sample ``sp.n`` completions per prompt; ``reward(text, a, b)`` scores each."""
     from vllm.inputs import TokensPrompt
@@ -228,7 +238,6 @@ def run(ckpt: Path, out: Path, cfg: GRPOConfig, baseline: bool = False, progress
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from vllm import SamplingParams
 
     import rlk_models  # noqa: F401
 
@@ -243,8 +252,7 @@ def run(ckpt: Path, out: Path, cfg: GRPOConfig, baseline: bool = False, progress
     ref = AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype).to(cfg.device).eval() if cfg.kl_coef > 0 else None
     opt = MasterWeights(model, cfg.lr)
     llm = make_engine(ckpt, cfg)
-    sp = SamplingParams(n=cfg.group_size, temperature=1.0, max_tokens=cfg.max_new_tokens, logprobs=0,
-                        detokenize=False)  # token ids: the rewards decode them (tok.decode)
+    sp = rollout_params(cfg)
     pool, held_out = arith.split()
     rng = random.Random(cfg.seed + 1)
 

@@ -51,10 +51,10 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
 
     import rlk_models  # noqa: F401
-    from rlk_models.cli.grpo import GRPOConfig, ratio_stats, rollout, sequence_losses
+    from rlk_models.cli.grpo import GRPOConfig, ratio_stats, rollout, rollout_params, sequence_losses
     from rlk_models.rollout.sync import push_weights
     from rlk_models.training import arith
     from rlk_models.training.fsdp import fully_shard_model
@@ -80,8 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     model = AutoModelForCausalLM.from_pretrained(a.ckpt, dtype=torch.float32).to(device)
     fully_shard_model(model, mesh)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
-    sp = SamplingParams(n=cfg.group_size, temperature=1.0, max_tokens=cfg.max_new_tokens, logprobs=0,
-                        detokenize=False)  # token ids: the rewards decode them
+    sp = rollout_params(cfg)
     pool, rng = arith.split()[0], random.Random(cfg.seed + 1)
     setup_s = time.perf_counter() - t0
 
