@@ -1019,10 +1019,11 @@ s49)
 s50)
     # session 49's fold kernel (a program a row's block of columns; the bias's column no int64 remainder): every
     # layer's rows at its table edges (the split launches fold with it), then natively its sums and bias columns,
-    # the launch choices with a bias, the TP shards' combine and the halves (no carry)
+    # the TP shards' combine and the halves (no carry; session 50: launch_choices_and_rows, once selected here, compiles
+    # every launch form natively and ran 3 of its 36 items in 200 s: the table edges cover the launch choices)
     table_edges 180 XDIST=8
     part folds 200 PART=tests TEST_TIMEOUT=190 TESTS=tests/ops/triton/test_kernels.py \
-        K="fold_partials_folds or launch_choices_and_rows or tensor_parallel_shards or row_parallel_adds"
+        K="fold_partials_folds or tensor_parallel_shards or row_parallel_adds"
     test_summary folds 12
     bench fold_cost 120 benchmarks/triton/matmul_fold_cost.py --split --m 1,16,32,64,128,256
     tail -20 "$ROOT_OUT/fold_cost.log"
