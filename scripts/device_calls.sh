@@ -1028,6 +1028,18 @@ s50)
     bench fold_cost 120 benchmarks/triton/matmul_fold_cost.py --split --m 1,16,32,64,128,256
     tail -20 "$ROOT_OUT/fold_cost.log"
     ;;
+s50wide)
+    # session 50's 192-column Gluon tiles (matmul_sm90.wide: 128 x 192 and 192 x 192, 128 tiles a wave at gate_up 8B's
+    # 128 / 192 rows, qkv 8B's 512 / 768, gate_up 1.7B's 256 / 384): their bits natively, every layer's rows at its
+    # table edges (the kernel's other forms gained two descriptor arguments, their code otherwise the same), then the
+    # wide tiles searched against each point's default, retimed, winners by > 4% into the launch file (no carry)
+    part wide 220 PART=tests TEST_TIMEOUT=210 TESTS=tests/gpu/test_triton_contract_8b.py K="wide_gluon_tiles"
+    test_summary wide 12
+    table_edges 150 XDIST=8
+    search_into_file s50w 280 --m 128,192,256,384,512,768 --shapes qkv,gate_up,gate_up_1.7b --tiles 128x192,192x192 \
+        --block-k 64,128
+    search_summary "$ROOT_OUT"/s50w.log
+    ;;
 s49h100)
     # the H100's own misses of the H200-tuned table (session 48, H100): o 8B at 32 rows (1.53x), o 1.7B at 1-4 rows
     # (1.15-1.16x), qkv 8B at 192-768 rows (1.16-1.29x), searched into one launch file, winners by > 4%: the H100's

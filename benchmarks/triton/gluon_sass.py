@@ -60,8 +60,8 @@ def mm_groups_sm90(block_m: int = 128, block_n: int = 128, num_buf: int = 4, k: 
     types = dict(bias_ptr="*bf16", M="i32", N="i32", K="i32", KG="i32")
     tile, maxnreg = matmul_sm90.form(block_m, block_n, block_k, num_buf, a.element_size(), c.element_size())
     consts = dict(HAS_BIAS=bias, GROUPS=groups, RUN=min(groups, 4), **tile, num_warps=4)
-    return build_gluon(matmul_sm90._mm_groups_ws, dict(zip(("a_desc", "b_desc", "c_desc"), descs)), types, consts,
-                       (), maxnreg)
+    return build_gluon(matmul_sm90._mm_groups_ws, dict(zip(("a_desc", "b_desc", "c_desc", "b2_desc", "c2_desc"),
+                                                           descs)), types, consts, (), maxnreg)
 
 
 def main() -> None:

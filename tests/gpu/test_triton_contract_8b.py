@@ -107,12 +107,17 @@ def test_matmul_rows_and_launch_choices(name):
                     assert torch.equal(got, ref), f"M={m} {lc} bias={b is not None} {dt} groups={groups}"
     if not rp and torch.cuda.get_device_capability() == (9, 0):
         # the same kernel in one K-group (candidates for the plain layers): against the Triton form, bias or not,
-        # bf16 and fp32 out; 700 rows: at qkv's N a tail launch's 640 + 60
+        # bf16 and fp32 out (where two K slots fit beside its staging tiles: 192 x 192 refuses fp32 out, and a
+        # table's runs the fallback); 700 rows: at qkv's N a tail launch's 640 + 60
         bias = randn(n, g=g)
         for m in (1, 200, 700, 1024, 8192):
             for b, dt in ((None, torch.bfloat16), (bias, torch.bfloat16), (bias, torch.float32)):
                 ref = mm(x[:m], w, b, dt, launch=SM90_FALLBACKS["plain", 128])
                 for lc in SM90_PLAIN_CANDIDATES:
+                    if dt == torch.float32 and lc.config[:2] == (192, 192):
+                        with pytest.raises(ValueError, match="two K slots"):
+                            mm(x[:m], w, b, dt, launch=lc)
+                        continue
                     got = mm(x[:m], w, b, dt, launch=lc)
                     assert torch.equal(got, ref), f"M={m} {lc} bias={b is not None} {dt} plain"
                 del ref, got
@@ -153,6 +158,43 @@ def test_matmul_rows_at_the_table_edges(name):
     assert torch.equal(matmul(x[:700], w, row_parallel=rp), full[:700]), "run to run"
     for m in (1, 16, 32, 64, 128, 256):  # the wide loads' rows (Launch.block_k) against the kernel without TMA or them
         assert torch.equal(matmul(x[:m], w, row_parallel=rp, tma=False), full[:m]), f"{name}: M={m} pointer kernel"
+
+
+@pytest.mark.parametrize("name", ["qkv", "gate_up", "qkv_1.7b", "gate_up_1.7b", "lm_head"])
+def test_matmul_wide_gluon_tiles_give_the_plain_bits(name):
+    """The Gluon form's 192-column tiles (``matmul_sm90.wide``: a consumer's columns as a 128- and a 64-wide box and
+    fp32 tile, two dots a K step; 128 x 192 and 192 x 192) in one K-group: at rows that fill, pad and split their
+    tiles (qkv 1.7B's N = 4096 = 21 x 192 + 64 ends in a half-empty first box and an empty second one), persistent and
+    a program a tile, 64- and 128-wide K slots where two fit, with a bias and fp32 out (128 x 192; 192 x 192 refuses
+    fp32 out), equal bit for bit (the sign of a zero too: ``view``) to the 64-wide pointer kernel; and a row of -0
+    against positive weights (every product -0) gives +0 as every other form does (0 + the partial)."""
+    from rlk_models.ops.triton import matmul_sm90
+    from rlk_models.ops.triton.matmul import Launch, mm
+
+    k, n = LAYERS.get(name) or SHAPES[name]
+    g = gen(7)
+    x, w, bias = randn(1024, k, g=g), randn(n, k, g=g, scale=0.02), randn(n, g=g)
+
+    def bits(t: torch.Tensor) -> torch.Tensor:
+        return t.view(torch.int32 if t.dtype == torch.float32 else torch.int16)
+
+    forms = [Launch(c, persistent=p, sm90=True, block_k=bk) for c in ((128, 192, 12, 4), (192, 192, 12, 3))
+             for p in (True, False) for bk in matmul_sm90.SLOT_WIDTHS if matmul_sm90.ring_fits(*c[:2], bk, c[3], 2, 2)]
+    assert {lc.config for lc in forms} == {(128, 192, 12, 4), (192, 192, 12, 3)} and len(forms) == 6
+    for m in (1, 127, 192, 200, 512, 700, 768, 1024):
+        for b, dt in ((None, torch.bfloat16), (bias, torch.bfloat16), (bias, torch.float32)):
+            ref = mm(x[:m], w, b, dt, tma=False)
+            for lc in forms:
+                if dt == torch.float32 and not matmul_sm90.ring_fits(*lc.config[:2], lc.block_k, lc.config[3], 2, 4):
+                    continue  # refused (test_matmul_rows_and_launch_choices)
+                got = mm(x[:m], w, b, dt, launch=lc)
+                assert torch.equal(bits(got), bits(ref)), f"{name} M={m} {lc} bias={b is not None} {dt}"
+    neg = x[:200].clone()
+    neg[3] = -0.0
+    ref = mm(neg, w.abs(), tma=False)
+    for lc in forms:
+        assert torch.equal(bits(mm(neg, w.abs(), launch=lc)), bits(ref)), f"{name} -0 row {lc}"
+    assert bits(ref[3]).eq(0).all(), "the pointer kernel's sum of -0 products is +0"
 
 
 @pytest.mark.parametrize("load", [128, 256])

@@ -470,16 +470,24 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                             # consumers: 1.33x -> 1.13x at 384)
                             (320, Launch((64, 128, 4, 4), persistent=False)),
                             (384, Launch((192, 128, 12, 4), sm90=True)),
-                            (512, Launch((128, 256, 8, 3), persistent=False)),
+                            # session 50 (H200, launch file proven and timed in one call): the Gluon form's
+                            # 192-column tiles, 128 tiles a wave of 132 SMs -- 385-512 rows in 128 x 192 (1.15x ->
+                            # 0.94x at 512; Triton 128 x 256, one program a tile, 96 tiles), 641-768 in 192 x 192
+                            # (1.24x -> 1.09x at 768)
+                            (512, Launch((128, 192, 12, 4), sm90=True)),
                             # the Gluon form, 128 x 256 with its tail (640 rows of them are one wave): 1.31x ->
                             # 1.21x at 768, 0.98x at 640 (session 33)
-                            (768, Launch((128, 256, 12, 3), sm90=True, tail=True))],
+                            (640, Launch((128, 256, 12, 3), sm90=True, tail=True)),
+                            (768, Launch((192, 192, 12, 3), sm90=True))],
     # gate_up 8B, session 44 (launch file, proven and timed in one call): 17-32 rows swap, 256-wide 1.12x -> 1.02x;
-    # 129-192 64 x 128, 128-wide 1.30x -> 1.18x (the Gluon form keeps 193-256: 1.00-1.02x at 256)
+    # 129-192 64 x 128, 128-wide 1.30x -> 1.18x (the Gluon form keeps 193-256: 1.00-1.02x at 256); session 50 (H200,
+    # the same): 161-192 the Gluon form's 192 x 192 tiles, 128 of them, one wave: 1.26x -> 1.11x at 192 (129-160 keep
+    # 64 x 128: 192 x 192 would pad a third of their rows, not timed)
     ("plain", 24576, 4096): [(16, None),
                              (32, Launch((64, 32, 4, 8), swap=True, block_k=256)),
                              (128, None),
-                             (192, Launch((64, 128, 4, 4), block_k=128)),
+                             (160, Launch((64, 128, 4, 4), block_k=128)),
+                             (192, Launch((192, 192, 12, 3), sm90=True)),
                              # the Gluon form in one K-group (session 33), 128 x 128 tiles: 1.43x -> 1.28x at 192 rows
                              (256, Launch((128, 128, 12, 5), sm90=True)),
                              # 192 x 128 (three consumers) where it fills its waves: 1.21x -> 1.04-1.05x at 384,
@@ -515,7 +523,9 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                              # 1.34x -> 1.17x (session 34); 64 x 128, 128-wide loads 1.20x -> 1.11x (42)
                              (256, Launch((64, 128, 4, 4), block_k=128)),
                              (320, Launch((64, 256, 12, 4), sm90=True)),
-                             (384, Launch((192, 128, 12, 4), sm90=True)),
+                             # session 50 (H200, launch file): 192 x 192, 128 tiles, one wave (192 x 128: 192 tiles,
+                             # 1.45 waves): 1.22x -> 1.10x at 384
+                             (384, Launch((192, 192, 12, 3), sm90=True)),
                              (512, Launch((128, 128, 12, 5), sm90=True)),
                              (640, Launch((128, 256, 12, 3), sm90=True)),
                              (768, Launch((192, 128, 12, 4), sm90=True))],
@@ -584,10 +594,16 @@ SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5
 # the tiles one group frees registers for -- 128 x 256 (cuBLAS's; m64n256k16, 3 slots: 208 KiB), 64 x 256 split
 # by columns (m64n128k16, 4 slots) and 192 x 128 (three consumers, 4 slots: gate_up 8B at 384 rows 384 tiles in
 # 2.9 waves, against 288 of 128 x 256 in 2.2) -- built for sm_90 without a spill (gluon_sass.py)
+# Session 50: 192-column tiles (``matmul_sm90.wide``: a consumer's 128 + 64 columns, two dots a K step), 192 x 192 (3
+# slots) and 128 x 192 (4 slots) where 128 of them fill one wave of 132 SMs. H200, searched against each point's
+# default (``--tiles 128x192,192x192``, retimed), then proven and timed as a launch file: qkv 8B 1.15x -> 0.94x at
+# 512 rows (128 x 192), 1.24x -> 1.09x at 768 (192 x 192); gate_up 8B 1.26x -> 1.11x at 192; gate_up 1.7B 1.22x
+# -> 1.10x at 384 (``TUNED``). No gain at gate_up 8B's 128 rows or gate_up 1.7B's 256 (1.13-1.14x either way)
 SM90_PLAIN_CANDIDATES = [*SM90_CANDIDATES, Launch((128, 256, 12, 3), sm90=True),
                          Launch((128, 256, 12, 3), persistent=False, sm90=True),
                          Launch((128, 256, 12, 3), sm90=True, tail=True), Launch((64, 256, 12, 4), sm90=True),
-                         Launch((192, 128, 12, 4), sm90=True)]
+                         Launch((192, 128, 12, 4), sm90=True), Launch((128, 192, 12, 4), sm90=True),
+                         Launch((192, 192, 12, 3), sm90=True)]
 
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
 CANDIDATE_CONFIGS = sorted({(sm90_fallback(lc, kind) if lc.sm90 else lc).config
@@ -765,22 +781,30 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     launch = launch or launch_for(m, n, groups, k)
     if launch.tail and not launch.sm90:
         raise ValueError(f"matmul: Launch.tail is a form of the sm90 launch ({launch})")
-    if launch.sm90 and launch.block_k != BLOCK_K:  # the Gluon form's K slots, block_k wide: whole slots a K-group
-        # (one K-group too: its loop takes K // block_k steps), whether it runs here is asked below; then two slots
+    if launch.sm90:  # the Gluon form's K slots, block_k wide: whole slots a K-group (one K-group too: its loop
+        # takes K // block_k steps), whether it runs here is asked below; then two slots beside the output's staging
+        # tiles (the ring of one deadlocks): a wider slot where two fit, the tile at all where two 64-wide ones do
+        # (192 x 192 tiles with fp32 out do not: a table's launch runs the fallback)
         bk, (bm, bn, _, num_buf) = _block_k(launch, True, k // groups, True, explicit), launch.config
-        if bk != BLOCK_K and not matmul_sm90.ring_fits(bm, bn, bk, num_buf, a.element_size(), out.element_size()):
+        sizes = (num_buf, a.element_size(), out.element_size())
+        if bk != BLOCK_K and not matmul_sm90.ring_fits(bm, bn, bk, *sizes):
             if explicit:
                 raise ValueError(f"matmul: Launch.block_k={bk} needs two K slots in shared memory (the ring of one "
                                  f"deadlocks) ({launch})")
             bk = BLOCK_K
         launch = launch._replace(block_k=bk)
-    if launch.sm90 and not (sm90_serves(launch, groups, k) and not (a_km or b_kn or accumulate)
-                            and tma is not False and matmul_sm90.usable(a, b, out) and tma_ok(a, b, out)):
+    served = launch.sm90 and (sm90_serves(launch, groups, k) and not (a_km or b_kn or accumulate)
+                              and tma is not False and matmul_sm90.usable(a, b, out) and tma_ok(a, b, out))
+    if launch.sm90 and not (served and matmul_sm90.ring_fits(*launch.config[:2], launch.block_k, *sizes)):
+        if explicit and served:
+            raise ValueError(f"matmul: {launch} needs two K slots in shared memory beside its {out.dtype} output's "
+                             "staging tiles (the ring of one deadlocks)")
         if explicit:
             raise ValueError(f"matmul: an sm90 launch ({launch}) computes a forward product (K a multiple of "
                              f"{BLOCK_K} a group, no accumulate) on an sm_90 GPU (bf16/fp16, TMA-addressable, "
                              "tiles of 128 rows and up to 128 columns, 64 rows and up to 256, or 192 rows and up "
-                             "to 64 -- twice those in one K-group; a tail after 128-row tiles only)")
+                             "to 64 -- twice those in one K-group, where 128- and 192-row tiles may also be 192 "
+                             "wide; a tail after 128-row tiles only)")
         launch = sm90_fallback(launch, "groups" if groups > 1 else "plain")
     if launch.sm90:
         bind_cuda_context(a.device)

@@ -65,6 +65,10 @@ SMEM_BYTES, SMEM_BARRIERS = 227 * 1024, 512  # an sm_90 block's shared memory; t
 # launch at <= 128 a thread, and then 3 x 160 + 24 <= 512 (session 32's 168 / 152 built, but 16 warps x 152 could
 # not launch)
 REGS = {2: (240, 168), 3: (160, 128)}
+# a wide consumer's columns (``wide``, one K-group): 192, so 192 x 192 tiles are one wave at gate_up 8B's 192 rows and
+# qkv 8B's 768 (128 tiles on 132 SMs; 128-wide: 192 tiles, 1.45 waves), as a 128- and a 64-wide box and fp32 tile
+# (session 50, H200: 1.26x -> 1.11x and 1.24x -> 1.09x cuBLAS there; ``matmul.TUNED``)
+WIDE_BOXES = (128, 64)
 GROUP_M = gl.constexpr(8)  # tile order: ``matmul._tile_coords``'s (neighbouring programs share B's column tiles)
 
 
@@ -79,17 +83,19 @@ def _tile(pid, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
-def _producer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-              HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr, RUN: gl.constexpr, NUM_BUF: gl.constexpr,
-              SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr):
+def _producer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem, ready,
+              empty, turn, M, N, K, KG, HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr, RUN: gl.constexpr,
+              NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr,
+              WIDE: gl.constexpr):
     """One warp: each K step's A and B tiles into slot i % NUM_BUF (A in a 64-row block a consumer, or B in two
-    halves of its rows with ``SPLIT_N``), once every consumer freed the slot's last use."""
+    halves of its rows with ``SPLIT_N``; ``WIDE``: B's rows past the first box in a second, b2), once every consumer
+    freed the slot's last use."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     WG_N: gl.constexpr = b_desc.block_type.shape[0]
     A_PER: gl.constexpr = CONSUMERS - SPLIT_N  # A's 64-row blocks a K step (SPLIT_N: one, for both consumers)
     BLOCK_M: gl.constexpr = A_PER * HALF
-    BLOCK_N: gl.constexpr = (1 + SPLIT_N) * WG_N
+    BLOCK_N: gl.constexpr = (1 + SPLIT_N) * WG_N + WIDE * b2_desc.block_type.shape[0]
     n_k = K // BLOCK_K
     i = 0  # the program's K steps so far, over its tiles: the ring's position
     for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
@@ -98,22 +104,28 @@ def _producer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, e
             slot = i % NUM_BUF
             mbarrier.wait(empty.index(slot), ((i // NUM_BUF) & 1) ^ 1)
             bar = ready.index(slot)
-            mbarrier.expect(bar, A_PER * a_desc.block_type.nbytes + (1 + SPLIT_N) * b_desc.block_type.nbytes)
+            mbarrier.expect(bar, A_PER * a_desc.block_type.nbytes + (1 + SPLIT_N) * b_desc.block_type.nbytes
+                            + WIDE * b2_desc.block_type.nbytes)
             for h in gl.static_range(A_PER):
                 tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M + h * HALF, kk * BLOCK_K], bar,
                                                 a_bufs.index(A_PER * slot + h))
             for h in gl.static_range(1 + SPLIT_N):
                 tma.async_copy_global_to_shared(b_desc, [pid_n * BLOCK_N + h * WG_N, kk * BLOCK_K], bar,
                                                 b_bufs.index((1 + SPLIT_N) * slot + h))
+            if WIDE:
+                tma.async_copy_global_to_shared(b2_desc, [pid_n * BLOCK_N + WG_N, kk * BLOCK_K], bar,
+                                                b2_bufs.index(slot))
             i += 1
 
 
 @gluon.jit
-def _group(a_bufs, b_bufs, ready, empty, mine, other, i0, n_kg, part, NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr,
-           CONSUMERS: gl.constexpr, CID: gl.constexpr):
+def _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0, n_kg, part, part2, NUM_BUF: gl.constexpr,
+           SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr, WIDE: gl.constexpr):
     """One group's partial from zero: K steps i0 .. i0 + n_kg - 1 in order, this warpgroup's turn at each
     dot (handed to the next consumer once issued); every slot freed once its dot is done. Its operands:
-    its 64 of A's rows and all of B's tile, or (``SPLIT_N``) all of A's and its half of B's rows."""
+    its 64 of A's rows and all of B's tile, or (``SPLIT_N``) all of A's and its half of B's rows. ``WIDE``: the
+    columns past B's first box as a second partial, part2 (two dots a K step, both before the turn passes);
+    else part2 is returned as given."""
     A_PER: gl.constexpr = CONSUMERS - SPLIT_N
     B_PER: gl.constexpr = 1 + SPLIT_N
     A_OFF: gl.constexpr = CID * (1 - SPLIT_N)
@@ -121,80 +133,110 @@ def _group(a_bufs, b_bufs, ready, empty, mine, other, i0, n_kg, part, NUM_BUF: g
     slot = i0 % NUM_BUF
     mbarrier.wait(ready.index(slot), (i0 // NUM_BUF) & 1)
     mbarrier.wait(mine, i0 & 1)
-    part = warpgroup_mma(a_bufs.index(A_PER * slot + A_OFF), b_bufs.index(B_PER * slot + B_OFF).permute((1, 0)), part,
-                         use_acc=False, is_async=True)
+    a = a_bufs.index(A_PER * slot + A_OFF)
+    part = warpgroup_mma(a, b_bufs.index(B_PER * slot + B_OFF).permute((1, 0)), part, use_acc=False, is_async=True)
+    if WIDE:
+        part2 = warpgroup_mma(a, b2_bufs.index(slot).permute((1, 0)), part2, use_acc=False, is_async=True)
     mbarrier.arrive(other, count=1)
-    part = warpgroup_mma_wait(1, deps=(part,))
+    if WIDE:
+        part, part2 = warpgroup_mma_wait(2, deps=(part, part2))
+    else:
+        part = warpgroup_mma_wait(1, deps=(part,))
     for kk in range(1, n_kg):
         i = i0 + kk
         slot = i % NUM_BUF
         mbarrier.wait(ready.index(slot), (i // NUM_BUF) & 1)
         mbarrier.wait(mine, i & 1)
-        part = warpgroup_mma(a_bufs.index(A_PER * slot + A_OFF), b_bufs.index(B_PER * slot + B_OFF).permute((1, 0)),
-                             part, is_async=True)
+        a = a_bufs.index(A_PER * slot + A_OFF)
+        part = warpgroup_mma(a, b_bufs.index(B_PER * slot + B_OFF).permute((1, 0)), part, is_async=True)
+        if WIDE:
+            part2 = warpgroup_mma(a, b2_bufs.index(slot).permute((1, 0)), part2, is_async=True)
         mbarrier.arrive(other, count=1)
-        part = warpgroup_mma_wait(1, deps=(part,))  # the previous step's dot is done: its slot is free
+        if WIDE:  # the previous step's two dots are done: its slot is free
+            part, part2 = warpgroup_mma_wait(2, deps=(part, part2))
+        else:
+            part = warpgroup_mma_wait(1, deps=(part,))  # the previous step's dot is done: its slot is free
         mbarrier.arrive(empty.index((i - 1) % NUM_BUF), count=1)
-    part = warpgroup_mma_wait(0, deps=(part,))
+    if WIDE:
+        part, part2 = warpgroup_mma_wait(0, deps=(part, part2))
+    else:
+        part = warpgroup_mma_wait(0, deps=(part,))
     mbarrier.arrive(empty.index((i0 + n_kg - 1) % NUM_BUF), count=1)
-    return part
+    return part, part2
 
 
 @gluon.jit
-def _consumer(a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-              HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr, RUN: gl.constexpr, NUM_BUF: gl.constexpr,
-              SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr):
+def _consumer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem, ready,
+              empty, turn, M, N, K, KG, HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr, RUN: gl.constexpr,
+              NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr,
+              WIDE: gl.constexpr):
     """One warpgroup: rows 64 CID .. 64 CID + 63 of the tile (``SPLIT_N``: its 64 rows, columns WG_N CID ..
     WG_N CID + WG_N - 1) through every group (``_group``), folded as ``_mm_tma_tile`` folds them, then the bias
-    and the store."""
+    and the store. ``WIDE`` (one K-group): its columns past the first WG_N in a second fp32 tile (acc2), folded,
+    biased and stored as the first (b2's box)."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     WG_N: gl.constexpr = b_desc.block_type.shape[0]
+    WG_N2: gl.constexpr = b2_desc.block_type.shape[0]  # WIDE: the second tile's columns (else unused)
     ACC: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, WG_N, 16])
+    ACC2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, WG_N2, 16])
     BLOCK_M: gl.constexpr = (CONSUMERS - SPLIT_N) * HALF
-    BLOCK_N: gl.constexpr = (1 + SPLIT_N) * WG_N
+    BLOCK_N: gl.constexpr = (1 + SPLIT_N) * WG_N + WIDE * WG_N2
     ROW0: gl.constexpr = CID * HALF * (1 - SPLIT_N)  # this warpgroup's rows and columns in the tile
     COL0: gl.constexpr = CID * WG_N * SPLIT_N
     mine = turn.index(CID)
     other = turn.index((CID + 1) % CONSUMERS)  # the next consumer's turn
     n_kg = KG // BLOCK_K
     zero = gl.zeros([HALF, WG_N], gl.float32, ACC)
+    zero2 = gl.zeros([HALF, WG_N2], gl.float32, ACC2)
     stage = c_smem.index(CID)
     i0 = 0  # the program's K steps so far (the ring's position and the turns' parity)
     for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
         pid_m, pid_n = _tile(t, M, N, BLOCK_M, BLOCK_N)
         acc = gl.zeros([HALF, WG_N], gl.float32, ACC)
+        acc2 = gl.zeros([HALF, WG_N2], gl.float32, ACC2)
         if GROUPS == RUN:  # one run: the group partials folded straight into acc
             for g in range(GROUPS):
-                part = _group(a_bufs, b_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg, zero, NUM_BUF, SPLIT_N,
-                              CONSUMERS, CID)
+                part, part2 = _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg, zero,
+                                     zero2, NUM_BUF, SPLIT_N, CONSUMERS, CID, WIDE)
                 acc = acc + part
-        else:  # the halves: each run folded from zero, the runs' sums added in order
+                if WIDE:
+                    acc2 = acc2 + part2
+        else:  # the halves: each run folded from zero, the runs' sums added in order (never WIDE: serves_tile)
             for r in gl.static_range(GROUPS // RUN):
                 run = gl.zeros([HALF, WG_N], gl.float32, ACC)
                 for g in range(r * RUN, r * RUN + RUN):
-                    part = _group(a_bufs, b_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg, zero, NUM_BUF,
-                                  SPLIT_N, CONSUMERS, CID)
+                    part, part2 = _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg,
+                                         zero, zero2, NUM_BUF, SPLIT_N, CONSUMERS, CID, WIDE)
                     run = run + part
                 acc = acc + run
         if HAS_BIAS:
             rn = pid_n * BLOCK_N + COL0 + gl.arange(0, WG_N, layout=gl.SliceLayout(0, ACC))
             acc += gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32)[None, :]
+            if WIDE:
+                rn2 = pid_n * BLOCK_N + WG_N + gl.arange(0, WG_N2, layout=gl.SliceLayout(0, ACC2))
+                acc2 += gl.load(bias_ptr + rn2, mask=rn2 < N, other=0.0).to(gl.float32)[None, :]
         tma.store_wait(0)  # the last tile's store has read the stage (persistent: it ran under this tile's dots)
         stage.store(acc.to(c_desc.dtype))
+        if WIDE:
+            c2_smem.index(CID).store(acc2.to(c2_desc.dtype))
         fence_async_shared()
         tma.async_copy_shared_to_global(c_desc, [pid_m * BLOCK_M + ROW0, pid_n * BLOCK_N + COL0], stage)
+        if WIDE:
+            tma.async_copy_shared_to_global(c2_desc, [pid_m * BLOCK_M + ROW0, pid_n * BLOCK_N + WG_N],
+                                            c2_smem.index(CID))
         i0 += GROUPS * n_kg
     tma.store_wait(0)
 
 
 @gluon.jit
-def _mm_groups_ws(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr,
-                  RUN: gl.constexpr, NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr,
-                  CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+def _mm_groups_ws(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, M, N, K, KG, HAS_BIAS: gl.constexpr,
+                  GROUPS: gl.constexpr, RUN: gl.constexpr, NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr,
+                  CONSUMERS: gl.constexpr, WIDE: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
     """Warp-specialized: this program's 4 warps and one or two more warpgroups take 64 rows each of a 128- or
     192-row tile (``SPLIT_N``: two, half the columns each of a 64-row tile; ``_consumer``), one warp loads by
-    TMA (``_producer``)."""
+    TMA (``_producer``). ``WIDE``: a consumer's columns are B's box and b2's (192 as 128 + 64: TMA boxes and
+    Gluon tiles are powers of two), in one K-group; else b2_desc and c2_desc are b_desc and c_desc, unused."""
     dtype: gl.constexpr = a_desc.dtype
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -202,29 +244,43 @@ def _mm_groups_ws(a_desc, b_desc, c_desc, bias_ptr, M, N, K, KG, HAS_BIAS: gl.co
     a_bufs = gl.allocate_shared_memory(dtype, [(CONSUMERS - SPLIT_N) * NUM_BUF, HALF, BLOCK_K], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [(1 + SPLIT_N) * NUM_BUF, WG_N, BLOCK_K], b_desc.layout)
     c_smem = gl.allocate_shared_memory(c_desc.dtype, [CONSUMERS, HALF, WG_N], c_desc.layout)
+    if WIDE:
+        b2_bufs = gl.allocate_shared_memory(dtype, [NUM_BUF, b2_desc.block_type.shape[0], BLOCK_K], b2_desc.layout)
+        c2_smem = gl.allocate_shared_memory(c2_desc.dtype, [CONSUMERS, HALF, c2_desc.block_type.shape[1]],
+                                            c2_desc.layout)
+    else:
+        b2_bufs = b_bufs
+        c2_smem = c_smem
     ready, empty = ring(NUM_BUF, CONSUMERS)
     turn = turns(CONSUMERS)
     fence_async_shared()
     # spelled out: Gluon's JIT does not build a partition's arguments as ``args + (cid,)`` (tried)
     if CONSUMERS == 2:
         gl.warp_specialize([
-            (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0)),
-            (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 1)),
-            (_producer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0)),
+            (_consumer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
+                         ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0,
+                         WIDE)),
+            (_consumer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
+                         ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 1,
+                         WIDE)),
+            (_producer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
+                         ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0,
+                         WIDE)),
         ], [4, 1], [CONSUMER_REGS, 24])
     else:  # three consumers: a 192-row tile
         gl.warp_specialize([
-            (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0)),
-            (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 1)),
-            (_consumer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 2)),
-            (_producer, (a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_smem, ready, empty, turn, M, N, K, KG,
-                         HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0)),
+            (_consumer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
+                         ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0,
+                         WIDE)),
+            (_consumer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
+                         ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 1,
+                         WIDE)),
+            (_consumer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
+                         ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 2,
+                         WIDE)),
+            (_producer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
+                         ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0,
+                         WIDE)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
@@ -241,6 +297,12 @@ def split_n(block_m: int) -> int:
     return int(block_m == HALF)
 
 
+def wide(block_m: int, block_n: int) -> bool:
+    """Whether a consumer of block_m x block_n tiles takes ``sum(WIDE_BOXES)`` columns as two fp32 tiles (its rows
+    of a 128- or 192-row tile; a K step two dots)."""
+    return not split_n(block_m) and block_n == sum(WIDE_BOXES)
+
+
 def consumers(block_m: int) -> int:
     """The consumer warpgroups of block_m-row tiles: 64 rows each, or two sharing a 64-row tile."""
     return max(2, block_m // HALF)
@@ -252,9 +314,12 @@ def serves_tile(block_m: int, block_n: int, plain: bool = False) -> bool:
     partial, run, sum -- fill the registers at 64 x 128), or up to 256 in one K-group (``plain``:
     the partial and the sum, the wgmma's widest N); or 192 rows (three consumers at 160 registers a thread: up to
     128 columns in one K-group, 64 in K-groups; an m64n256k16 needs more than 128 at launch). A consumer's
-    columns are a power of two (a TMA block's rows). Each built for sm_90 without a spill (gluon_sass.py)."""
+    columns are a power of two (a TMA block's rows), or, in one K-group in a 128- or 192-row tile, 192 (``wide``:
+    128 + 64, two tiles of their own). Each built for sm_90 without a spill (gluon_sass.py)."""
     wg_n, rest = divmod(block_n, 1 + split_n(block_m))
     widest = {HALF: 256 if plain else 128, 2 * HALF: 256 if plain else 128, 3 * HALF: 128 if plain else 64}
+    if plain and block_m in (2 * HALF, 3 * HALF) and wide(block_m, block_n):
+        return True
     return rest == 0 and wg_n & (wg_n - 1) == 0 and 16 <= wg_n <= widest.get(block_m, 0)
 
 
@@ -280,17 +345,23 @@ def form(block_m: int, block_n: int, block_k: int, num_buf: int, elem_size: int,
     n_consumers = consumers(block_m)
     consumer_regs, maxnreg = REGS[n_consumers]
     return dict(NUM_BUF=slots(block_m, block_n, block_k, num_buf, elem_size, out_elem_size),
-                SPLIT_N=split_n(block_m), CONSUMERS=n_consumers, CONSUMER_REGS=consumer_regs), maxnreg
+                SPLIT_N=split_n(block_m), CONSUMERS=n_consumers, WIDE=int(wide(block_m, block_n)),
+                CONSUMER_REGS=consumer_regs), maxnreg
 
 
 def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, block_m: int, block_n: int, block_k: int) -> list:
     """Gluon TMA descriptors of block_m x block_n tiles: A [M, K] in 64-row blocks, B [N, K] in a consumer's
     rows (block_n, or half of it when the tile's 64 rows are split by columns), both block_k wide; C [M, N]
-    in a consumer's 64-row block of its columns."""
+    in a consumer's 64-row block of its columns; then B's and C's second boxes (``wide``: a consumer's columns as
+    ``WIDE_BOXES``; else B's and C's descriptors again, unused)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     wg_n = block_n // (1 + split_n(block_m))
-    return [TensorDescriptor.from_tensor(x, block, smem_layout(block, x.dtype))
-            for x, block in ((a, [HALF, block_k]), (b, [wg_n, block_k]), (c, [HALF, wg_n]))]
+    def desc(x: torch.Tensor, block: list[int]):
+        return TensorDescriptor.from_tensor(x, block, smem_layout(block, x.dtype))
+
+    box, box2 = WIDE_BOXES if wide(block_m, block_n) else (wg_n, 0)
+    first = [desc(a, [HALF, block_k]), desc(b, [box, block_k]), desc(c, [HALF, box])]
+    return first + ([desc(b, [box2, block_k]), desc(c, [HALF, box2])] if box2 else first[1:])
 
 
 def usable(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
@@ -312,8 +383,8 @@ def launch(a, b, out, bias, groups: int, run: int, block_m: int, block_n: int, n
                          "memory; the ring needs two")
     m, k = a.shape
     n = b.shape[0]
-    ad, bd, cd = descriptors(a, b, out, block_m, block_n, block_k)
+    descs = descriptors(a, b, out, block_m, block_n, block_k)
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
     grid = (min(tiles, num_sms(a.device)) if persistent else tiles,)
-    _mm_groups_ws[grid](ad, bd, cd, bias if bias is not None else out, m, n, k, k // groups, bias is not None, groups,
+    _mm_groups_ws[grid](*descs, bias if bias is not None else out, m, n, k, k // groups, bias is not None, groups,
                         run, **consts, num_warps=4, maxnreg=maxnreg)

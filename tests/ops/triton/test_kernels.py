@@ -323,8 +323,9 @@ def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
     """The Gluon fused form (``Launch.sm90``) serves a forward product on an sm_90 GPU only; asked for anything
     else it says so instead of computing something else. Its tiles: 128 rows (a consumer's 64 each) up to 128
     columns, or 64 rows split by columns up to 256, in one K-group (plain K) twice the columns; 192 rows (three
-    consumers) up to 64 columns, 128 in one K-group; a consumer's columns a power of two. Its K slots are cut to
-    what fits beside the output's staging tiles."""
+    consumers) up to 64 columns, 128 in one K-group; a consumer's columns a power of two, or, in one K-group in 128-
+    and 192-row tiles, 192 (a 128- and a 64-wide box: ``wide``). Its K slots are cut to what fits beside the output's
+    staging tiles, and a form where two do not fit (192 x 192 with fp32 out) is refused."""
     from rlk_models.ops.triton import matmul_sm90
     from rlk_models.ops.triton.matmul import Launch, mm
 
@@ -338,7 +339,10 @@ def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
     assert served == {(64, 32), (64, 64), (64, 128), (64, 256), (128, 32), (128, 64), (128, 128), (192, 32), (192, 64)}
     plain = {(bm, bn) for bm in (32, 64, 128, 192, 256) for bn in (24, 32, 64, 96, 128, 192, 256, 512)
              if matmul_sm90.serves_tile(bm, bn, plain=True)}
-    assert plain == served | {(64, 512), (128, 256), (192, 128)}
+    assert plain == served | {(64, 512), (128, 256), (192, 128), (128, 192), (192, 192)}
+    assert [matmul_sm90.wide(*tile) for tile in ((128, 192), (192, 192), (64, 192), (64, 384), (128, 128))] == [
+        True, True, False, False, False]
+    assert matmul_sm90.ring_fits(192, 192, 64, 3, 2, 2) and not matmul_sm90.ring_fits(192, 192, 64, 3, 2, 4)
     assert [matmul_sm90.consumers(bm) for bm in (64, 128, 192)] == [2, 2, 3]
     # registers at launch (the H200, session 33: 16 warps at 152 a thread refused, "Hardware limit: 384" threads)
     assert not matmul_sm90.fits_sm(152, 16) and matmul_sm90.fits_sm(152, 12) and not matmul_sm90.fits_sm(152, 13)
@@ -354,6 +358,9 @@ def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
     assert [matmul_sm90.slots(bm, bn, 64, nb, 2, out) for bm, bn, nb in ((128, 128, 5), (64, 128, 6), (128, 256, 3),
                                                                          (64, 256, 4), (192, 64, 6), (192, 128, 4))
             for out in (2, 4)] == [5, 5, 6, 6, 3, 2, 4, 4, 6, 5, 4, 3]
+    # the wide forms (192 columns): 192 x 192 with fp32 out keeps one slot, so mm refuses it (runs the fallback)
+    assert [matmul_sm90.slots(bm, bn, 64, nb, 2, out) for bm, bn, nb in ((128, 192, 4), (192, 192, 3))
+            for out in (2, 4)] == [4, 3, 3, 1]
     for lc in (Launch((64, 128, 12, 6), sm90=True, tail=True), Launch((128, 128, 8, 5), tail=True)):
         with pytest.raises(ValueError, match="tail"):
             mm(a, b, groups=8, launch=lc)
@@ -384,6 +391,11 @@ def test_matmul_grids():
                                          Grid(256, "gluon", (64, 128), 128, 128)]
     # at 384 rows no whole wave of 128-row tiles, and 192 half tiles would be more than one: 96 tiles, 96 programs
     assert grids(384, 4096, 4096, 8) == [Grid(384, "gluon", (128, 128), 96, 96)]
+    # the 192-column Gluon tiles in TUNED (session 50): one wave of 128 tiles at qkv 8B's 768 and 512 rows and
+    # gate_up 8B's 192
+    assert grids(768, 6144, 4096, 1) == [Grid(768, "gluon", (192, 192), 128, 128)]
+    assert grids(512, 6144, 4096, 1) == [Grid(512, "gluon", (128, 192), 128, 128)]
+    assert grids(192, 24576, 4096, 1) == [Grid(192, "gluon", (192, 192), 128, 128)]
     # o 8B at 64 rows (TUNED: 64 x 64 tiles by halves, flat): 64 tiles x 2 parts, then the fold
     assert grids(64, 4096, 4096, 8) == [Grid(64, "triton", (64, 64), 128, 128), Grid(64, "fold", (1, 1024), 256, 256)]
     # qkv 8B at 16 rows (swap: the weight's rows on the tile's 64-row side): 96 tiles of 16 tokens x 64 weight rows
