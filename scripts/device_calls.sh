@@ -1040,6 +1040,19 @@ s50wide)
         --block-k 64,128
     search_summary "$ROOT_OUT"/s50w.log
     ;;
+s50table)
+    # session 50's sixth call (run inline, recorded here): the whole table on the defaults with a launch file
+    # (carry .tuned: s50wide's winners, TUNED since 90ae940, so on a later commit no carry is needed), #17's count
+    [ -f "$PWD/.tuned/launches.json" ] && export RLK_MATMUL_LAUNCHES="$PWD/.tuned/launches.json"
+    matmul_table 360 | tail -1
+    PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py goal "$ROOT_OUT/table/matmul_sweep.json" | tail -3
+    ;;
+s50qkv)
+    # session 50's seventh call (inline, recorded here): qkv 8B at 128 and 192 rows (1.20 / 1.35x in s50table) against
+    # every candidate at 64- and 128-wide loads, retimed, winners by > 4% into the launch file (no carry)
+    search_into_file s50q 250 --m 128,192 --shapes qkv --block-k 64,128
+    search_summary "$ROOT_OUT"/s50q.log
+    ;;
 s49h100)
     # the H100's own misses of the H200-tuned table (session 48, H100): o 8B at 32 rows (1.53x), o 1.7B at 1-4 rows
     # (1.15-1.16x), qkv 8B at 192-768 rows (1.16-1.29x), searched into one launch file, winners by > 4%: the H100's
