@@ -1040,6 +1040,18 @@ s50wide)
         --block-k 64,128
     search_summary "$ROOT_OUT"/s50w.log
     ;;
+s51)
+    # session 50's 96-column Gluon tiles (128 x 96 and 192 x 96, built on the CPU only) and its TUNED bounds: the wide
+    # tiles' bits natively (14 forms), every layer's rows at its table edges (TUNED's new bounds at 160/161 and
+    # 640/641 among them), then the 96-column tiles searched where they make 128 tiles -- qkv 8B at 192 rows (1.35x),
+    # qkv 1.7B at 384 (1.22x), gate_up 1.7B at 192 (1.24x) -- winners into the launch file, for CALL=s44prove (no
+    # carry)
+    part wide 260 PART=tests TEST_TIMEOUT=250 TESTS=tests/gpu/test_triton_contract_8b.py K="wide_gluon_tiles"
+    test_summary wide 12
+    table_edges 150 XDIST=8
+    search_into_file s51w 200 --m 192,384 --shapes qkv,qkv_1.7b,gate_up_1.7b --tiles 128x96,192x96 --block-k 64,128
+    search_summary "$ROOT_OUT"/s51w.log
+    ;;
 s50table)
     # session 50's sixth call (run inline, recorded here): the whole table on the defaults with a launch file
     # (carry .tuned: s50wide's winners, TUNED since 90ae940, so on a later commit no carry is needed), #17's count

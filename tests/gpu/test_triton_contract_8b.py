@@ -162,14 +162,15 @@ def test_matmul_rows_at_the_table_edges(name):
 
 @pytest.mark.parametrize("name", ["qkv", "gate_up", "qkv_1.7b", "gate_up_1.7b", "lm_head"])
 def test_matmul_wide_gluon_tiles_give_the_plain_bits(name):
-    """The Gluon form's 192-column tiles (``matmul_sm90.wide``: a consumer's columns as a 128- and a 64-wide box and
-    fp32 tile, two dots a K step; 128 x 192 and 192 x 192) in one K-group: at rows that fill, pad and split their
-    tiles (qkv 1.7B's N = 4096 = 21 x 192 + 64 ends in a half-empty first box and an empty second one), persistent and
-    a program a tile, 64- and 128-wide K slots where two fit, with a bias and fp32 out (128 x 192; 192 x 192 refuses
-    fp32 out), equal bit for bit (the sign of a zero too: ``view``) to the 64-wide pointer kernel; and a row of -0
-    against positive weights (every product -0) gives +0 as every other form does (0 + the partial)."""
+    """The Gluon form's 96- and 192-column tiles (``matmul_sm90.wide``: a consumer's columns as two boxes and fp32
+    tiles, 64 + 32 or 128 + 64, two dots a K step; 128 and 192 rows) in one K-group: at rows that fill, pad and split
+    their tiles (qkv 1.7B's N = 4096 = 21 x 192 + 64 ends in a half-empty first box and an empty second one; 4096 = 42
+    x 96 + 64 in one whole first box and an empty second), persistent and a program a tile, 64- and 128-wide K slots
+    where two fit, with a bias and fp32 out (192 x 192 refuses fp32 out), equal bit for bit (the sign of a zero too:
+    ``view``) to the 64-wide pointer kernel; and a row of -0 against positive weights (every product -0) gives +0 as
+    every other form does (0 + the partial)."""
     from rlk_models.ops.triton import matmul_sm90
-    from rlk_models.ops.triton.matmul import Launch, mm
+    from rlk_models.ops.triton.matmul import SM90_PLAIN_CANDIDATES, mm
 
     k, n = LAYERS.get(name) or SHAPES[name]
     g = gen(7)
@@ -178,9 +179,10 @@ def test_matmul_wide_gluon_tiles_give_the_plain_bits(name):
     def bits(t: torch.Tensor) -> torch.Tensor:
         return t.view(torch.int32 if t.dtype == torch.float32 else torch.int16)
 
-    forms = [Launch(c, persistent=p, sm90=True, block_k=bk) for c in ((128, 192, 12, 4), (192, 192, 12, 3))
-             for p in (True, False) for bk in matmul_sm90.SLOT_WIDTHS if matmul_sm90.ring_fits(*c[:2], bk, c[3], 2, 2)]
-    assert {lc.config for lc in forms} == {(128, 192, 12, 4), (192, 192, 12, 3)} and len(forms) == 6
+    forms = [lc._replace(persistent=p, block_k=bk) for lc in SM90_PLAIN_CANDIDATES if matmul_sm90.wide(*lc.config[:2])
+             for p in (True, False) for bk in matmul_sm90.SLOT_WIDTHS
+             if matmul_sm90.ring_fits(*lc.config[:2], bk, lc.config[3], 2, 2)]
+    assert {lc.config[:2] for lc in forms} == {(128, 96), (192, 96), (128, 192), (192, 192)} and len(forms) == 14
     for m in (1, 127, 192, 200, 512, 700, 768, 1024):
         for b, dt in ((None, torch.bfloat16), (bias, torch.bfloat16), (bias, torch.float32)):
             ref = mm(x[:m], w, b, dt, tma=False)

@@ -598,12 +598,15 @@ SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5
 # slots) and 128 x 192 (4 slots) where 128 of them fill one wave of 132 SMs. H200, searched against each point's
 # default (``--tiles 128x192,192x192``, retimed), then proven and timed as a launch file: qkv 8B 1.15x -> 0.94x at
 # 512 rows (128 x 192), 1.24x -> 1.09x at 768 (192 x 192); gate_up 8B 1.26x -> 1.11x at 192; gate_up 1.7B 1.22x
-# -> 1.10x at 384 (``TUNED``). No gain at gate_up 8B's 128 rows or gate_up 1.7B's 256 (1.13-1.14x either way)
+# -> 1.10x at 384 (``TUNED``). No gain at gate_up 8B's 128 rows or gate_up 1.7B's 256 (1.13-1.14x either way).
+# Then (CPU, not yet run): 96-column ones, 128 x 96 (6 slots) and 192 x 96 (5), 128 tiles at qkv 8B's 192 rows, qkv
+# 1.7B's 384 and gate_up 1.7B's 192 (1.35 / 1.22 / 1.24x in session 50's table)
 SM90_PLAIN_CANDIDATES = [*SM90_CANDIDATES, Launch((128, 256, 12, 3), sm90=True),
                          Launch((128, 256, 12, 3), persistent=False, sm90=True),
                          Launch((128, 256, 12, 3), sm90=True, tail=True), Launch((64, 256, 12, 4), sm90=True),
                          Launch((192, 128, 12, 4), sm90=True), Launch((128, 192, 12, 4), sm90=True),
-                         Launch((192, 192, 12, 3), sm90=True)]
+                         Launch((192, 192, 12, 3), sm90=True), Launch((128, 96, 12, 6), sm90=True),
+                         Launch((192, 96, 12, 5), sm90=True)]
 
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
 CANDIDATE_CONFIGS = sorted({(sm90_fallback(lc, kind) if lc.sm90 else lc).config
@@ -803,8 +806,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
             raise ValueError(f"matmul: an sm90 launch ({launch}) computes a forward product (K a multiple of "
                              f"{BLOCK_K} a group, no accumulate) on an sm_90 GPU (bf16/fp16, TMA-addressable, "
                              "tiles of 128 rows and up to 128 columns, 64 rows and up to 256, or 192 rows and up "
-                             "to 64 -- twice those in one K-group, where 128- and 192-row tiles may also be 192 "
-                             "wide; a tail after 128-row tiles only)")
+                             "to 64 -- twice those in one K-group, where 128- and 192-row tiles may also be 96 or "
+                             "192 wide; a tail after 128-row tiles only)")
         launch = sm90_fallback(launch, "groups" if groups > 1 else "plain")
     if launch.sm90:
         bind_cuda_context(a.device)

@@ -67,8 +67,10 @@ SMEM_BYTES, SMEM_BARRIERS = 227 * 1024, 512  # an sm_90 block's shared memory; t
 REGS = {2: (240, 168), 3: (160, 128)}
 # a wide consumer's columns (``wide``, one K-group): 192, so 192 x 192 tiles are one wave at gate_up 8B's 192 rows and
 # qkv 8B's 768 (128 tiles on 132 SMs; 128-wide: 192 tiles, 1.45 waves), as a 128- and a 64-wide box and fp32 tile
-# (session 50, H200: 1.26x -> 1.11x and 1.24x -> 1.09x cuBLAS there; ``matmul.TUNED``)
-WIDE_BOXES = (128, 64)
+# (session 50, H200: 1.26x -> 1.11x and 1.24x -> 1.09x cuBLAS there; ``matmul.TUNED``); or 96, a 64- and a 32-wide
+# box, so 128 x 96 tiles are one wave at qkv 8B's 192 rows (1.35x in 96 tiles of 128 x 128) and qkv 1.7B's 384
+# (1.22x), 192 x 96 at gate_up 1.7B's 192 (1.24x) -- 128 tiles each (session 50, CPU: built, not yet run)
+WIDE_COLUMNS = (96, 192)
 GROUP_M = gl.constexpr(8)  # tile order: ``matmul._tile_coords``'s (neighbouring programs share B's column tiles)
 
 
@@ -298,9 +300,17 @@ def split_n(block_m: int) -> int:
 
 
 def wide(block_m: int, block_n: int) -> bool:
-    """Whether a consumer of block_m x block_n tiles takes ``sum(WIDE_BOXES)`` columns as two fp32 tiles (its rows
-    of a 128- or 192-row tile; a K step two dots)."""
-    return not split_n(block_m) and block_n == sum(WIDE_BOXES)
+    """Whether a consumer of block_m x block_n tiles takes ``WIDE_COLUMNS`` columns as two fp32 tiles (its rows of a
+    128- or 192-row tile; a K step two dots; ``boxes``)."""
+    return not split_n(block_m) and block_n in WIDE_COLUMNS
+
+
+def boxes(block_m: int, block_n: int) -> tuple[int, int]:
+    """A consumer's columns as (B's and C's first TMA box, the second's; 0 where there is one): a ``wide`` consumer's
+    two thirds and one third (192 = 128 + 64, 96 = 64 + 32: powers of two, as Gluon's tiles and TMA boxes are),
+    every other consumer's columns whole."""
+    wg_n = block_n // (1 + split_n(block_m))
+    return (2 * wg_n // 3, wg_n // 3) if wide(block_m, block_n) else (wg_n, 0)
 
 
 def consumers(block_m: int) -> int:
@@ -314,8 +324,8 @@ def serves_tile(block_m: int, block_n: int, plain: bool = False) -> bool:
     partial, run, sum -- fill the registers at 64 x 128), or up to 256 in one K-group (``plain``:
     the partial and the sum, the wgmma's widest N); or 192 rows (three consumers at 160 registers a thread: up to
     128 columns in one K-group, 64 in K-groups; an m64n256k16 needs more than 128 at launch). A consumer's
-    columns are a power of two (a TMA block's rows), or, in one K-group in a 128- or 192-row tile, 192 (``wide``:
-    128 + 64, two tiles of their own). Each built for sm_90 without a spill (gluon_sass.py)."""
+    columns are a power of two (a TMA block's rows), or, in one K-group in a 128- or 192-row tile, 96 or 192
+    (``wide``: 64 + 32 or 128 + 64, two tiles of their own). Each built for sm_90 without a spill (gluon_sass.py)."""
     wg_n, rest = divmod(block_n, 1 + split_n(block_m))
     widest = {HALF: 256 if plain else 128, 2 * HALF: 256 if plain else 128, 3 * HALF: 128 if plain else 64}
     if plain and block_m in (2 * HALF, 3 * HALF) and wide(block_m, block_n):
@@ -353,13 +363,12 @@ def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, block_m: int,
     """Gluon TMA descriptors of block_m x block_n tiles: A [M, K] in 64-row blocks, B [N, K] in a consumer's
     rows (block_n, or half of it when the tile's 64 rows are split by columns), both block_k wide; C [M, N]
     in a consumer's 64-row block of its columns; then B's and C's second boxes (``wide``: a consumer's columns as
-    ``WIDE_BOXES``; else B's and C's descriptors again, unused)."""
+    ``boxes``; else B's and C's descriptors again, unused)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    wg_n = block_n // (1 + split_n(block_m))
     def desc(x: torch.Tensor, block: list[int]):
         return TensorDescriptor.from_tensor(x, block, smem_layout(block, x.dtype))
 
-    box, box2 = WIDE_BOXES if wide(block_m, block_n) else (wg_n, 0)
+    box, box2 = boxes(block_m, block_n)
     first = [desc(a, [HALF, block_k]), desc(b, [box, block_k]), desc(c, [HALF, box])]
     return first + ([desc(b, [box2, block_k]), desc(c, [HALF, box2])] if box2 else first[1:])
 

@@ -324,8 +324,8 @@ def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
     else it says so instead of computing something else. Its tiles: 128 rows (a consumer's 64 each) up to 128
     columns, or 64 rows split by columns up to 256, in one K-group (plain K) twice the columns; 192 rows (three
     consumers) up to 64 columns, 128 in one K-group; a consumer's columns a power of two, or, in one K-group in 128-
-    and 192-row tiles, 192 (a 128- and a 64-wide box: ``wide``). Its K slots are cut to what fits beside the output's
-    staging tiles, and a form where two do not fit (192 x 192 with fp32 out) is refused."""
+    and 192-row tiles, 96 or 192 (a 64- and a 32-wide box, or 128 and 64: ``wide``). Its K slots are cut to what
+    fits beside the output's staging tiles, and a form where two do not fit (192 x 192 with fp32 out) is refused."""
     from rlk_models.ops.triton import matmul_sm90
     from rlk_models.ops.triton.matmul import Launch, mm
 
@@ -339,9 +339,11 @@ def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
     assert served == {(64, 32), (64, 64), (64, 128), (64, 256), (128, 32), (128, 64), (128, 128), (192, 32), (192, 64)}
     plain = {(bm, bn) for bm in (32, 64, 128, 192, 256) for bn in (24, 32, 64, 96, 128, 192, 256, 512)
              if matmul_sm90.serves_tile(bm, bn, plain=True)}
-    assert plain == served | {(64, 512), (128, 256), (192, 128), (128, 192), (192, 192)}
-    assert [matmul_sm90.wide(*tile) for tile in ((128, 192), (192, 192), (64, 192), (64, 384), (128, 128))] == [
+    assert plain == served | {(64, 512), (128, 256), (192, 128), (128, 96), (128, 192), (192, 96), (192, 192)}
+    assert [matmul_sm90.wide(*tile) for tile in ((128, 192), (192, 96), (64, 192), (64, 384), (128, 128))] == [
         True, True, False, False, False]
+    assert [matmul_sm90.boxes(*tile) for tile in ((128, 192), (192, 96), (64, 256), (192, 64))] == [
+        (128, 64), (64, 32), (128, 0), (64, 0)]
     assert matmul_sm90.ring_fits(192, 192, 64, 3, 2, 2) and not matmul_sm90.ring_fits(192, 192, 64, 3, 2, 4)
     assert [matmul_sm90.consumers(bm) for bm in (64, 128, 192)] == [2, 2, 3]
     # registers at launch (the H200, session 33: 16 warps at 152 a thread refused, "Hardware limit: 384" threads)
