@@ -35,6 +35,10 @@ replaced in brackets): persistent, o 8B 1.04 / 1.03x (1.21 / 1.22x), down 8B 1.0
 M = 384 / 512 1.36 / 1.21x (1.50 / 1.37x), down 1.7B 1.03 / 0.99x (1.11 / 1.16x). At 128 rows and at 768 they lose
 (o 8B 1.14x, 1.27x); 64 x 256 tiles never beat both by more than 0.3%. Session 32 (CPU, not yet timed): three
 consumers, 192-row tiles, for the M where 128-row tiles are part padding or a wave and a half (768 at 8B).
+Session 50 (H200, ``matmul_sweep.py --search --tiles 128x192,192x192``, then a launch file proven and timed): 192
+columns a consumer in one K-group (``wide``: a 128- and a 64-wide box, two dots a K step), 128 tiles a wave: qkv 8B
+1.15 / 1.24x -> 0.94 / 1.09x at 512 / 768 rows, gate_up 8B 1.26x -> 1.11x at 192, gate_up 1.7B 1.22x -> 1.10x at
+384. 96 columns (64 + 32) built since, not yet run.
 """
 
 from __future__ import annotations
@@ -237,8 +241,9 @@ def _mm_groups_ws(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, M, N, K, K
                   CONSUMERS: gl.constexpr, WIDE: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
     """Warp-specialized: this program's 4 warps and one or two more warpgroups take 64 rows each of a 128- or
     192-row tile (``SPLIT_N``: two, half the columns each of a 64-row tile; ``_consumer``), one warp loads by
-    TMA (``_producer``). ``WIDE``: a consumer's columns are B's box and b2's (192 as 128 + 64: TMA boxes and
-    Gluon tiles are powers of two), in one K-group; else b2_desc and c2_desc are b_desc and c_desc, unused."""
+    TMA (``_producer``). ``WIDE``: a consumer's columns are B's box and b2's (192 as 128 + 64, 96 as 64 + 32: TMA
+    boxes and Gluon tiles are powers of two), in one K-group; else b2_desc and c2_desc are b_desc and c_desc,
+    unused."""
     dtype: gl.constexpr = a_desc.dtype
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -256,7 +261,8 @@ def _mm_groups_ws(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, M, N, K, K
     ready, empty = ring(NUM_BUF, CONSUMERS)
     turn = turns(CONSUMERS)
     fence_async_shared()
-    # spelled out: Gluon's JIT does not build a partition's arguments as ``args + (cid,)`` (tried)
+    # spelled out: Gluon's JIT does not build a partition's arguments as ``args + (cid,)`` (tried), nor take them as
+    # one nested tuple unpacked in the partition (session 50: a CompilationError)
     if CONSUMERS == 2:
         gl.warp_specialize([
             (_consumer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
