@@ -203,7 +203,8 @@ def test_matmul_sm90_builds_unspilled_wgmma_pipeline(gluon):
     """The matmul's Gluon K-group form (``matmul_sm90``, ``Launch.sm90``, the row-parallel default above 128
     rows) in every config, in 8 K-groups and (the plain layers' candidates, up to 128 x 256 tiles) in one, bias or
     not, bf16 or fp32 out, 64-wide K slots and (where two fit) 128-wide: wgmmas as wide as a consumer's columns
-    (the tile's, or half of them in a 64-row tile), none serialized, nothing spilled, one program's shared memory;
+    (the tile's, or half of them in a 64-row tile; a wide consumer's two boxes, session 50), none serialized,
+    nothing spilled, one program's shared memory;
     a 128-wide slot's dot twice the 64-wide one's k16 wgmmas (the same chain, hence the same bits)."""
     from rlk_models.ops.triton import matmul_sm90
 
@@ -211,13 +212,14 @@ def test_matmul_sm90_builds_unspilled_wgmma_pipeline(gluon):
     assert len(forms) >= 20 and any(name.startswith("(64,") for name in forms)
     assert any(name.startswith("(128, 256,") for name in forms)
 
-    def wgmma_n(name: str) -> int:
-        bm, bn = (int(v) for v in name[1:].split(",")[:2])
-        return bn // 2 if bm == 64 else bn
+    def wgmmas(name: str) -> list[str]:  # a consumer's columns, or (``wide``) its two boxes' (192: 128 + 64)
+        return sorted(f"m64n{n}k16" for n in matmul_sm90.boxes(*(int(v) for v in name[1:].split(",")[:2])) if n)
 
+    assert wgmmas("(64, 256, 12, 4)") == ["m64n128k16"] and wgmmas("(192, 96, 12, 5)") == ["m64n32k16", "m64n64k16"]
+    assert any(name.startswith("(192, 192,") for name in forms) and any(name.startswith("(128, 96,") for name in forms)
     bad = {name: {k: r[k] for k in ("wgmma", "mma_sync", "wgmma_serialized", "spill_stack_bytes", "shared_bytes")}
            for name, r in forms.items()
-           if r["wgmma"] != [f"m64n{wgmma_n(name)}k16"] or r["mma_sync"] or r["wgmma_serialized"]
+           if r["wgmma"] != wgmmas(name) or r["mma_sync"] or r["wgmma_serialized"]
            or r["spill_stack_bytes"] or r["shared_bytes"] > 227 * 1024 or r["int64_divisions"]}
     assert not bad, bad
     # and each launches: its warps (Triton pads them to whole warpgroups) at its registers fit an SM's register file
