@@ -239,12 +239,29 @@ search_summary() {  # search_summary LOG...: the searches' rows, retimed medians
     grep -hE "search:|graph:|retimed:|BITS|launch file|not written" "$@" | cut -c1-200 | head -40
 }
 table_edges() {  # table_edges SECONDS [VAR=VALUE...]: every layer's rows at its table edges (the table-edges test
-                # of tests/gpu/test_triton_contract_8b.py, under RLK_MATMUL_LAUNCHES where set), then its summary
-    local secs=$1
+                # of tests/gpu/test_triton_contract_8b.py, under RLK_MATMUL_LAUNCHES where set), then its summary;
+                # the part is $EDGES (default edges)
+    local secs=$1 name=${EDGES:-edges}
     shift
-    part edges "$secs" PART=tests TEST_TIMEOUT=$((secs - 10)) TESTS=tests/gpu/test_triton_contract_8b.py \
+    part "$name" "$secs" PART=tests TEST_TIMEOUT=$((secs - 10)) TESTS=tests/gpu/test_triton_contract_8b.py \
         K="rows_at_the_table_edges" "$@"
-    test_summary edges 12
+    test_summary "$name" 12
+}
+prove_launches() {  # prove_launches FILE [PREFIX [SECONDS]]: a search's launch file as the default, with no code edit
+                   # (RLK_MATMUL_LAUNCHES): every layer's rows at its table edges and the file's own, then its layers
+                   # at its rows, the built-in defaults (PREFIXbefore) and the file's (PREFIXafter) timed against
+                   # cuBLAS in the same call; the three parts' limits SECONDS each (default 150, the edges' 200)
+    local lf=$1 pre=${2:-} secs=${3:-150} layers rows
+    [ -f "$lf" ] || { echo "no launch file $lf"; return 1; }
+    read -r layers rows < <(python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['launches']
+print(','.join(dict.fromkeys(x['layer'] for x in e)), ','.join(map(str, sorted({m for x in e for m in x['rows']}))))" "$lf")
+    echo "launch file: layers $layers, rows $rows"
+    bench "${pre}before" "$secs" benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers"
+    export RLK_MATMUL_LAUNCHES="$lf"
+    EDGES="${pre}edges" table_edges "$((secs == 150 ? 200 : secs))" XDIST=8
+    bench "${pre}after" "$secs" benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers"
+    unset RLK_MATMUL_LAUNCHES
+    grep -hE "graph:" "$ROOT_OUT/${pre}before.log" "$ROOT_OUT/${pre}after.log" | cut -c1-200
 }
 vllm_figures() {  # vllm_figures NAME SHAPE: a PART=vllm part's batch-1 TPOT, throughput (and their ratios to
                  # stock) and rlk's log-prob mismatches, from its JSON
@@ -898,16 +915,7 @@ s44prove)
     # edit (RLK_MATMUL_LAUNCHES): every layer's rows at its table edges and the file's own against the 4096-row
     # product and the 64-wide pointer kernel (8 items side by side), then its layers at its rows, the built-in
     # tables' defaults and the file's timed against cuBLAS in the same call (carry .tuned)
-    lf="$PWD/.tuned/launches.json"
-    [ -f "$lf" ] || { echo "no $lf: carry .tuned"; exit 1; }
-    read -r layers rows < <(python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['launches']
-print(','.join(dict.fromkeys(x['layer'] for x in e)), ','.join(map(str, sorted({m for x in e for m in x['rows']}))))" "$lf")
-    echo "launch file: layers $layers, rows $rows"
-    bench before 150 benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers"
-    export RLK_MATMUL_LAUNCHES="$lf"
-    table_edges 200 XDIST=8
-    bench after 150 benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers"
-    grep -hE "graph:" "$ROOT_OUT"/before.log "$ROOT_OUT"/after.log | cut -c1-200
+    prove_launches "$PWD/.tuned/launches.json" || { echo "carry .tuned"; exit 1; }
     ;;
 s45rows)
     # session 45's two searches (run there as inline commands, calls 5 and 7): qkv 1.7B at 192 and 384 rows (1.15 /
@@ -1044,13 +1052,18 @@ s51)
     # session 50's 96-column Gluon tiles (128 x 96 and 192 x 96, built on the CPU only) and its TUNED bounds: the wide
     # tiles' bits natively (14 forms), every layer's rows at its table edges (TUNED's new bounds at 160/161 and
     # 640/641 among them), then the 96-column tiles searched where they make 128 tiles -- qkv 8B at 192 rows (1.35x),
-    # qkv 1.7B at 384 (1.22x), gate_up 1.7B at 192 (1.24x) -- winners into the launch file, for CALL=s44prove (no
-    # carry)
-    part wide 260 PART=tests TEST_TIMEOUT=250 TESTS=tests/gpu/test_triton_contract_8b.py K="wide_gluon_tiles"
+    # qkv 1.7B at 384 (1.22x), gate_up 1.7B at 192 (1.24x) -- winners into the launch file, proven and timed before
+    # and after in the same call where there is time (no carry)
+    part wide 220 PART=tests TEST_TIMEOUT=210 TESTS=tests/gpu/test_triton_contract_8b.py K="wide_gluon_tiles"
     test_summary wide 12
-    table_edges 150 XDIST=8
+    table_edges 120 XDIST=8
     search_into_file s51w 200 --m 192,384 --shapes qkv,qkv_1.7b,gate_up_1.7b --tiles 128x96,192x96 --block-k 64,128
     search_summary "$ROOT_OUT"/s51w.log
+    # the winners proven and timed in the same call (CALL=s44prove's steps), where the search wrote any and the call's
+    # 600 s leave room (typically ~300 s have gone: session 50's wide test took 56 s for 6 forms, the edges 22-40 s)
+    if [ -f "$ROOT_OUT/launches.json" ] && ((SECONDS < 320)); then
+        prove_launches "$ROOT_OUT/launches.json" prove_ 80
+    fi
     ;;
 s50table)
     # session 50's sixth call (run inline, recorded here): the whole table on the defaults with a launch file
