@@ -125,6 +125,25 @@ def _producer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs
 
 
 @gluon.jit
+def _dots(a, b, b2, part, part2, USE_ACC: gl.constexpr, WIDE: gl.constexpr):
+    """One K step's dots, issued: A's block by B's into part and (``WIDE``) by b2's into part2."""
+    part = warpgroup_mma(a, b.permute((1, 0)), part, use_acc=USE_ACC, is_async=True)
+    if WIDE:
+        part2 = warpgroup_mma(a, b2.permute((1, 0)), part2, use_acc=USE_ACC, is_async=True)
+    return part, part2
+
+
+@gluon.jit
+def _wait_dots(STEPS: gl.constexpr, part, part2, WIDE: gl.constexpr):
+    """Until at most the last ``STEPS`` K steps' dots are in flight (``WIDE``: two dots a step)."""
+    if WIDE:
+        part, part2 = warpgroup_mma_wait(2 * STEPS, deps=(part, part2))
+    else:
+        part = warpgroup_mma_wait(STEPS, deps=(part,))
+    return part, part2
+
+
+@gluon.jit
 def _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0, n_kg, part, part2, NUM_BUF: gl.constexpr,
            SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr, WIDE: gl.constexpr):
     """One group's partial from zero: K steps i0 .. i0 + n_kg - 1 in order, this warpgroup's turn at each
@@ -139,34 +158,21 @@ def _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0, n_kg, part, p
     slot = i0 % NUM_BUF
     mbarrier.wait(ready.index(slot), (i0 // NUM_BUF) & 1)
     mbarrier.wait(mine, i0 & 1)
-    a = a_bufs.index(A_PER * slot + A_OFF)
-    part = warpgroup_mma(a, b_bufs.index(B_PER * slot + B_OFF).permute((1, 0)), part, use_acc=False, is_async=True)
-    if WIDE:
-        part2 = warpgroup_mma(a, b2_bufs.index(slot).permute((1, 0)), part2, use_acc=False, is_async=True)
+    part, part2 = _dots(a_bufs.index(A_PER * slot + A_OFF), b_bufs.index(B_PER * slot + B_OFF), b2_bufs.index(slot),
+                        part, part2, False, WIDE)
     mbarrier.arrive(other, count=1)
-    if WIDE:
-        part, part2 = warpgroup_mma_wait(2, deps=(part, part2))
-    else:
-        part = warpgroup_mma_wait(1, deps=(part,))
+    part, part2 = _wait_dots(1, part, part2, WIDE)
     for kk in range(1, n_kg):
         i = i0 + kk
         slot = i % NUM_BUF
         mbarrier.wait(ready.index(slot), (i // NUM_BUF) & 1)
         mbarrier.wait(mine, i & 1)
-        a = a_bufs.index(A_PER * slot + A_OFF)
-        part = warpgroup_mma(a, b_bufs.index(B_PER * slot + B_OFF).permute((1, 0)), part, is_async=True)
-        if WIDE:
-            part2 = warpgroup_mma(a, b2_bufs.index(slot).permute((1, 0)), part2, is_async=True)
+        part, part2 = _dots(a_bufs.index(A_PER * slot + A_OFF), b_bufs.index(B_PER * slot + B_OFF),
+                            b2_bufs.index(slot), part, part2, True, WIDE)
         mbarrier.arrive(other, count=1)
-        if WIDE:  # the previous step's two dots are done: its slot is free
-            part, part2 = warpgroup_mma_wait(2, deps=(part, part2))
-        else:
-            part = warpgroup_mma_wait(1, deps=(part,))  # the previous step's dot is done: its slot is free
+        part, part2 = _wait_dots(1, part, part2, WIDE)  # the previous step's dots are done: its slot is free
         mbarrier.arrive(empty.index((i - 1) % NUM_BUF), count=1)
-    if WIDE:
-        part, part2 = warpgroup_mma_wait(0, deps=(part, part2))
-    else:
-        part = warpgroup_mma_wait(0, deps=(part,))
+    part, part2 = _wait_dots(0, part, part2, WIDE)
     mbarrier.arrive(empty.index((i0 + n_kg - 1) % NUM_BUF), count=1)
     return part, part2
 
