@@ -1065,6 +1065,13 @@ s51)
         prove_launches "$ROOT_OUT/launches.json" prove_ 80
     fi
     ;;
+s51tuned)
+    # session 51's third call: s51's two winners (192 x 96 tiles at qkv 8B 321-384 rows, gate_up 1.7B 129-192) as TUNED
+    # defaults, every layer's rows at its table edges, then those layers timed at the rows against cuBLAS (no carry)
+    table_edges 120 XDIST=8
+    bench tuned51 120 benchmarks/triton/matmul_sweep.py --quick --m 129,192,321,384 --shapes qkv,gate_up_1.7b
+    grep -hE "graph:" "$ROOT_OUT"/tuned51.log | cut -c1-120
+    ;;
 s50table)
     # session 50's sixth call (run inline, recorded here): the whole table on the defaults with a launch file
     # (carry .tuned: s50wide's winners, TUNED since 90ae940, so on a later commit no carry is needed), #17's count

@@ -469,7 +469,9 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                             # -> 0.92x at 320), 321-384 two of 192 (96 tiles; the Gluon form in one K-group, three
                             # consumers: 1.33x -> 1.13x at 384)
                             (320, Launch((64, 128, 4, 4), persistent=False)),
-                            (384, Launch((192, 128, 12, 4), sm90=True)),
+                            # session 51 (H100, launch file proven and timed in one call): 192 x 96 tiles, 128 of
+                            # them one wave (192 x 128: 96 tiles): 1.19x -> 1.11x at 384 (not yet timed on an H200)
+                            (384, Launch((192, 96, 12, 5), sm90=True)),
                             # session 50 (H200, launch file proven and timed in one call): the Gluon form's
                             # 192-column tiles, 128 tiles a wave of 132 SMs -- 385-512 rows in 128 x 192 (1.15x ->
                             # 0.94x at 512; Triton 128 x 256, one program a tile, 96 tiles), 641-768 in 192 x 192
@@ -519,7 +521,9 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                              # -> 1.00-1.03x at 768), 64 x 256 at 320 (240 tiles: 1.22x -> 1.08x), 128 x 128 at
                              # 385-512 (1.17/1.13x -> 0.98/0.97x at 448/512), 128 x 256 at 513-640 (1.06/1.15x ->
                              # 1.00/0.99x at 576/640)
-                             (192, Launch((192, 128, 12, 4), sm90=True)),
+                             # session 51 (H100, launch file): 192 x 96, 128 tiles, one wave (192 x 128: 96
+                             # tiles): 1.12x -> 1.05x at 192 (not yet timed on an H200, where 192 x 128 was 1.24x)
+                             (192, Launch((192, 96, 12, 5), sm90=True)),
                              # 1.34x -> 1.17x (session 34); 64 x 128, 128-wide loads 1.20x -> 1.11x (42)
                              (256, Launch((64, 128, 4, 4), block_k=128)),
                              (320, Launch((64, 256, 12, 4), sm90=True)),
@@ -599,8 +603,10 @@ SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5
 # default (``--tiles 128x192,192x192``, retimed), then proven and timed as a launch file: qkv 8B 1.15x -> 0.94x at
 # 512 rows (128 x 192), 1.24x -> 1.09x at 768 (192 x 192); gate_up 8B 1.26x -> 1.11x at 192; gate_up 1.7B 1.22x
 # -> 1.10x at 384 (``TUNED``). No gain at gate_up 8B's 128 rows or gate_up 1.7B's 256 (1.13-1.14x either way).
-# Then (CPU, not yet run): 96-column ones, 128 x 96 (6 slots) and 192 x 96 (5), 128 tiles at qkv 8B's 192 rows, qkv
-# 1.7B's 384 and gate_up 1.7B's 192 (1.35 / 1.22 / 1.24x in session 50's table)
+# Session 51 (H100; the same search, ``--tiles 128x96,192x96`` at 192 and 384 rows, then the launch file proven and
+# timed): 96-column ones, 128 x 96 (6 slots) and 192 x 96 (5), 128 tiles where 128- or 192-row tiles of 128 columns
+# make 96: 192 x 96 won at qkv 8B's 384 rows (1.19x -> 1.11x) and gate_up 1.7B's 192 (1.12x -> 1.05x) (``TUNED``);
+# 128 x 96 gained nothing at qkv 8B's 192 rows (1.28x -> 1.27x) and lost at qkv 1.7B's (0.85x -> 1.31x), tied at 384
 SM90_PLAIN_CANDIDATES = [*SM90_CANDIDATES, Launch((128, 256, 12, 3), sm90=True),
                          Launch((128, 256, 12, 3), persistent=False, sm90=True),
                          Launch((128, 256, 12, 3), sm90=True, tail=True), Launch((64, 256, 12, 4), sm90=True),

@@ -38,7 +38,8 @@ consumers, 192-row tiles, for the M where 128-row tiles are part padding or a wa
 Session 50 (H200, ``matmul_sweep.py --search --tiles 128x192,192x192``, then a launch file proven and timed): 192
 columns a consumer in one K-group (``wide``: a 128- and a 64-wide box, two dots a K step), 128 tiles a wave: qkv 8B
 1.15 / 1.24x -> 0.94 / 1.09x at 512 / 768 rows, gate_up 8B 1.26x -> 1.11x at 192, gate_up 1.7B 1.22x -> 1.10x at
-384. 96 columns (64 + 32) built since, not yet run.
+384. Session 51 (H100, the same with ``--tiles 128x96,192x96``): 96 columns (64 + 32), 192 x 96 tiles: qkv 8B 1.19x
+-> 1.11x at 384 rows, gate_up 1.7B 1.12x -> 1.05x at 192.
 """
 
 from __future__ import annotations
@@ -72,8 +73,9 @@ REGS = {2: (240, 168), 3: (160, 128)}
 # a wide consumer's columns (``wide``, one K-group): 192, so 192 x 192 tiles are one wave at gate_up 8B's 192 rows and
 # qkv 8B's 768 (128 tiles on 132 SMs; 128-wide: 192 tiles, 1.45 waves), as a 128- and a 64-wide box and fp32 tile
 # (session 50, H200: 1.26x -> 1.11x and 1.24x -> 1.09x cuBLAS there; ``matmul.TUNED``); or 96, a 64- and a 32-wide
-# box, so 128 x 96 tiles are one wave at qkv 8B's 192 rows (1.35x in 96 tiles of 128 x 128) and qkv 1.7B's 384
-# (1.22x), 192 x 96 at gate_up 1.7B's 192 (1.24x) -- 128 tiles each (session 50, CPU: built, not yet run)
+# box, so 192 x 96 tiles are one wave at qkv 8B's 384 rows and gate_up 1.7B's 192 (128 tiles each, where 192 x 128
+# make 96; session 51, H100: 1.19x -> 1.11x and 1.12x -> 1.05x cuBLAS there; ``matmul.TUNED``). 128 x 96 (one wave at
+# qkv 8B's 192 rows) gained nothing there
 WIDE_COLUMNS = (96, 192)
 GROUP_M = gl.constexpr(8)  # tile order: ``matmul._tile_coords``'s (neighbouring programs share B's column tiles)
 
