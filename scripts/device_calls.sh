@@ -1065,6 +1065,13 @@ s51)
         prove_launches "$ROOT_OUT/launches.json" prove_ 80
     fi
     ;;
+s52ab)
+    # for an H200 (session 51's timings ran on an H100): the 192 x 96 TUNED rows (qkv 8B 321-384, gate_up 1.7B 129-192)
+    # against the 192 x 128 tiles they replaced, given back as a launch file (docs/data/..._s51-before-192x128.json) --
+    # here "before" is the current TUNED (192 x 96) and "after" the old tiles -- timed in one call, the edges under the
+    # file between (no carry)
+    prove_launches "$PWD/docs/data/matmul_launches_2026-12-05-s51-before-192x128.json" s52_ 120
+    ;;
 s51tuned)
     # session 51's third call: s51's two winners (192 x 96 tiles at qkv 8B 321-384 rows, gate_up 1.7B 129-192) as TUNED
     # defaults, every layer's rows at its table edges, then those layers timed at the rows against cuBLAS (no carry)
