@@ -1065,6 +1065,13 @@ s51)
         prove_launches "$ROOT_OUT/launches.json" prove_ 80
     fi
     ;;
+s52vllm)
+    # the TUNED rows inside CUDA vLLM without the 8B engine's ~460 s: rlk-verify (64- and 256-sequence batches) on
+    # 2-layer checkpoints of the 8B's and 1.7B's layer shapes (the tiny checkpoints of CALL=s49's verify take the
+    # built-in table only); session 50's 192- and 51's 96-column tiles have not run inside vLLM (carry .vllm-cuda)
+    part tuned_vllm 420 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="tuned_layer_shapes" TEST_TIMEOUT=200
+    test_summary tuned_vllm 12
+    ;;
 s52ab)
     # for an H200 (session 51's timings ran on an H100): the 192 x 96 TUNED rows (qkv 8B 321-384, gate_up 1.7B 129-192)
     # against the 192 x 128 tiles they replaced, given back as a launch file (docs/data/..._s51-before-192x128.json) --

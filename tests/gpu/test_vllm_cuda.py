@@ -56,6 +56,24 @@ def test_rlk_verify_on_cuda_every_configuration(triton_checkpoints, variant, con
     check_verify(triton_checkpoints[variant], config)
 
 
+# Qwen3-8B's and -1.7B's layer shapes (2 layers, the tiny tokenizer's vocabulary): the shapes ``matmul.TUNED`` tunes,
+# which the tiny checkpoints above never reach
+TUNED_LAYER_SHAPES = {
+    "8b": dict(hidden_size=4096, intermediate_size=12288, num_attention_heads=32, num_key_value_heads=8),
+    "1.7b": dict(hidden_size=2048, intermediate_size=6144, num_attention_heads=16, num_key_value_heads=8),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(TUNED_LAYER_SHAPES))
+def test_rlk_verify_on_cuda_at_the_tuned_layer_shapes(tmp_path, shape):
+    """``rlk-verify`` with batches of 64 and 256 sequences (decode steps of up to 256 rows, prefill steps of up to
+    2,048 tokens) on a 2-layer checkpoint of the 8B's or 1.7B's layer shapes: the launches ``TUNED`` names for them
+    (the Gluon forms' 96- and 192-column tiles among them) inside CUDA vLLM give the training class's log-probs."""
+    hf = make_tiny_hf_checkpoint(tmp_path / "hf", "qwen3", seed=1, head_dim=128, num_hidden_layers=2,
+                                 **TUNED_LAYER_SHAPES[shape])
+    check_verify(convert(hf, tmp_path / "rlk", rlk_backend="triton", progress=False), "batches_64_256_temp1")
+
+
 def test_weight_sync_on_cuda(triton_checkpoints):
     (out,) = run_json(["-m", "tests.vllm.worker", "weight_sync", str(triton_checkpoints["qwen3"])])
     stale, *updates = out["results"]
