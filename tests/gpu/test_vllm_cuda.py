@@ -66,9 +66,10 @@ TUNED_LAYER_SHAPES = {
 
 @pytest.mark.parametrize("shape", sorted(TUNED_LAYER_SHAPES))
 def test_rlk_verify_on_cuda_at_the_tuned_layer_shapes(tmp_path, shape):
-    """``rlk-verify`` with batches of 64 and 256 sequences (decode steps of up to 256 rows, prefill steps of up to
-    2,048 tokens) on a 2-layer checkpoint of the 8B's or 1.7B's layer shapes: the launches ``TUNED`` names for them
-    (the Gluon forms' 96- and 192-column tiles among them) inside CUDA vLLM give the training class's log-probs."""
+    """``rlk-verify`` with batches of 64 and 256 sequences on a 2-layer checkpoint of the 8B's or 1.7B's layer
+    shapes: inside CUDA vLLM, the launches ``TUNED`` names for those shapes give the training class's log-probs. Which
+    of its row buckets run is vLLM's scheduling: decode steps of up to 256 rows, shrinking as sequences end, and
+    prefill or mixed steps of up to 2,048 tokens (the Gluon forms' 96- and 192-column tiles serve 129-768)."""
     hf = make_tiny_hf_checkpoint(tmp_path / "hf", "qwen3", seed=1, head_dim=128, num_hidden_layers=2,
                                  **TUNED_LAYER_SHAPES[shape])
     check_verify(convert(hf, tmp_path / "rlk", rlk_backend="triton", progress=False), "batches_64_256_temp1")
