@@ -34,6 +34,11 @@ CONFIGS: dict[str, tuple[dict, str, list[int]]] = {
 # added on a CUDA machine (where engines run CUDA graphs by default and batches are cheap)
 CUDA_CONFIGS: dict[str, tuple[dict, str, list[int]]] = {
     "batches_64_256_temp1": ({"max_num_seqs": 256, "max_num_batched_tokens": 2048}, "temp1", [64, 256]),
+    # mid-size steps, where the matmul's launches change most between row counts: 384-token prefill and mixed steps,
+    # then decode steps of 192 sequences (the Gluon forms' 96- and 192-column tiles serve 129-192 and 321-384 rows
+    # at the Qwen3-1.7B and -8B layer shapes)
+    "budget_384_decode_192": ({"max_num_seqs": 192, "max_num_batched_tokens": 384, "enable_chunked_prefill": True},
+                              "temp1", [192]),
     "cuda_graphs_off": ({"enforce_eager": True}, "temp1", [16, 3]),
     # full CUDA graphs of every step, prefill chunks mixed with decodes: a 48-token budget, also the largest
     # capture size (vLLM's default would be 2 x max_num_seqs = 32, and it wants the budget >= max_num_seqs),
