@@ -1068,8 +1068,8 @@ s51)
 s52vllm)
     # the TUNED rows inside CUDA vLLM without the 8B engine's ~460 s: rlk-verify's budget_384_decode_192 (384-token
     # steps, then decode steps of up to 192 sequences) on 2-layer checkpoints of the 8B's and 1.7B's layer shapes (the
-    # tiny checkpoints of CALL=s49's verify take the built-in table only); session 50's 192- and 51's 96-column tiles
-    # have not run inside vLLM (carry .vllm-cuda)
+    # tiny checkpoints of CALL=s49's verify take the built-in table only); session 52, H100: 2 of 2 passed, 156 s
+    # (carry .vllm-cuda)
     part tuned_vllm 420 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="tuned_layer_shapes" TEST_TIMEOUT=200
     test_summary tuned_vllm 12
     ;;

@@ -35,7 +35,7 @@ CONFIGS: dict[str, tuple[dict, str, list[int]]] = {
 CUDA_CONFIGS: dict[str, tuple[dict, str, list[int]]] = {
     "batches_64_256_temp1": ({"max_num_seqs": 256, "max_num_batched_tokens": 2048}, "temp1", [64, 256]),
     # mid-size steps, where the matmul's launches change most between row counts: 384-token prefill and mixed steps,
-    # then decode steps of 192 sequences (the Gluon forms' 96- and 192-column tiles serve 129-192 and 321-384 rows
+    # then decode steps of up to 192 sequences (the Gluon forms' 96- and 192-column tiles serve 129-192 and 321-384 rows
     # at the Qwen3-1.7B and -8B layer shapes)
     "budget_384_decode_192": ({"max_num_seqs": 192, "max_num_batched_tokens": 384, "enable_chunked_prefill": True},
                               "temp1", [192]),
