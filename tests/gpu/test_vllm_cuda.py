@@ -69,10 +69,10 @@ def test_rlk_verify_on_cuda_at_the_tuned_layer_shapes(tmp_path, shape):
     192 x 96); the mixed steps' row counts are vLLM's scheduling. qkv 8B's 385-768-row tiles (128 x 192, 192 x 192)
     need larger steps."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    from vllm_cuda import SHAPES
+    from vllm_cuda import COMMON, SHAPES
 
     hf = make_tiny_hf_checkpoint(tmp_path / "hf", "qwen3", seed=1,
-                                 **{**SHAPES[shape], "num_hidden_layers": 2, "head_dim": 128})
+                                 **{**SHAPES[shape], "num_hidden_layers": 2, "head_dim": COMMON["head_dim"]})
     check_verify(convert(hf, tmp_path / "rlk", rlk_backend="triton", progress=False), "budget_384_decode_192")
 
 
