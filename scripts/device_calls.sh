@@ -1068,10 +1068,18 @@ s51)
 s52vllm)
     # the TUNED rows inside CUDA vLLM without the 8B engine's ~460 s: rlk-verify's budget_384_decode_192 (384-token
     # steps, then decode steps of up to 192 sequences) on 2-layer checkpoints of the 8B's and 1.7B's layer shapes (the
-    # tiny checkpoints of CALL=s49's verify take the built-in table only); session 52, H100: 2 of 2 passed, 156 s
-    # (carry .vllm-cuda)
+    # tiny checkpoints of CALL=s49's verify take the built-in table only); session 52, H100: 2 of 2 passed, 156 s.
+    # Since session 53 the test also runs budget_768_decode_512 (CALL=s53vllm runs that alone) (carry .vllm-cuda)
     part tuned_vllm 420 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="tuned_layer_shapes" TEST_TIMEOUT=200
     test_summary tuned_vllm 12
+    ;;
+s53vllm)
+    # qkv 8B's 385-768-row Gluon tiles (128 x 192, 128 x 256 with tail, 192 x 192) inside CUDA vLLM: rlk-verify's
+    # budget_768_decode_512 (768-token steps, then decode steps of up to 512 sequences) on the 2-layer checkpoints of
+    # the 8B's and 1.7B's layer shapes (carry .vllm-cuda)
+    part tuned_vllm768 420 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="tuned_layer_shapes and budget_768" \
+        TEST_TIMEOUT=240
+    test_summary tuned_vllm768 12
     ;;
 s52ab)
     # for an H200 (session 51's timings ran on an H100): the 192 x 96 TUNED rows (qkv 8B 321-384, gate_up 1.7B 129-192)

@@ -39,6 +39,10 @@ CUDA_CONFIGS: dict[str, tuple[dict, str, list[int]]] = {
     # at the Qwen3-1.7B and -8B layer shapes)
     "budget_384_decode_192": ({"max_num_seqs": 192, "max_num_batched_tokens": 384, "enable_chunked_prefill": True},
                               "temp1", [192]),
+    # larger steps: 768-token prefill and mixed steps, then decode steps of up to 512 sequences (qkv 8B's Gluon
+    # 128 x 192 tiles serve 385-512 rows, its 128 x 256 with tail 513-640, its 192 x 192 641-768)
+    "budget_768_decode_512": ({"max_num_seqs": 512, "max_num_batched_tokens": 768, "enable_chunked_prefill": True},
+                              "temp1", [512]),
     "cuda_graphs_off": ({"enforce_eager": True}, "temp1", [16, 3]),
     # full CUDA graphs of every step, prefill chunks mixed with decodes: a 48-token budget, also the largest
     # capture size (vLLM's default would be 2 x max_num_seqs = 32, and it wants the budget >= max_num_seqs),

@@ -59,21 +59,22 @@ def test_rlk_verify_on_cuda_every_configuration(triton_checkpoints, variant, con
     check_verify(triton_checkpoints[variant], config)
 
 
+@pytest.mark.parametrize("config", ["budget_384_decode_192", "budget_768_decode_512"])
 @pytest.mark.parametrize("shape", ["1.7b", "8b"])
-def test_rlk_verify_on_cuda_at_the_tuned_layer_shapes(tmp_path, shape):
-    """``rlk-verify``'s mid-size steps (``budget_384_decode_192``: 384-token prefill and mixed steps, then decode
-    steps of up to 192 sequences) on a 2-layer checkpoint of the 8B's or 1.7B's layer shapes (the engine benchmark's,
-    with the tiny tokenizer's vocabulary): inside CUDA vLLM, the launches ``TUNED`` names for those shapes, which the
-    tiny checkpoints above never reach, give the training class's log-probs. Full steps run 384 rows (qkv 8B's
-    192 x 96 tiles, gate_up 1.7B's 192 x 192), decode steps up to 192 (gate_up 8B's 192 x 192, gate_up 1.7B's
-    192 x 96); the mixed steps' row counts are vLLM's scheduling. qkv 8B's 385-768-row tiles (128 x 192, 192 x 192)
-    need larger steps."""
+def test_rlk_verify_on_cuda_at_the_tuned_layer_shapes(tmp_path, shape, config):
+    """``rlk-verify``'s mid-size steps on a 2-layer checkpoint of the 8B's or 1.7B's layer shapes (the engine
+    benchmark's, with the tiny tokenizer's vocabulary): inside CUDA vLLM, the launches ``TUNED`` names for those
+    shapes, which the tiny checkpoints above never reach, give the training class's log-probs.
+    ``budget_384_decode_192``: full steps run 384 rows (qkv 8B's 192 x 96 tiles, gate_up 1.7B's 192 x 192), decode
+    steps up to 192 (gate_up 8B's 192 x 192, gate_up 1.7B's 192 x 96). ``budget_768_decode_512``: full steps run 768
+    rows (qkv 8B's 192 x 192; 192 x 128 at gate_up 8B, qkv 1.7B and gate_up 1.7B), decode steps up to 512 (qkv 8B's
+    128 x 192, gate_up 1.7B's 128 x 128). The mixed steps' row counts are vLLM's scheduling."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from vllm_cuda import COMMON, SHAPES
 
     hf = make_tiny_hf_checkpoint(tmp_path / "hf", "qwen3", seed=1,
                                  **{**SHAPES[shape], "num_hidden_layers": 2, "head_dim": COMMON["head_dim"]})
-    check_verify(convert(hf, tmp_path / "rlk", rlk_backend="triton", progress=False), "budget_384_decode_192")
+    check_verify(convert(hf, tmp_path / "rlk", rlk_backend="triton", progress=False), config)
 
 
 def test_weight_sync_on_cuda(triton_checkpoints):
