@@ -1076,7 +1076,7 @@ s52vllm)
 s53vllm)
     # qkv 8B's 385-768-row Gluon tiles (128 x 192, 128 x 256 with tail, 192 x 192) inside CUDA vLLM: rlk-verify's
     # budget_768_decode_512 (768-token steps, then decode steps of up to 512 sequences) on the 2-layer checkpoints of
-    # the 8B's and 1.7B's layer shapes (carry .vllm-cuda)
+    # the 8B's and 1.7B's layer shapes; session 53, H100: 2 of 2 passed, 151 s (carry .vllm-cuda)
     part tuned_vllm768 420 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="tuned_layer_shapes and budget_768" \
         TEST_TIMEOUT=240
     test_summary tuned_vllm768 12
