@@ -1081,6 +1081,16 @@ s53vllm)
         TEST_TIMEOUT=240
     test_summary tuned_vllm768 12
     ;;
+s53)
+    # CALL=s52ab (for an H200), then, where the call's time allows, rlk-verify's budget_768_decode_512 on the tiny
+    # checkpoints (test_rlk_verify_on_cuda_every_configuration's new rows; carry .vllm-cuda)
+    NO_TAR=1 CALL=s52ab bash "$0"
+    if ((SECONDS < 240)); then
+        part tiny768 150 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="every_configuration and budget_768" \
+            TEST_TIMEOUT=120
+        test_summary tiny768 12
+    fi
+    ;;
 s52ab)
     # for an H200 (session 51's timings ran on an H100): the 192 x 96 TUNED rows (qkv 8B 321-384, gate_up 1.7B 129-192)
     # against the 192 x 128 tiles they replaced, given back as a launch file (docs/data/..._s51-before-192x128.json) --
