@@ -1083,13 +1083,22 @@ s53vllm)
     ;;
 s53)
     # CALL=s52ab (for an H200), then, where the call's time allows, rlk-verify's budget_768_decode_512 on the tiny
-    # checkpoints (test_rlk_verify_on_cuda_every_configuration's new rows; carry .vllm-cuda)
+    # checkpoints (test_rlk_verify_on_cuda_every_configuration's new rows; carry .vllm-cuda); session 53: ran on an
+    # H100 (asked as nvidia-h200), 221 s, the edges 8 of 8, the tiny part cut at 150 s after qwen3 passed (CALL=s53tiny)
     NO_TAR=1 CALL=s52ab bash "$0"
     if ((SECONDS < 240)); then
         part tiny768 150 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="every_configuration and budget_768" \
             TEST_TIMEOUT=120
         test_summary tiny768 12
     fi
+    ;;
+s53tiny)
+    # rlk-verify's budget_768_decode_512 on the tiny checkpoints (CALL=s53's second part, which its 150 s cut after
+    # the first variant; session 53 ran the llama_bias row inline, 51 s) (carry .vllm-cuda)
+    part tiny768 300 PART=tests TESTS=tests/gpu/test_vllm_cuda.py \
+        K="every_configuration and budget_768 and not tp2 and ${TINY768_VARIANT:-(qwen3 or llama_bias)}" \
+        TEST_TIMEOUT=170
+    test_summary tiny768 12
     ;;
 s52ab)
     # for an H200 (session 51's timings ran on an H100): the 192 x 96 TUNED rows (qkv 8B 321-384, gate_up 1.7B 129-192)

@@ -470,7 +470,9 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                             # consumers: 1.33x -> 1.13x at 384)
                             (320, Launch((64, 128, 4, 4), persistent=False)),
                             # session 51 (H100, launch file proven and timed in one call): 192 x 96 tiles, 128 of
-                            # them one wave (192 x 128: 96 tiles): 1.19x -> 1.11x at 384 (not yet timed on an H200)
+                            # them one wave (192 x 128: 96 tiles): 1.19x -> 1.11x at 384; session 53 (another H100,
+                            # the same file back): 38.0 -> 35.1 us at 384, 37.5 -> 36.3 at 321 (not yet timed on an
+                            # H200)
                             (384, Launch((192, 96, 12, 5), sm90=True)),
                             # session 50 (H200, launch file proven and timed in one call): the Gluon form's
                             # 192-column tiles, 128 tiles a wave of 132 SMs -- 385-512 rows in 128 x 192 (1.15x ->
@@ -522,7 +524,9 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                              # 385-512 (1.17/1.13x -> 0.98/0.97x at 448/512), 128 x 256 at 513-640 (1.06/1.15x ->
                              # 1.00/0.99x at 576/640)
                              # session 51 (H100, launch file): 192 x 96, 128 tiles, one wave (192 x 128: 96
-                             # tiles): 1.12x -> 1.05x at 192 (not yet timed on an H200, where 192 x 128 was 1.24x)
+                             # tiles): 1.12x -> 1.05x at 192; session 53 (another H100): 26.2 -> 24.9 us at 192,
+                             # 25.8 -> 27.3 at 129, both inside that call's 1.3 us spread (not yet timed on an H200,
+                             # where 192 x 128 was 1.24x)
                              (192, Launch((192, 96, 12, 5), sm90=True)),
                              # 1.34x -> 1.17x (session 34); 64 x 128, 128-wide loads 1.20x -> 1.11x (42)
                              (256, Launch((64, 128, 4, 4), block_k=128)),
