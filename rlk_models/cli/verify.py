@@ -16,7 +16,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from ..rollout.parity import configs, iter_sweep
+from ..rollout.parity import CUDA_CONFIGS, configs, iter_sweep
 from .common import add_imports, add_verbose, checkpoint_dir, import_modules, one_line_errors
 
 
@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import_modules(args)
     names = [c for c in args.configs.split(",") if c]
+    cuda_only = [c for c in names if c in CUDA_CONFIGS and c not in configs()]
+    if cuda_only:
+        ap.error(f"configuration(s) {cuda_only} need a CUDA GPU (their step sizes pick the GPU kernels' launches), "
+                 f"and this machine has none; here choose from {list(configs())}")
     unknown = [c for c in names if c not in configs()]
     if unknown:
         ap.error(f"unknown configuration(s) {unknown}; choose from {list(configs())}")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from safetensors.torch import load_file, save_file
 
 from .conftest import ROOT, run_json
@@ -88,6 +89,9 @@ def test_cli_refusals_are_one_line_and_start_no_engine(checkpoints, tmp_path):
         ("rlk_models.cli.grpo", ["--runs", "rlk,ppo"], "--runs: a comma list of rlk, stock"),
         ("rlk_models.cli.grpo", ["--sft-noise", "1"], "--sft-noise must be in [0, 1)"),
     ]
+    if not torch.cuda.is_available():
+        cases.append(("rlk_models.cli.verify", [str(rlk), "--configs", "budget_768_decode_512"],
+                      "configuration(s) ['budget_768_decode_512'] need a CUDA GPU"))
     for module, args, needle in cases:
         r = _cli(module, *args)
         assert r.returncode == 2, (module, args, r.stdout, r.stderr[-2000:])
