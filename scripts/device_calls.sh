@@ -1100,6 +1100,14 @@ s53tiny)
         TEST_TIMEOUT=170
     test_summary tiny768 12
     ;;
+s53kern)
+    # which kernels cuBLAS runs where o 1.7B misses most (192-768 rows, 1.28-1.48x on the H200, session 50), against
+    # ours (--kernels), then ``explain --all``: a short call for a session's last device seconds (no carry)
+    bench kern 80 benchmarks/triton/matmul_sweep.py --quick --kernels --m 192,256,384,512,768 --shapes o_1.7b
+    grep -hE "graph:|kernels:" "$ROOT_OUT"/kern.log | cut -c1-240
+    PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py explain "$ROOT_OUT/kern/matmul_sweep.json" --all |
+        cut -c1-400
+    ;;
 s52ab)
     # for an H200 (session 51's timings ran on an H100): the 192 x 96 TUNED rows (qkv 8B 321-384, gate_up 1.7B 129-192)
     # against the 192 x 128 tiles they replaced, given back as a launch file (docs/data/..._s51-before-192x128.json) --
