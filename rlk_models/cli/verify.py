@@ -34,13 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import_modules(args)
     names = [c for c in args.configs.split(",") if c]
-    cuda_only = [c for c in names if c in CUDA_CONFIGS and c not in configs()]
+    available = configs()
+    unknown = [c for c in names if c not in available]
+    cuda_only = [c for c in unknown if c in CUDA_CONFIGS]
     if cuda_only:
         ap.error(f"configuration(s) {cuda_only} need a CUDA GPU (their step sizes pick the GPU kernels' launches), "
-                 f"and this machine has none; here choose from {list(configs())}")
-    unknown = [c for c in names if c not in configs()]
+                 f"and this machine has none; here choose from {list(available)}")
     if unknown:
-        ap.error(f"unknown configuration(s) {unknown}; choose from {list(configs())}")
+        ap.error(f"unknown configuration(s) {unknown}; choose from {list(available)}")
     checkpoint_dir(args.checkpoint, rlk=True)
     if not args.json:
         print(f"{'configuration':28} {'mismatch_count':>14} {'max_abs_diff':>12} {'tokens':>7} {'cached':>7} "
