@@ -179,6 +179,8 @@
 #   CALL=s49 bash scripts/device_calls.sh       # the landed ops: the table-edges bits (XDIST), then rlk-verify
 #                                              # in CUDA vLLM for Qwen3's batches and chunked prefill (carry
 #                                              # .vllm-cuda)
+#   CALL=s54 bash scripts/device_calls.sh       # by the card: an H200 runs CALL=s47 then CALL=s52ab, any other
+#                                              # card CALL=s47layer (no carry)
 #   CALL=s50 bash scripts/device_calls.sh       # session 49's fold kernel: the table-edges bits (XDIST), its
 #                                              # sums and bias columns natively, its cost (no carry)
 #   CALL=s49h100 bash scripts/device_calls.sh   # the H100's misses of the H200 table searched into a launch
@@ -1107,6 +1109,17 @@ s53kern)
     grep -hE "graph:|kernels:" "$ROOT_OUT"/kern.log | cut -c1-240
     PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py explain "$ROOT_OUT/kern/matmul_sweep.json" --all |
         cut -c1-400
+    ;;
+s54)
+    # by the card the call lands on (naming nvidia-h200 has given H100s since session 50): on an H200, CALL=s47 (the
+    # first H200 table on session 51's TUNED, with cuBLAS's kernels) then CALL=s52ab where the call's time allows; on
+    # any other card, CALL=s47layer (the row-parallel layers as the engine runs them, never run) (no carry)
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        NO_TAR=1 CALL=s47 bash "$0"
+        if ((SECONDS < 380)); then NO_TAR=1 CALL=s52ab bash "$0"; fi
+    else
+        NO_TAR=1 CALL=s47layer bash "$0"
+    fi
     ;;
 s52ab)
     # for an H200 (session 51's timings ran on an H100): the 192 x 96 TUNED rows (qkv 8B 321-384, gate_up 1.7B 129-192)
