@@ -66,7 +66,7 @@ def test_matmul_goal_counts_the_recorded_tables():
     assert (s45["issue_grid_in_goal"], s45["issue_grid"]) == (52, 56)
 
 
-def test_matmul_explain_lays_out_the_recorded_misses(tmp_path):
+def test_matmul_explain_lays_out_the_recorded_misses(tmp_path, capsys):
     """``matmul_sweep.py explain`` on session 45's rows: its 10 misses, each with the kernels ``matmul.grids`` gives
     its recorded launch (o 8B at 384 rows: 96 tiles of 128 x 128, three quarters of a wave; at 64 rows two parts of
     64 tiles and the fold), the bytes and FLOPs a second; and the kernels a ``--kernels`` run recorded."""
@@ -96,6 +96,15 @@ def test_matmul_explain_lays_out_the_recorded_misses(tmp_path):
     assert [(g["tile"], g["tiles"]) for g in row["grids"]] == [((16, 64), 8)]  # swap: 8 tokens x 64 weight rows
     with pytest.raises(ValueError, match="not a Launch"):
         matmul_sweep.parse_launch("__import__('os')")
+    # the peaks are the run's GPU's: an H100 run is not read against the H200's HBM
+    h100 = matmul_sweep.Peaks("H100 SXM", 3.35, 989.0, 132, 50)
+    assert matmul_sweep.peaks_of("NVIDIA H100 80GB HBM3") == (h100, True)
+    assert matmul_sweep.peaks_of("NVIDIA H200")[0].tb_s == 4.8
+    assert matmul_sweep.peaks_of("NVIDIA A100-SXM4-80GB") == (matmul_sweep.peaks_of("NVIDIA H200")[0], False)
+    mine["info"] = {"gpu": "NVIDIA H100 80GB HBM3"}
+    (tmp_path / "run.json").write_text(json.dumps(mine))
+    matmul_sweep.explain(str(tmp_path / "run.json"))
+    assert "run on NVIDIA H100 80GB HBM3; H100 SXM's figures: 3.35 TB/s" in capsys.readouterr().out
 
 
 def test_matmul_search_gives_the_gluon_form_only_its_proven_slot_widths():

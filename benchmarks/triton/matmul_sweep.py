@@ -45,6 +45,7 @@ import json
 import sys
 from pathlib import Path
 from statistics import median
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -298,8 +299,25 @@ def layer_fns(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, norm_w: 
             lambda: add_rms_norm(F.linear(x, w), residual, norm_w, eps))
 
 
-# an H200's published figures, for ``explain``: HBM3e bandwidth, dense bf16 tensor throughput, SMs, L2
-H200_TB_S, H200_TFLOPS, H200_SMS, H200_L2_MB = 4.8, 989.0, 132, 50
+class Peaks(NamedTuple):
+    """A GPU's published figures, for ``explain``: HBM bandwidth, dense bf16 tensor throughput, SMs, L2."""
+    name: str
+    tb_s: float
+    tflops: float
+    sms: int
+    l2_mb: int
+
+
+# by a substring of the run's recorded GPU name (``info()["gpu"]``), first match: the H200 (HBM3e) and the H100 SXM
+# ("H100 80GB HBM3", the device tool's H100s); a run from another GPU, or one without ``info``, is read with the
+# H200's, and ``explain`` says so
+PEAKS = (("H200", Peaks("H200", 4.8, 989.0, 132, 50)), ("H100 80GB HBM3", Peaks("H100 SXM", 3.35, 989.0, 132, 50)),
+         ("H100 SXM", Peaks("H100 SXM", 3.35, 989.0, 132, 50)))
+
+
+def peaks_of(gpu: str | None) -> tuple[Peaks, bool]:
+    """(the figures for a run's GPU, whether they are that GPU's own) -- else the H200's."""
+    return next(((p, True) for key, p in PEAKS if gpu and key in gpu), (PEAKS[0][1], False))
 
 
 def parse_launch(text: str) -> Launch:
@@ -310,13 +328,16 @@ def parse_launch(text: str) -> Launch:
     return Launch(*map(ast.literal_eval, call.args), **{kw.arg: ast.literal_eval(kw.value) for kw in call.keywords})
 
 
-def explain(run: str, every: bool = False, sms: int = H200_SMS) -> list[dict]:
+def explain(run: str, every: bool = False) -> list[dict]:
     """Why a run's graph rows miss #17's goal (``every``: all of them), a point a row: our launch's kernels as
-    ``matmul.grids`` lays them on ``sms`` SMs (tiles, programs, waves, the last wave's fill), the bytes and FLOPs
-    each side moved at its measured time, against the H200's published peaks (a weight under L2's 50 MB is read
-    from L2 in these back-to-back rows: above HBM's figure there), and the kernels each side ran where the run
-    recorded them (``--kernels``)."""
-    shapes = json.loads(Path(run).read_text())["shapes"]
+    ``matmul.grids`` lays them on the run's GPU's SMs (tiles, programs, waves, the last wave's fill), the bytes and
+    FLOPs each side moved at its measured time, against that GPU's published peaks (``PEAKS``; a weight under L2's
+    50 MB is read from L2 in these back-to-back rows: above HBM's figure there), and the kernels each side ran where
+    the run recorded them (``--kernels``)."""
+    doc = json.loads(Path(run).read_text())
+    shapes, gpu = doc["shapes"], doc.get("info", {}).get("gpu")
+    peaks, own = peaks_of(gpu)
+    sms = peaks.sms
     rows, lines = [], ["| layer | M | ratio | ours / cuBLAS us | our kernels (tiles on programs, waves) | "
                        "ours / cuBLAS TB/s | ours / cuBLAS TFLOP/s | cuBLAS's kernels |", "|---|" + "---|" * 7]
     for name, r in shapes.items():
@@ -338,7 +359,7 @@ def explain(run: str, every: bool = False, sms: int = H200_SMS) -> list[dict]:
                    "grids": [g._asdict() for g in kernels], "bytes": moved, "flops": flops,
                    "tb_s": {side: moved / t / 1e6 for side, t in us.items()},
                    "tflops": {side: flops / t / 1e6 for side, t in us.items()},
-                   "weight_in_l2": 2 * n * k < H200_L2_MB * 1e6, "cublas_kernels": v.get("cublas_kernels", [])}
+                   "weight_in_l2": 2 * n * k < peaks.l2_mb * 1e6, "cublas_kernels": v.get("cublas_kernels", [])}
             rows.append(row)
             waves = "; ".join(f"{g.form} {g.tile[0]}x{g.tile[1]}: {g.tiles} on {g.programs} "
                               f"({g.tiles / sms:.2f} waves)" for g in kernels if g.form != "fold")
@@ -349,7 +370,8 @@ def explain(run: str, every: bool = False, sms: int = H200_SMS) -> list[dict]:
                          f"{row['tflops']['ours']:.0f} / {row['tflops']['cublas']:.0f} | "
                          f"{', '.join(row['cublas_kernels']) or '--'} |")
     log("\n".join(lines))
-    log(f"\n(H200: {H200_TB_S} TB/s HBM, {H200_TFLOPS:.0f} TFLOP/s dense bf16, {sms} SMs; a wave is {sms} programs)")
+    log(f"\n(run on {gpu or 'an unrecorded GPU'}; {peaks.name}'s figures{'' if own else ', not its own'}: "
+        f"{peaks.tb_s} TB/s HBM, {peaks.tflops:.0f} TFLOP/s dense bf16, {sms} SMs; a wave is {sms} programs)")
     return rows
 
 
