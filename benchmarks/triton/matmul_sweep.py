@@ -25,8 +25,9 @@ row-parallel (canonical K-groups), the others plain (one group).
         # (RLK_MATMUL_LAUNCHES=launches.json runs them: matmul.use_launches)
     python benchmarks/triton/matmul_sweep.py --quick --m 64,192 --shapes qkv  # the defaults at these M only
     python benchmarks/triton/matmul_sweep.py launches launches.json  # a launch file's entries as TUNED rows
-    python benchmarks/triton/matmul_sweep.py plot BEFORE.json AFTER.json OUT.png  # ratio vs M, two runs
+    python benchmarks/triton/matmul_sweep.py plot BEFORE.json AFTER.json OUT.png [LABEL LABEL]  # ratio vs M, two runs
     python benchmarks/triton/matmul_sweep.py plot-cold RUN.json OUT.png  # a --cold run's L2-hot and -cold rows
+    python benchmarks/triton/matmul_sweep.py plot-layer RUN.json OUT.png  # a --layer run's products and layers
     python benchmarks/triton/matmul_sweep.py goal RUN.json [BEFORE.json] [--cold | --layer]  # #17's count (<= 1.15x,
         # <= 1.05x from 4096 rows), the misses, a markdown table of the ratios (BEFORE's rows above; bold: entered the
         # goal); --cold / --layer: the run's L2-cold or layer rows
@@ -472,10 +473,12 @@ def main() -> None:
         if len(sys.argv) != 3:
             sys.exit("usage: matmul_sweep.py launches FILE")
         return print(tuned_rows(sys.argv[2]))
-    if sys.argv[1:2] == ["plot"]:
-        if len(sys.argv) != 5:
-            sys.exit("usage: matmul_sweep.py plot BEFORE.json AFTER.json OUT.png")
-        return plot(*sys.argv[2:])
+    if sys.argv[1:2] == ["plot-layer"]:  # RUN.json OUT.png: one --layer run, the product alone (dashed) and the layer
+        return plot(sys.argv[2], sys.argv[2], sys.argv[3], ("graph", "graph_layer"), ("product", "layer"))
+    if sys.argv[1:2] == ["plot"]:  # BEFORE.json AFTER.json OUT.png [LABEL LABEL]: the labels default to before/after
+        if len(sys.argv) not in (5, 7):
+            sys.exit("usage: matmul_sweep.py plot BEFORE.json AFTER.json OUT.png [BEFORE_LABEL AFTER_LABEL]")
+        return plot(*sys.argv[2:5], labels=tuple(sys.argv[5:7]) or ("before", "after"))
     ap = argparse.ArgumentParser()
     ap.add_argument("--search", action="store_true", help="time every candidate launch at M_SEARCH")
     ap.add_argument("--m", default=",".join(map(str, M_SEARCH)),
