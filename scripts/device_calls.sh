@@ -179,6 +179,9 @@
 #   CALL=s49 bash scripts/device_calls.sh       # the landed ops: the table-edges bits (XDIST), then rlk-verify
 #                                              # in CUDA vLLM for Qwen3's batches and chunked prefill (carry
 #                                              # .vllm-cuda)
+#   CALL=s54w bash scripts/device_calls.sh      # 128 x 96 tiles in K-groups: bits natively, then searched at o/down
+#                                              # 8B and 1.7B, 384-768 rows (no carry); CALL=s54prove: the file
+#                                              # proven and timed (carry .tuned)
 #   CALL=s54 bash scripts/device_calls.sh       # by the card: an H200 runs CALL=s47 then CALL=s52ab, any other
 #                                              # card CALL=s47layer (no carry)
 #   CALL=s50 bash scripts/device_calls.sh       # session 49's fold kernel: the table-edges bits (XDIST), its
@@ -1109,6 +1112,24 @@ s53kern)
     grep -hE "graph:|kernels:" "$ROOT_OUT"/kern.log | cut -c1-240
     PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py explain "$ROOT_OUT/kern/matmul_sweep.json" --all |
         cut -c1-400
+    ;;
+s54w)
+    # session 54's 128 x 96 tiles in K-groups (matmul_sm90.GROUPED_WIDE, built on the CPU only): their bits natively
+    # (8 groups, a TP=2 and TP=4 rank's 4 and 2; o and down at 8B and 1.7B), then searched against each point's
+    # default where they make 129-132 tiles and cuBLAS runs 128 x 96 -- o/down 8B at 384 rows, o/down 1.7B at 768 --
+    # and at 512 (88 and 172 tiles), retimed, winners by > 4% into the launch file (no carry); CALL=s54prove proves
+    # and times the file (carry .tuned)
+    part gwide 200 PART=tests TEST_TIMEOUT=190 TESTS=tests/gpu/test_triton_contract_8b.py \
+        K="wide_gluon_tiles_in_k_groups"
+    test_summary gwide 12
+    search_into_file s54g 330 --m 384,512,768 --shapes o,down,o_1.7b,down_1.7b --tiles 128x96,128x128,64x128 \
+        --block-k 64,128
+    search_summary "$ROOT_OUT"/s54g.log
+    ;;
+s54prove)
+    # CALL=s54w's launch file (carried as .tuned/launches.json) as the default: every layer's rows at its table edges
+    # and the file's own, then its layers at its rows before and after, timed against cuBLAS in one call
+    prove_launches "$PWD/.tuned/launches.json" s54_ 150
     ;;
 s54)
     # by the card the call lands on (naming nvidia-h200 has given H100s since session 50): on an H200, CALL=s47 (the

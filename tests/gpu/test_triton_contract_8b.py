@@ -199,6 +199,44 @@ def test_matmul_wide_gluon_tiles_give_the_plain_bits(name):
     assert bits(ref[3]).eq(0).all(), "the pointer kernel's sum of -0 products is +0"
 
 
+@pytest.mark.parametrize("name", ["o", "down", "o_1.7b", "down_1.7b"])
+def test_matmul_wide_gluon_tiles_in_k_groups_give_the_grouped_bits(name):
+    """The Gluon form's 128 x 96 tiles in K-groups (``matmul_sm90.GROUPED_WIDE``: a consumer's columns as a 64- and a
+    32-wide box, each with its own group partial, run and sum): the layer's 8 groups (two runs of 4) and a TP=2 and
+    TP=4 rank's 4 and 2 (one run) over its share of K, at rows that fill, pad and split its tiles (N = 4096 = 42 x 96
+    + 64: a last tile of one whole first box and an empty second; 2048 = 21 x 96 + 32: half a first box), persistent
+    and a program a tile, 64- and 128-wide K slots, with a bias and fp32 out, equal bit for bit (the sign of a zero
+    too) to the 64-wide pointer kernel in the same groups; and a row of -0 against positive weights gives +0."""
+    from rlk_models.ops.triton import matmul_sm90
+    from rlk_models.ops.triton.matmul import HALF, SM90_CANDIDATES, k_groups, mm
+
+    k, n = LAYERS[name]
+    g = gen(8)
+    x, w, bias = randn(1024, k, g=g), randn(n, k, g=g, scale=0.02), randn(n, g=g)
+
+    def bits(t: torch.Tensor) -> torch.Tensor:
+        return t.view(torch.int32 if t.dtype == torch.float32 else torch.int16)
+
+    forms = [lc._replace(persistent=p, block_k=bk) for lc in SM90_CANDIDATES if matmul_sm90.wide(*lc.config[:2])
+             for p in (True, False) for bk in matmul_sm90.SLOT_WIDTHS]
+    assert {lc.config[:2] for lc in forms} == {matmul_sm90.GROUPED_WIDE} and len(forms) == 4
+    shares = [(k, k_groups(k)), (k // 2, HALF), (k // 4, HALF // 2)]  # the layer's K, a TP=2 and a TP=4 rank's
+    for m in (1, 127, 200, 384, 700, 768, 1024):
+        for kk, groups in shares:
+            a, b_ = x[:m, :kk].contiguous(), w[:, :kk].contiguous()
+            for b, dt in ((None, torch.bfloat16), (bias, torch.bfloat16), (bias, torch.float32)):
+                ref = mm(a, b_, b, dt, groups=groups, tma=False)
+                for lc in forms:
+                    got = mm(a, b_, b, dt, groups=groups, launch=lc)
+                    assert torch.equal(bits(got), bits(ref)), f"{name} M={m} K={kk} {lc} bias={b is not None} {dt}"
+    neg = x[:200].clone()
+    neg[3] = -0.0
+    ref = mm(neg, w.abs(), groups=k_groups(k), tma=False)
+    for lc in forms:
+        assert torch.equal(bits(mm(neg, w.abs(), groups=k_groups(k), launch=lc)), bits(ref)), f"{name} -0 row {lc}"
+    assert bits(ref[3]).eq(0).all(), "the pointer kernel's sum of -0 products is +0"
+
+
 @pytest.mark.parametrize("load", [128, 256])
 @pytest.mark.parametrize("name", ["qkv", "o", "gate_up", "down", "qkv_1.7b", "o_1.7b"])
 def test_matmul_wide_k_loads_give_the_64_wide_bits(name, load):

@@ -595,8 +595,13 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
 # fp32 tiles a thread, not three; 3 K slots beside them), with and without ``tail``: bitwise (tests/gpu, o and down)
 # but 1.07-1.55x the default's time at o/down, 8B and 1.7B, 1024-16384 rows (o 8B at 16384: 1.174x cuBLAS against
 # 1.061x), level only at down 8B, 768 rows (1.109x against 1.122x): dropped (commit b0bd2b9 has it)
+# Session 54 (CPU, not yet timed): 128 x 96 tiles in K-groups (``matmul_sm90.GROUPED_WIDE``: a consumer's 64 + 32
+# columns, three fp32 tiles each), where 128 x 128 tiles leave a quarter of the SMs idle and cuBLAS runs 128 x 96:
+# o/down 8B at 384 rows (129 tiles against 96; o 1.17x on the H100, 1.09x on the H200) and o/down 1.7B at 768 (132
+# against 96; o 1.20x H100, 1.35x H200)
 SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5), persistent=False, sm90=True),
-                   SM90_TAIL, Launch((128, 128, 12, 5), sm90=True, tail=True), Launch((192, 64, 12, 6), sm90=True)]
+                   SM90_TAIL, Launch((128, 128, 12, 5), sm90=True, tail=True), Launch((192, 64, 12, 6), sm90=True),
+                   Launch((128, 96, 12, 6), sm90=True)]
 # Session 32 (CPU, not yet timed): the plain layers (qkv, gate_up, the head's matmul) in the same kernel, one K-group,
 # where the Triton tiles measured 1.17-1.60x cuBLAS at 192-768 rows (session 31's table): the grouped forms, and
 # the tiles one group frees registers for -- 128 x 256 (cuBLAS's; m64n256k16, 3 slots: 208 KiB), 64 x 256 split
@@ -611,12 +616,12 @@ SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5
 # timed): 96-column ones, 128 x 96 (6 slots) and 192 x 96 (5), 128 tiles where 128- or 192-row tiles of 128 columns
 # make 96: 192 x 96 won at qkv 8B's 384 rows (1.19x -> 1.11x) and gate_up 1.7B's 192 (1.12x -> 1.05x) (``TUNED``);
 # 128 x 96 gained nothing at qkv 8B's 192 rows (1.28x -> 1.27x) and lost at qkv 1.7B's (0.85x -> 1.31x), tied at 384
+# (128 x 96 is in ``SM90_CANDIDATES`` since session 54, the grouped form's too)
 SM90_PLAIN_CANDIDATES = [*SM90_CANDIDATES, Launch((128, 256, 12, 3), sm90=True),
                          Launch((128, 256, 12, 3), persistent=False, sm90=True),
                          Launch((128, 256, 12, 3), sm90=True, tail=True), Launch((64, 256, 12, 4), sm90=True),
                          Launch((192, 128, 12, 4), sm90=True), Launch((128, 192, 12, 4), sm90=True),
-                         Launch((192, 192, 12, 3), sm90=True), Launch((128, 96, 12, 6), sm90=True),
-                         Launch((192, 96, 12, 5), sm90=True)]
+                         Launch((192, 192, 12, 3), sm90=True), Launch((192, 96, 12, 5), sm90=True)]
 
 # The tuning space the H200 sweep times; tests/gpu proves every one gives the default's bits.
 CANDIDATE_CONFIGS = sorted({(sm90_fallback(lc, kind) if lc.sm90 else lc).config

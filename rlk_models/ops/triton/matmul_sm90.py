@@ -77,6 +77,12 @@ REGS = {2: (240, 168), 3: (160, 128)}
 # make 96; session 51, H100: 1.19x -> 1.11x and 1.12x -> 1.05x cuBLAS there; ``matmul.TUNED``). 128 x 96 (one wave at
 # qkv 8B's 192 rows) gained nothing there
 WIDE_COLUMNS = (96, 192)
+# the one wide tile in K-groups (session 54, built on the CPU): a consumer's 64 x 96 as 64 + 32 in its three fp32 tiles
+# a box (group partial, run, sum: 144 registers of its 240, where 64 x 128 holds 192), 43 column tiles at the 8B
+# layers' N = 4096 and 22 at the 1.7B's 2048, so 129 tiles at o/down 8B's 384 rows and 132 at o/down 1.7B's 768,
+# where 128 x 128 tiles make 96 (cuBLAS's pick there: ``nvjet_sm90_tst_128x96``, session 54's --kernels table). 192
+# x 96 (three consumers at 160 registers) and 192-wide ones (288 registers of fp32 tiles) do not fit
+GROUPED_WIDE = (128, 96)
 GROUP_M = gl.constexpr(8)  # tile order: ``matmul._tile_coords``'s (neighbouring programs share B's column tiles)
 
 
@@ -186,8 +192,9 @@ def _consumer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs
               WIDE: gl.constexpr):
     """One warpgroup: rows 64 CID .. 64 CID + 63 of the tile (``SPLIT_N``: its 64 rows, columns WG_N CID ..
     WG_N CID + WG_N - 1) through every group (``_group``), folded as ``_mm_tma_tile`` folds them, then the bias
-    and the store. ``WIDE`` (one K-group): its columns past the first WG_N in a second fp32 tile (acc2), folded,
-    biased and stored as the first (b2's box)."""
+    and the store. ``WIDE``: its columns past the first WG_N in a second fp32 tile (acc2), folded, biased and
+    stored as the first (b2's box): in one K-group, or in K-groups in a 128 x 96 tile (``GROUPED_WIDE``), with a
+    second run beside the first."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     WG_N: gl.constexpr = b_desc.block_type.shape[0]
@@ -216,14 +223,19 @@ def _consumer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs
                 acc = acc + part
                 if WIDE:
                     acc2 = acc2 + part2
-        else:  # the halves: each run folded from zero, the runs' sums added in order (never WIDE: serves_tile)
+        else:  # the halves: each run folded from zero, the runs' sums added in order (``WIDE``: 128 x 96 only)
             for r in gl.static_range(GROUPS // RUN):
                 run = gl.zeros([HALF, WG_N], gl.float32, ACC)
+                run2 = gl.zeros([HALF, WG_N2], gl.float32, ACC2)
                 for g in range(r * RUN, r * RUN + RUN):
                     part, part2 = _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg,
                                          zero, zero2, NUM_BUF, SPLIT_N, CONSUMERS, CID, WIDE)
                     run = run + part
+                    if WIDE:
+                        run2 = run2 + part2
                 acc = acc + run
+                if WIDE:
+                    acc2 = acc2 + run2
         if HAS_BIAS:
             rn = pid_n * BLOCK_N + COL0 + gl.arange(0, WG_N, layout=gl.SliceLayout(0, ACC))
             acc += gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32)[None, :]
@@ -250,8 +262,8 @@ def _mm_groups_ws(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, M, N, K, K
     """Warp-specialized: this program's 4 warps and one or two more warpgroups take 64 rows each of a 128- or
     192-row tile (``SPLIT_N``: two, half the columns each of a 64-row tile; ``_consumer``), one warp loads by
     TMA (``_producer``). ``WIDE``: a consumer's columns are B's box and b2's (192 as 128 + 64, 96 as 64 + 32: TMA
-    boxes and Gluon tiles are powers of two), in one K-group; else b2_desc and c2_desc are b_desc and c_desc,
-    unused."""
+    boxes and Gluon tiles are powers of two), in one K-group or (128 x 96) in K-groups; else b2_desc and c2_desc are
+    b_desc and c_desc, unused."""
     dtype: gl.constexpr = a_desc.dtype
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -339,11 +351,12 @@ def serves_tile(block_m: int, block_n: int, plain: bool = False) -> bool:
     the partial and the sum, the wgmma's widest N); or 192 rows (three consumers at 160 registers a thread: up to
     128 columns in one K-group, 64 in K-groups; an m64n256k16 needs more than 128 at launch). A consumer's
     columns are a power of two (a TMA block's rows), or, in one K-group in a 128- or 192-row tile, 96 or 192
-    (``wide``: 64 + 32 or 128 + 64, two tiles of their own). Each built for sm_90 without a spill (gluon_sass.py)."""
+    (``wide``: 64 + 32 or 128 + 64, two tiles of their own), and in K-groups 128 x 96 (``GROUPED_WIDE``). Each built
+    for sm_90 without a spill (gluon_sass.py)."""
     wg_n, rest = divmod(block_n, 1 + split_n(block_m))
     widest = {HALF: 256 if plain else 128, 2 * HALF: 256 if plain else 128, 3 * HALF: 128 if plain else 64}
-    if plain and block_m in (2 * HALF, 3 * HALF) and wide(block_m, block_n):
-        return True
+    if block_m in (2 * HALF, 3 * HALF) and wide(block_m, block_n):
+        return plain or (block_m, block_n) == GROUPED_WIDE
     return rest == 0 and wg_n & (wg_n - 1) == 0 and 16 <= wg_n <= widest.get(block_m, 0)
 
 

@@ -324,7 +324,8 @@ def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
     else it says so instead of computing something else. Its tiles: 128 rows (a consumer's 64 each) up to 128
     columns, or 64 rows split by columns up to 256, in one K-group (plain K) twice the columns; 192 rows (three
     consumers) up to 64 columns, 128 in one K-group; a consumer's columns a power of two, or, in one K-group in 128-
-    and 192-row tiles, 96 or 192 (a 64- and a 32-wide box, or 128 and 64: ``wide``). Its K slots are cut to what
+    and 192-row tiles, 96 or 192 (a 64- and a 32-wide box, or 128 and 64: ``wide``), and in K-groups 128 x 96
+    (``GROUPED_WIDE``). Its K slots are cut to what
     fits beside the output's staging tiles, and a form where two do not fit (192 x 192 with fp32 out) is refused."""
     from rlk_models.ops.triton import matmul_sm90
     from rlk_models.ops.triton.matmul import Launch, mm
@@ -336,7 +337,8 @@ def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
                 mm(a, b.t().contiguous() if kw.get("b_kn") else b, launch=Launch((*tile, 12, 5), sm90=True), **kw)
     served = {(bm, bn) for bm in (32, 64, 128, 192, 256) for bn in (24, 32, 64, 96, 128, 192, 256, 512)
               if matmul_sm90.serves_tile(bm, bn)}
-    assert served == {(64, 32), (64, 64), (64, 128), (64, 256), (128, 32), (128, 64), (128, 128), (192, 32), (192, 64)}
+    assert served == {(64, 32), (64, 64), (64, 128), (64, 256), (128, 32), (128, 64), (128, 96), (128, 128), (192, 32),
+                      (192, 64)}
     plain = {(bm, bn) for bm in (32, 64, 128, 192, 256) for bn in (24, 32, 64, 96, 128, 192, 256, 512)
              if matmul_sm90.serves_tile(bm, bn, plain=True)}
     assert plain == served | {(64, 512), (128, 256), (192, 128), (128, 96), (128, 192), (192, 96), (192, 192)}
