@@ -182,6 +182,8 @@
 #   CALL=s54w bash scripts/device_calls.sh      # 128 x 96 tiles in K-groups: bits natively, then searched at o/down
 #                                              # 8B and 1.7B, 384-768 rows (no carry); CALL=s54prove: the file
 #                                              # proven and timed (carry .tuned)
+#   CALL=s54b bash scripts/device_calls.sh      # session 54's TUNED rows: the table edges, then against the tiles
+#                                              # they replaced (a launch file), on an H200 then s47 (no carry)
 #   CALL=s54 bash scripts/device_calls.sh       # by the card: an H200 runs CALL=s47 then CALL=s52ab, any other
 #                                              # card CALL=s47layer (no carry)
 #   CALL=s50 bash scripts/device_calls.sh       # session 49's fold kernel: the table-edges bits (XDIST), its
@@ -1130,6 +1132,17 @@ s54prove)
     # CALL=s54w's launch file (carried as .tuned/launches.json) as the default: every layer's rows at its table edges
     # and the file's own, then its layers at its rows before and after, timed against cuBLAS in one call
     prove_launches "$PWD/.tuned/launches.json" s54_ 150
+    ;;
+s54b)
+    # session 54's TUNED rows (128 x 96 tiles in K-groups: o/down 1.7B 641-768 rows, down 8B 257-384): every layer's rows
+    # at its table edges on them, then those rows against the 128 x 128 tiles they replaced, given back as a launch
+    # file -- "before" is the current TUNED, "after" the old tiles -- timed in one call; on an H200 then CALL=s47's
+    # table where the call's time allows (no carry)
+    table_edges 120 XDIST=8
+    prove_launches "$PWD/docs/data/matmul_launches_2026-12-06-s54-before-128x128.json" s54b_ 120
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && ((SECONDS < 300)); then
+        NO_TAR=1 CALL=s47 bash "$0"
+    fi
     ;;
 s54)
     # by the card the call lands on (naming nvidia-h200 has given H100s since session 50): on an H200, CALL=s47 (the

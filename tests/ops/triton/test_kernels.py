@@ -400,6 +400,10 @@ def test_matmul_grids():
     assert grids(768, 6144, 4096, 1) == [Grid(768, "gluon", (192, 192), 128, 128)]
     assert grids(512, 6144, 4096, 1) == [Grid(512, "gluon", (128, 192), 128, 128)]
     assert grids(192, 24576, 4096, 1) == [Grid(192, "gluon", (192, 192), 128, 128)]
+    # the 128 x 96 tiles in K-groups in TUNED (session 54): one wave at o/down 1.7B's 768 rows (6 x 22 tiles, the last
+    # column of tiles 32 of 96 wide) and down 8B's 384 (3 x 43)
+    assert grids(768, 2048, 2048, 8) == grids(768, 2048, 6144, 8) == [Grid(768, "gluon", (128, 96), 132, 132)]
+    assert grids(384, 4096, 12288, 8) == [Grid(384, "gluon", (128, 96), 129, 129)]
     # o 8B at 64 rows (TUNED: 64 x 64 tiles by halves, flat): 64 tiles x 2 parts, then the fold
     assert grids(64, 4096, 4096, 8) == [Grid(64, "triton", (64, 64), 128, 128), Grid(64, "fold", (1, 1024), 256, 256)]
     # qkv 8B at 16 rows (swap: the weight's rows on the tile's 64-row side): 96 tiles of 16 tokens x 64 weight rows
