@@ -184,6 +184,8 @@
 #                                              # proven and timed (carry .tuned)
 #   CALL=s54b bash scripts/device_calls.sh      # session 54's TUNED rows: the table edges, then against the tiles
 #                                              # they replaced (a launch file), on an H200 then s47 (no carry)
+#   CALL=s54e bash scripts/device_calls.sh      # the rows just past a multiple of 128 (257, 320, 641, 704) searched
+#                                              # at down 8B and o/down 1.7B (no carry)
 #   CALL=s54 bash scripts/device_calls.sh       # by the card: an H200 runs CALL=s47 then CALL=s52ab, any other
 #                                              # card CALL=s47layer (no carry)
 #   CALL=s50 bash scripts/device_calls.sh       # session 49's fold kernel: the table-edges bits (XDIST), its
@@ -1149,6 +1151,14 @@ s54b)
         search_into_file s54q 200 --m 224,256,384 --shapes qkv,o --tiles 128x96,128x128,64x128 --block-k 64,128
         search_summary "$ROOT_OUT"/s54q.log
     fi
+    ;;
+s54e)
+    # session 54's sixth call (inline, recorded here; cut at its 250 s after the first point): the rows just past a
+    # multiple of 128 that the table does not sample, where session 54's A/B found every form slow (down 8B at 257 /
+    # 641 rows: 1.28-1.51x cuBLAS; o 1.7B at 641 1.06-1.16x), searched against each point's default, retimed, winners
+    # by > 4% into the launch file (no carry)
+    search_into_file s54e 400 --m 257,320,641,704 --shapes down,o_1.7b,down_1.7b --block-k 64,128
+    search_summary "$ROOT_OUT"/s54e.log
     ;;
 s54)
     # by the card the call lands on (naming nvidia-h200 has given H100s since session 50): on an H200, CALL=s47 (the

@@ -143,7 +143,7 @@ def test_matmul_rows_at_the_table_edges(name):
     bucket's edges (and each file entry's) equals the first M rows of the 4096-row product (every row, not row 0
     alone), and run to run; and, at the rows where the defaults load 128 or 256 wide, the 64-wide pointer kernel's
     product."""
-    from rlk_models.ops.triton.matmul import FILE_LAUNCHES, k_groups, matmul
+    from rlk_models.ops.triton.matmul import FILE_LAUNCHES, TUNED, k_groups, matmul
 
     k, n = LAYERS[name]
     rp = name.split("_")[0] in ROW_PARALLEL
@@ -153,7 +153,8 @@ def test_matmul_rows_at_the_table_edges(name):
     kind = "groups" if rp and k_groups(k) > 1 else "plain"
     in_file = {m for lo, hi, _ in FILE_LAUNCHES.get((kind, n, k), ()) for m in (lo - 1, lo, hi, hi + 1)
                if 0 < m <= 4096}
-    for m in sorted(set(M_EDGES) | in_file):
+    in_tuned = {m for bound, _ in TUNED.get((kind, n, k), ()) for m in (bound, bound + 1)}  # its own buckets' edges
+    for m in sorted(set(M_EDGES) | in_file | in_tuned):
         assert torch.equal(matmul(x[:m], w, row_parallel=rp), full[:m]), f"{name}: M={m} differs from M=4096"
     assert torch.equal(matmul(x[:700], w, row_parallel=rp), full[:700]), "run to run"
     for m in (1, 16, 32, 64, 128, 256):  # the wide loads' rows (Launch.block_k) against the kernel without TMA or them

@@ -548,10 +548,12 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                              # 512: Triton 64 x 128 1.98x -> 1.33x (session 17), the Gluon form in 64 x 128 tiles
                              # 1.50/1.37x -> 1.36/1.21x at 384/512 (session 31); above, its 128-row tiles
                              (512, Launch((64, 128, 12, 6), sm90=True)),
-                             # session 54 (H100, launch file proven and timed in one call): 641-768 rows in 128 x 96
+                             # session 54 (H100, launch files proven and timed, two calls): 768 rows in 128 x 96
                              # tiles in K-groups, 6 x 22 = 132 tiles, one wave (128 x 128: 96), cuBLAS's pick there:
-                             # 13.6 -> 12.5 us, 1.12x -> 1.04x at 768 (not yet timed on an H200: 1.35x in s50)
-                             (640, None),
+                             # 13.6 -> 12.5 us, 1.12x -> 1.04x, and 13.7 -> 12.7 us; at 641 rows (the sixth row of
+                             # tiles one row full) slower, 13.6 -> 14.9 us: 768 alone (a CUDA graph's 753-768
+                             # sequences run as 768 rows; not yet timed on an H200: 1.35x in s50)
+                             (767, None),
                              (768, Launch((128, 96, 12, 6), sm90=True))],
     ("groups", 2048, 6144): [(16, Launch((16, 128, 4, 4), split=1, block_k=128)),  # down (session 41)
                              (64, Launch((64, 128, 4, 4), split=1)),  # 1.10x -> 0.91x
@@ -562,9 +564,9 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                              # 512: Triton 64 x 128 1.61x -> 1.09x (session 17); the Gluon form in 64 x 128
                              # tiles 1.11/1.16x -> 1.03/0.99x at 384/512 (session 31)
                              (512, Launch((64, 128, 12, 6), sm90=True)),
-                             # session 54 (H100, as o 1.7B's): 128 x 96 tiles, 132 a wave, 36.1 -> 33.9 us, 0.99x
-                             # -> 0.94x at 768
-                             (640, None),
+                             # session 54 (H100, as o 1.7B's): 128 x 96 tiles, 132 a wave, 36.1 -> 33.9 us and
+                             # 36.2 -> 32.7 us at 768 rows (0.99x -> 0.90-0.94x); at 641 33.3 -> 34.1 us: 768 alone
+                             (767, None),
                              (768, Launch((128, 96, 12, 6), sm90=True))],
     # session 44 (``matmul_sweep.py --search --retime --write-launches``, then the launch file proven by the table-edges
     # test and timed against cuBLAS in one call, before -> after in that call): o 8B 33-64 rows by halves, flat,
@@ -575,10 +577,13 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
                              (192, None),
                              (256, Launch((64, 128, 4, 4), persistent=False, flat=True, block_k=128))],
     # down 8B, the same: 193-256 flat 64 x 128, 128-wide, 8 stages 1.10x -> 1.00x at 256; session 54 (H100, launch
-    # file proven and timed in one call): 257-384 rows in the Gluon form's 128 x 96 tiles in K-groups, 3 x 43 = 129
-    # tiles, one wave (128 x 128: 96), 72.0 -> 68.2 us, 0.98x -> 0.93x at 384 (not yet timed on an H200)
+    # files proven and timed, two calls): 384 rows in the Gluon form's 128 x 96 tiles in K-groups, 3 x 43 = 129
+    # tiles, one wave (128 x 128: 96), 72.0 -> 68.2 us (0.98x -> 0.93x) and 71.6 -> 68.4 us; at 257 rows the same
+    # 129 tiles ran 85.9 us against 68.8 for 128 x 128 (retimed, 5 rounds): 384 alone (a CUDA graph's 377-384
+    # sequences run as 384 rows; not yet timed on an H200)
     ("groups", 4096, 12288): [(192, None),
                               (256, Launch((64, 128, 4, 8), persistent=False, flat=True, block_k=128)),
+                              (383, None),
                               (384, Launch((128, 96, 12, 6), sm90=True))],
     # the plain lm_head matmul, the same: 129-192 the Gluon form's 192 x 128 tiles (three consumers; the table's
     # 128 x 128 ran half its second row of tiles as padding) 1.59x -> 1.01x at 192
