@@ -259,16 +259,20 @@ table_edges() {  # table_edges SECONDS [VAR=VALUE...]: every layer's rows at its
 prove_launches() {  # prove_launches FILE [PREFIX [SECONDS]]: a search's launch file as the default, with no code edit
                    # (RLK_MATMUL_LAUNCHES): every layer's rows at its table edges and the file's own, then its layers
                    # at its rows, the built-in defaults (PREFIXbefore) and the file's (PREFIXafter) timed against
-                   # cuBLAS in the same call; the three parts' limits SECONDS each (default: 150, the edges 200)
+                   # cuBLAS in the same call, each row's sides PROVE_ROUNDS times round-robin (default 3, since
+                   # session 54: medians, the runs kept); the three parts' limits SECONDS each (default: 150, the
+                   # edges 200)
     local lf=$1 pre=${2:-} secs=${3:-150} edge_secs=${3:-200} layers rows
     [ -f "$lf" ] || { echo "no launch file $lf"; return 1; }
     read -r layers rows < <(python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['launches']
 print(','.join(dict.fromkeys(x['layer'] for x in e)), ','.join(map(str, sorted({m for x in e for m in x['rows']}))))" "$lf")
     echo "launch file: layers $layers, rows $rows"
-    bench "${pre}before" "$secs" benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers"
+    bench "${pre}before" "$secs" benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers" \
+        --graph-rounds "${PROVE_ROUNDS:-3}"
     export RLK_MATMUL_LAUNCHES="$lf"
     EDGES="${pre}edges" table_edges "$edge_secs" XDIST=8
-    bench "${pre}after" "$secs" benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers"
+    bench "${pre}after" "$secs" benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers" \
+        --graph-rounds "${PROVE_ROUNDS:-3}"
     unset RLK_MATMUL_LAUNCHES
     grep -hE "graph:" "$ROOT_OUT/${pre}before.log" "$ROOT_OUT/${pre}after.log" | cut -c1-200
 }

@@ -149,6 +149,21 @@ def test_matmul_retime_rotates_the_order_each_round():
     assert matmul_sweep.median([3.0, 1.0, 2.0]) == 2.0
 
 
+def test_matmul_graph_rows_in_rounds_keep_medians_and_runs():
+    """``--graph-rounds N`` (``timed_pair``): a graph row's cuBLAS and ours timed N times round-robin, the ratio of
+    their medians, every run kept and shown as a spread; one round is the single timing a side it always was."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))
+    import matmul_sweep
+
+    times = {"cublas": iter([10.0, 12.0, 11.0]), "ours": iter([13.0, 11.0, 30.0])}
+    row = matmul_sweep.timed_pair(lambda: "cublas", lambda: "ours", 3, bench=lambda fn: next(times[fn()]))
+    assert (row["cublas_ms"], row["ours_ms"], row["ratio"]) == (11.0, 13.0, 13.0 / 11.0)
+    assert row["ours_runs_ms"] == [13.0, 11.0, 30.0] and row["cublas_runs_ms"] == [10.0, 12.0, 11.0]
+    assert matmul_sweep.spread(row) == " (runs 10000.0-12000.0 / 11000.0-30000.0 us)"
+    once = matmul_sweep.timed_pair(lambda: 2.0, lambda: 3.0, 1, bench=lambda fn: fn())
+    assert once == {"cublas_ms": 2.0, "ours_ms": 3.0, "ratio": 1.5} and matmul_sweep.spread(once) == ""
+
+
 def test_matmul_search_writes_a_launch_file_the_package_runs(tmp_path):
     """``--write-launches``: the retimed best of a (shape, M) as a launch file entry that ``use_launches`` loads and
     ``launch_for`` runs at that M; a launch the GPU tests do not prove (a ``--stages`` depth outside

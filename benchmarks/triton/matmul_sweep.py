@@ -11,6 +11,7 @@ row-parallel (canonical K-groups), the others plain (one group).
      step; the graph rows call one weight back to back, and one under L2's 50 MB is then read from L2);
      ``--layer``: each row-parallel graph row again as the engine runs the layer (``layer_fns``: with the residual
      add + RMSNorm after it, a split launch's fold inside that norm), against cuBLAS's product into the same norm;
+     ``--graph-rounds N``: each such row's two sides N times round-robin, their medians (``timed_pair``);
   3. ``--search``: every candidate launch (config x form) at ``M_SEARCH`` (or ``--m``), the best per (shape,
      M) -- what ``LAUNCHES`` in ops/triton/matmul.py is picked from (above 64 rows the Gluon forms too: in
      K-groups ``SM90_CANDIDATES``, in one ``SM90_PLAIN_CANDIDATES``); ``--retime K``: the K fastest, the
@@ -168,6 +169,27 @@ def retime(fns: dict, rounds: int, bench=None) -> dict[str, list[float]]:
         for name in names[r % len(names):] + names[:r % len(names)]:
             out[name].append(bench(fns[name]))
     return out
+
+
+def timed_pair(cublas_fn, ours_fn, rounds: int = 1, bench=None) -> dict:
+    """A graph row's two sides: each timed once (``rounds`` 1), or ``rounds`` times round-robin (``retime``), the
+    medians kept with every run (``--graph-rounds``: session 54's H100 timed one launch at 80.3 and 68.8 us in two
+    calls, so a before/after of a few percent needs more than one timing a side)."""
+    bench = bench or (lambda fn: bench_graph(fn))
+    runs = retime({"cublas": cublas_fn, "ours": ours_fn}, rounds, bench)
+    row = {"cublas_ms": median(runs["cublas"]), "ours_ms": median(runs["ours"])}
+    row["ratio"] = row["ours_ms"] / row["cublas_ms"]
+    if rounds > 1:
+        row |= {"cublas_runs_ms": runs["cublas"], "ours_runs_ms": runs["ours"]}
+    return row
+
+
+def spread(row: dict) -> str:
+    """`` (runs a-b / c-d us)`` of a ``timed_pair`` row timed in rounds, else nothing."""
+    if "ours_runs_ms" not in row:
+        return ""
+    return (f" (runs {min(row['cublas_runs_ms']) * 1e3:.1f}-{max(row['cublas_runs_ms']) * 1e3:.1f} / "
+            f"{min(row['ours_runs_ms']) * 1e3:.1f}-{max(row['ours_runs_ms']) * 1e3:.1f} us)")
 
 
 GOAL, GOAL_LARGE_M, LARGE_M = 1.15, 1.05, 4096  # #17: <= 1.15x cuBLAS at every M, <= 1.05x from 4096 rows
@@ -506,6 +528,9 @@ def main() -> None:
                          "which RLK_MATMUL_LAUNCHES=PATH then runs (matmul.use_launches)")
     ap.add_argument("--margin", type=float, default=0.04,
                     help="with --write-launches: the least gain over the default's median that is written")
+    ap.add_argument("--graph-rounds", type=int, default=1, metavar="N",
+                    help="time each graph (and --layer) row's two sides N times round-robin and keep the medians, "
+                         "with every run (the row's cublas_runs_ms / ours_runs_ms)")
     ap.add_argument("--layer", action="store_true",
                     help="the row-parallel layers also as the engine runs them at each graph row (``layer_fns``: the "
                          "product and the residual add + RMSNorm after it, a split launch's fold inside the norm) "
@@ -556,12 +581,11 @@ def main() -> None:
         ws = l2_cold_copies(w) if args.cold else []
         for m in (ms if args.quick else M_ALL):
             xm = x[:m]
-            t_cu = bench_graph(lambda: F.linear(xm, w))
-            t_ours = bench_graph(lambda: matmul(xm, w, row_parallel=rp))
-            r["graph"][m] = {"cublas_ms": t_cu, "ours_ms": t_ours, "ratio": t_ours / t_cu,
-                             "launch": str(launch_for(m, n, k_groups(k) if rp else 1, k))}
-            log(f"{name:8} M={m:5} graph: cuBLAS {t_cu * 1e3:8.1f} us  ours {t_ours * 1e3:8.1f} us "
-                f"({t_ours / t_cu:5.2f}x)  {r['graph'][m]['launch']}")
+            row = r["graph"][m] = timed_pair(lambda: F.linear(xm, w), lambda: matmul(xm, w, row_parallel=rp),
+                                             args.graph_rounds)
+            row["launch"] = str(launch_for(m, n, k_groups(k) if rp else 1, k))
+            log(f"{name:8} M={m:5} graph: cuBLAS {row['cublas_ms'] * 1e3:8.1f} us  ours {row['ours_ms'] * 1e3:8.1f} us "
+                f"({row['ratio']:5.2f}x)  {row['launch']}{spread(row)}")
             if args.kernels:
                 r["graph"][m] |= {"cublas_kernels": kernel_names(lambda: F.linear(xm, w)),
                                   "ours_kernels": kernel_names(lambda: matmul(xm, w, row_parallel=rp))}
@@ -569,10 +593,9 @@ def main() -> None:
             if args.layer and grouped:
                 residual = torch.randn(m, n, device=dev, generator=g).bfloat16()
                 ours_fn, cublas_fn = layer_fns(xm, w, residual, torch.ones(n, device=dev, dtype=torch.bfloat16))
-                l_cu, l_ours = bench_graph(cublas_fn), bench_graph(ours_fn)
-                r["graph_layer"][m] = {"cublas_ms": l_cu, "ours_ms": l_ours, "ratio": l_ours / l_cu}
-                log(f"{name:8} M={m:5} layer: cuBLAS + norm {l_cu * 1e3:8.1f} us  ours {l_ours * 1e3:8.1f} us "
-                    f"({l_ours / l_cu:5.2f}x)")
+                lay = r["graph_layer"][m] = timed_pair(cublas_fn, ours_fn, args.graph_rounds)
+                log(f"{name:8} M={m:5} layer: cuBLAS + norm {lay['cublas_ms'] * 1e3:8.1f} us  ours "
+                    f"{lay['ours_ms'] * 1e3:8.1f} us ({lay['ratio']:5.2f}x){spread(lay)}")
             if ws:
                 c_cu = bench_graph_cold(lambda wc: F.linear(xm, wc), ws)
                 c_ours = bench_graph_cold(lambda wc: matmul(xm, wc, row_parallel=rp), ws)
