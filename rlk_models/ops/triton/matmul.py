@@ -612,10 +612,11 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
 # fp32 tiles a thread, not three; 3 K slots beside them), with and without ``tail``: bitwise (tests/gpu, o and down)
 # but 1.07-1.55x the default's time at o/down, 8B and 1.7B, 1024-16384 rows (o 8B at 16384: 1.174x cuBLAS against
 # 1.061x), level only at down 8B, 768 rows (1.109x against 1.122x): dropped (commit b0bd2b9 has it)
-# Session 54 (CPU, not yet timed): 128 x 96 tiles in K-groups (``matmul_sm90.GROUPED_WIDE``: a consumer's 64 + 32
-# columns, three fp32 tiles each), where 128 x 128 tiles leave a quarter of the SMs idle and cuBLAS runs 128 x 96:
-# o/down 8B at 384 rows (129 tiles against 96; o 1.17x on the H100, 1.09x on the H200) and o/down 1.7B at 768 (132
-# against 96; o 1.20x H100, 1.35x H200)
+# Session 54 (H100): 128 x 96 tiles in K-groups (``matmul_sm90.GROUPED_WIDE``: a consumer's 64 + 32 columns, three
+# fp32 tiles each), where 128 x 128 tiles leave a quarter of the SMs idle and cuBLAS runs 128 x 96: o/down 8B at 384
+# rows (129 tiles against 96) and o/down 1.7B at 768 (132 against 96). Bitwise (tests/gpu: 8, 4 and 2 groups); faster
+# where the rows fill the tiles (``TUNED``: o 1.7B 1.12x -> 1.04x at 768, down 1.7B and down 8B at 384 5-10%), slower
+# at 257 and 641 rows (the last row of tiles nearly empty: down 8B 85.9 against 68.8 us), level at o 8B's 384 / 768
 SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5), persistent=False, sm90=True),
                    SM90_TAIL, Launch((128, 128, 12, 5), sm90=True, tail=True), Launch((192, 64, 12, 6), sm90=True),
                    Launch((128, 96, 12, 6), sm90=True)]

@@ -77,8 +77,8 @@ REGS = {2: (240, 168), 3: (160, 128)}
 # make 96; session 51, H100: 1.19x -> 1.11x and 1.12x -> 1.05x cuBLAS there; ``matmul.TUNED``). 128 x 96 (one wave at
 # qkv 8B's 192 rows) gained nothing there
 WIDE_COLUMNS = (96, 192)
-# the one wide tile in K-groups (session 54, built on the CPU): a consumer's 64 x 96 as 64 + 32 in its three fp32 tiles
-# a box (group partial, run, sum: 144 registers of its 240, where 64 x 128 holds 192), 43 column tiles at the 8B
+# the one wide tile in K-groups (session 54, bitwise on an H100): a consumer's 64 x 96 as 64 + 32 in its three fp32
+# tiles a box (group partial, run, sum: 144 registers of its 240, where 64 x 128 holds 192), 43 column tiles at the 8B
 # layers' N = 4096 and 22 at the 1.7B's 2048, so 129 tiles at o/down 8B's 384 rows and 132 at o/down 1.7B's 768,
 # where 128 x 128 tiles make 96 (cuBLAS's pick there: ``nvjet_sm90_tst_128x96``, session 54's --kernels table). 192
 # x 96 (three consumers at 160 registers) and 192-wide ones (288 registers of fp32 tiles) do not fit
