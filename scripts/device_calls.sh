@@ -1140,10 +1140,11 @@ s54prove)
     prove_launches "$PWD/.tuned/launches.json" s54_ 150
     ;;
 s54b)
-    # session 54's TUNED rows (128 x 96 tiles in K-groups: o/down 1.7B 641-768 rows, down 8B 257-384): every layer's rows
-    # at its table edges on them, then those rows against the 128 x 128 tiles they replaced, given back as a launch
-    # file -- "before" is the current TUNED, "after" the old tiles -- timed in one call; on an H200 then CALL=s47's
-    # table where the call's time allows, elsewhere a search (no carry)
+    # session 54's TUNED rows (128 x 96 tiles in K-groups: o/down 1.7B at 768 rows, down 8B at 384; at first 641-768
+    # and 257-384, the file's rows): every layer's rows at its table edges on them, then those rows against the
+    # 128 x 128 tiles they replaced, given back as a launch file -- "before" is the current TUNED, "after" the old
+    # tiles (at 257 and 641 rows both are the old tiles since the narrowing) -- timed in one call; on an H200 then
+    # CALL=s47's table where the call's time allows, elsewhere a search (no carry)
     table_edges 120 XDIST=8
     prove_launches "$PWD/docs/data/matmul_launches_2026-12-06-s54-before-128x128.json" s54b_ 120
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
