@@ -40,13 +40,20 @@ def test_bench_graph_cold_calls_each_copy_in_turn(monkeypatch):
 def test_matmul_goal_counts_the_recorded_tables():
     """``matmul_sweep.py goal`` on recorded H200 tables gives the counts docs/benchmarks.md states for them
     (session 34's full table: 112 of 153, #17's grid 62 of 70; session 42's 1.7B table: 47 of 56, 36 before;
-    session 45's rows at five shapes: 75 of 85), and session 35's by the measured ratio."""
+    session 45's rows at five shapes: 75 of 85; session 54's H100 table: 126 of 153, 63 of 70), and session 35's by
+    the measured ratio."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))
     import matmul_sweep
 
     data = Path(__file__).resolve().parents[1] / "docs" / "data"
     s34 = matmul_sweep.goal(str(data / "matmul_sweep_2026-12-03-s34-table.json"))
     assert (s34["in_goal"], s34["points"], s34["issue_grid_in_goal"], s34["issue_grid"]) == (112, 153, 62, 70)
+    # session 54's whole table (an H100) and its --layer run: products 49 of 68, layers 58 of 68
+    s54 = matmul_sweep.goal(str(data / "matmul_table_2026-12-06-s54-h100.json"))
+    assert (s54["in_goal"], s54["points"], s54["issue_grid_in_goal"], s54["issue_grid"]) == (126, 153, 63, 70)
+    layer = str(data / "matmul_layer_2026-12-06-s54-h100.json")
+    assert [(r["in_goal"], r["points"]) for r in (matmul_sweep.goal(layer), matmul_sweep.goal(layer, row="graph_layer"))
+            ] == [(49, 68), (58, 68)]
     s42 = matmul_sweep.goal(str(data / "matmul_sweep_1.7b_2026-12-04-s42.json"),
                             str(data / "matmul_sweep_2026-12-03-s34-table.json"))
     assert (s42["in_goal"], s42["points"], s42["before_in_goal_at_these_points"], s42["issue_grid"]) == (47, 56, 36, 0)
