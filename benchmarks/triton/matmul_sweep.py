@@ -175,8 +175,7 @@ def timed_pair(cublas_fn, ours_fn, rounds: int = 1, bench=None) -> dict:
     """A graph row's two sides: each timed once (``rounds`` 1), or ``rounds`` times round-robin (``retime``), the
     medians kept with every run (``--graph-rounds``: session 54's H100 timed one launch at 80.3 and 68.8 us in two
     calls, so a before/after of a few percent needs more than one timing a side)."""
-    bench = bench or (lambda fn: bench_graph(fn))
-    runs = retime({"cublas": cublas_fn, "ours": ours_fn}, rounds, bench)
+    runs = retime({"cublas": cublas_fn, "ours": ours_fn}, rounds, bench or bench_graph)
     row = {"cublas_ms": median(runs["cublas"]), "ours_ms": median(runs["ours"])}
     row["ratio"] = row["ours_ms"] / row["cublas_ms"]
     if rounds > 1:
@@ -334,13 +333,13 @@ class Peaks(NamedTuple):
 # by a substring of the run's recorded GPU name (``info()["gpu"]``), first match: the H200 (HBM3e) and the H100 SXM
 # ("H100 80GB HBM3", the device tool's H100s); a run from another GPU, or one without ``info``, is read with the
 # H200's, and ``explain`` says so
-PEAKS = (("H200", Peaks("H200", 4.8, 989.0, 132, 50)), ("H100 80GB HBM3", Peaks("H100 SXM", 3.35, 989.0, 132, 50)),
-         ("H100 SXM", Peaks("H100 SXM", 3.35, 989.0, 132, 50)))
+H200, H100_SXM = Peaks("H200", 4.8, 989.0, 132, 50), Peaks("H100 SXM", 3.35, 989.0, 132, 50)
+PEAKS = (("H200", H200), ("H100 80GB HBM3", H100_SXM), ("H100 SXM", H100_SXM))
 
 
 def peaks_of(gpu: str | None) -> tuple[Peaks, bool]:
     """(the figures for a run's GPU, whether they are that GPU's own) -- else the H200's."""
-    return next(((p, True) for key, p in PEAKS if gpu and key in gpu), (PEAKS[0][1], False))
+    return next(((p, True) for key, p in PEAKS if gpu and key in gpu), (H200, False))
 
 
 def parse_launch(text: str) -> Launch:

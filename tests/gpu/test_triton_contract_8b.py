@@ -47,6 +47,11 @@ def randn(*shape, g, scale=1.0):
     return (torch.randn(*shape, device="cuda", generator=g) * scale).bfloat16()
 
 
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s bit patterns (fp32 as int32, bf16 as int16): ``torch.equal`` on them tells -0 from +0."""
+    return t.view(torch.int32 if t.dtype == torch.float32 else torch.int16)
+
+
 def assert_rows(fn, x: torch.Tensor, *extra):
     """fn(x[:m])[0] equal for every m; fn(x) equal to batches of 7; run to run."""
     row0 = [fn(x[:m], *(e[:m] for e in extra))[0] for m in M_INV]
@@ -177,9 +182,6 @@ def test_matmul_wide_gluon_tiles_give_the_plain_bits(name):
     g = gen(7)
     x, w, bias = randn(1024, k, g=g), randn(n, k, g=g, scale=0.02), randn(n, g=g)
 
-    def bits(t: torch.Tensor) -> torch.Tensor:
-        return t.view(torch.int32 if t.dtype == torch.float32 else torch.int16)
-
     forms = [lc._replace(persistent=p, block_k=bk) for lc in SM90_PLAIN_CANDIDATES if matmul_sm90.wide(*lc.config[:2])
              for p in (True, False) for bk in matmul_sm90.SLOT_WIDTHS
              if matmul_sm90.ring_fits(*lc.config[:2], bk, lc.config[3], 2, 2)]
@@ -214,9 +216,6 @@ def test_matmul_wide_gluon_tiles_in_k_groups_give_the_grouped_bits(name):
     k, n = LAYERS[name]
     g = gen(8)
     x, w, bias = randn(1024, k, g=g), randn(n, k, g=g, scale=0.02), randn(n, g=g)
-
-    def bits(t: torch.Tensor) -> torch.Tensor:
-        return t.view(torch.int32 if t.dtype == torch.float32 else torch.int16)
 
     forms = [lc._replace(persistent=p, block_k=bk) for lc in SM90_CANDIDATES if matmul_sm90.wide(*lc.config[:2])
              for p in (True, False) for bk in matmul_sm90.SLOT_WIDTHS]
