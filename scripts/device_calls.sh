@@ -1165,6 +1165,29 @@ s54e)
     search_into_file s54e 400 --m 257,320,641,704 --shapes down,o_1.7b,down_1.7b --block-k 64,128
     search_summary "$ROOT_OUT"/s54e.log
     ;;
+s55s)
+    # session 55's fifth call: the 1.7B row-parallel layers just past 256 rows (CALL=s54b, H100: o 1.7B 1.38x, down
+    # 1.7B 1.50x cuBLAS at 257 rows, on the 64 x 128 Gluon tiles of 129-256), searched against the default, retimed,
+    # winners by > 4% into the launch file (no carry)
+    search_into_file s55s 320 --m 257 --shapes o_1.7b,down_1.7b --block-k 64,128
+    search_summary "$ROOT_OUT"/s55s.log
+    ;;
+s55k)
+    # session 55's sixth call: which kernels cuBLAS runs just past 256 and 640 rows, where every form of ours is
+    # 1.37-1.54x on the H100 (CALL=s54b, s55s), against ours (--kernels), then ``explain --all`` (no carry)
+    bench kern55 150 benchmarks/triton/matmul_sweep.py --quick --kernels --m 257,641 --shapes o_1.7b,down_1.7b,down
+    grep -hE "graph:|kernels:" "$ROOT_OUT"/kern55.log | cut -c1-240
+    PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py explain "$ROOT_OUT/kern55/matmul_sweep.json" --all |
+        cut -c1-400
+    ;;
+s55r)
+    # session 55's last call: --graph-rounds on a GPU for the first time (down 8B at 257 rows timed 70-87 us in
+    # three calls on one launch), then the H100's o 8B at 32 rows (1.55x) searched at 64-256-wide loads (no carry)
+    bench rounds55 80 benchmarks/triton/matmul_sweep.py --quick --m 257,384 --shapes down --graph-rounds 5
+    grep -hE "graph:" "$ROOT_OUT"/rounds55.log | cut -c1-240
+    search_into_file s55o 120 --m 32 --shapes o --block-k 64,128,256
+    search_summary "$ROOT_OUT"/s55o.log
+    ;;
 s54)
     # by the card the call lands on (naming nvidia-h200 has given H100s since session 50): on an H200, CALL=s47 (the
     # first H200 table on session 51's TUNED, with cuBLAS's kernels) then CALL=s52ab where the call's time allows; on
