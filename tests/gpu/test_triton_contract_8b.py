@@ -144,20 +144,20 @@ M_EDGES = [1, 16, 17, 32, 33, 64, 65, 128, 129, 160, 161, 192, 193, 256, 257, 32
 @pytest.mark.parametrize("name", sorted(LAYERS))
 def test_matmul_rows_at_the_table_edges(name):
     """Each layer's shape runs its own launches by M (``TUNED`` over the tables: Triton tiles, split-K, 128- and
-    256-wide K loads, the Gluon forms; and a launch file's, ``RLK_MATMUL_LAUNCHES``): the product of every M at each
-    bucket's edges (and each file entry's) equals the first M rows of the 4096-row product (every row, not row 0
-    alone), and run to run; and, at the rows where the defaults load 128 or 256 wide, the 64-wide pointer kernel's
-    product."""
-    from rlk_models.ops.triton.matmul import FILE_LAUNCHES, TUNED, k_groups, matmul
+    256-wide K loads, the Gluon forms; a launch file's, ``RLK_MATMUL_LAUNCHES``; the GPU's own packaged file's): the
+    product of every M at each bucket's edges (and each file entry's) equals the first M rows of the 4096-row product
+    (every row, not row 0 alone), and run to run; and, at the rows where the defaults load 128 or 256 wide, the
+    64-wide pointer kernel's product."""
+    from rlk_models.ops.triton.matmul import DEVICE_LAUNCHES, FILE_LAUNCHES, TUNED, k_groups, matmul
 
     k, n = LAYERS[name]
     rp = name.split("_")[0] in ROW_PARALLEL
     g = gen(1)
     x, w = randn(4096, k, g=g), randn(n, k, g=g, scale=0.02)
-    full = matmul(x, w, row_parallel=rp)
+    full = matmul(x, w, row_parallel=rp)  # the first CUDA product: the GPU's own launch file is loaded
     kind = "groups" if rp and k_groups(k) > 1 else "plain"
-    in_file = {m for lo, hi, _ in FILE_LAUNCHES.get((kind, n, k), ()) for m in (lo - 1, lo, hi, hi + 1)
-               if 0 < m <= 4096}
+    in_file = {m for table in (FILE_LAUNCHES, DEVICE_LAUNCHES) for lo, hi, _ in table.get((kind, n, k), ())
+               for m in (lo - 1, lo, hi, hi + 1) if 0 < m <= 4096}  # a user's file's rows and the GPU's own file's
     in_tuned = {m for bound, _ in TUNED.get((kind, n, k), ()) for m in (bound, bound + 1)}  # its own buckets' edges
     for m in sorted(set(M_EDGES) | in_file | in_tuned):
         assert torch.equal(matmul(x[:m], w, row_parallel=rp), full[:m]), f"{name}: M={m} differs from M=4096"

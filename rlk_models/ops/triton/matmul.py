@@ -660,11 +660,13 @@ CANDIDATE_CONFIGS = sorted({(sm90_fallback(lc, kind) if lc.sm90 else lc).config
 
 def launch_for(m: int, n: int, groups: int, k: int) -> Launch:
     """The default launch of an [M, K] x [N, K] product in ``groups`` K-groups: a launch file's for its shape and M
-    (``use_launches``), else ``TUNED``'s where it names one for M, else the table of its K order and width."""
+    (``use_launches``), else the GPU's own file's (``use_device_launches``), else ``TUNED``'s where it names one for
+    M, else the table of its K order and width."""
     kind = "groups" if groups > 1 else "plain"
-    for lo, hi, lc in FILE_LAUNCHES.get((kind, n, k), ()):
-        if lo <= m <= hi:
-            return lc
+    for table in (FILE_LAUNCHES, DEVICE_LAUNCHES):
+        for lo, hi, lc in table.get((kind, n, k), ()):
+            if lo <= m <= hi:
+                return lc
     tuned = next((lc for bound, lc in TUNED.get((kind, n, k), ()) if m <= bound), None)
     if tuned is not None:
         return tuned
@@ -678,6 +680,14 @@ def launch_for(m: int, n: int, groups: int, k: int) -> Launch:
 LAUNCH_FILE_FORMAT = "rlk-matmul-launches/1"
 LAUNCH_FILE_ENV = "RLK_MATMUL_LAUNCHES"  # read at import: a file every process of a run (vLLM's workers too) uses
 FILE_LAUNCHES: dict[tuple[str, int, int], list[tuple[int, int, Launch]]] = {}
+# A GPU model's own launch file, shipped in the package (``launches/<device name>.json``, the name as
+# ``torch.cuda.get_device_name`` gives it with spaces as underscores; vLLM ships its fused-MoE configs the same way):
+# launches measured on that GPU only, over ``TUNED`` (which is tuned on the H200, with rows measured on the H100 where
+# the H200 was not lent) and under a user's file. ``mm`` loads it on its first product on a CUDA device
+# (``use_device_launches``): one GPU model a process, as vLLM's workers and a training process run.
+DEVICE_LAUNCH_DIR = Path(__file__).with_name("launches")
+DEVICE_LAUNCHES: dict[tuple[str, int, int], list[tuple[int, int, Launch]]] = {}
+_device_name: list[str | None] = [None]  # whose file DEVICE_LAUNCHES holds (None: not yet looked up)
 
 
 def wave_rows(m: int, n: int, config: tuple[int, int, int, int], sms: int) -> int:
@@ -814,6 +824,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     if m == 0 or n == 0:
         return out
     explicit = launch is not None
+    if a.is_cuda and _device_name[0] is None:  # the GPU's own launch file, once a process (a dict lookup after)
+        use_device_launches(torch.cuda.get_device_name(a.device))
     launch = launch or launch_for(m, n, groups, k)
     if launch.tail and not launch.sm90:
         raise ValueError(f"matmul: Launch.tail is a form of the sm90 launch ({launch})")
@@ -1104,6 +1116,29 @@ def use_launches(path=None) -> dict[tuple[str, int, int], list[tuple[int, int, L
     FILE_LAUNCHES.clear()
     FILE_LAUNCHES.update(table)
     return FILE_LAUNCHES
+
+
+def device_launch_file(name: str) -> Path:
+    """The packaged launch file of the GPU model ``name`` (``torch.cuda.get_device_name``'s), present or not."""
+    return DEVICE_LAUNCH_DIR / f"{name.replace(' ', '_')}.json"
+
+
+def use_device_launches(name: str | None) -> dict[tuple[str, int, int], list[tuple[int, int, Launch]]]:
+    """Run products by the packaged launch file of the GPU model ``name`` where it names a launch (``launch_for``;
+    a user's file, ``use_launches``, comes first), or by the built-in tables where the package has no file for
+    it, or for None. The file is checked whole, as ``load_launches`` checks it, and must name ``name`` as its
+    ``device``. Returns the table in use."""
+    path = device_launch_file(name) if name is not None else None
+    table = {}
+    if path is not None and path.exists():
+        table = load_launches(path)
+        if _launch_doc(path).get("device") != name:
+            raise ValueError(f"matmul launch file {path}: its \"device\" is {_launch_doc(path).get('device')!r}, "
+                             f"not {name!r}, the GPU whose file its name makes it")
+    DEVICE_LAUNCHES.clear()
+    DEVICE_LAUNCHES.update(table)
+    _device_name[0] = name
+    return DEVICE_LAUNCHES
 
 
 def save_launches(path, entries: list[dict], meta: dict | None = None) -> list[dict]:

@@ -148,6 +148,51 @@ def test_load_launches_names_what_is_wrong_and_changes_nothing(tmp_path, doc, sa
     assert not mm.FILE_LAUNCHES
 
 
+def test_packaged_device_launch_files_load_and_name_their_gpu():
+    """Every GPU model's launch file shipped in the package passes ``load_launches`` and is named after the GPU its
+    ``device`` field names, so ``use_device_launches`` finds it on that GPU and on no other."""
+    files = sorted(mm.DEVICE_LAUNCH_DIR.glob("*.json"))
+    assert files, f"no device launch files in {mm.DEVICE_LAUNCH_DIR}"
+    for path in files:
+        assert mm.load_launches(path), f"{path}: no launches"
+        assert mm.device_launch_file(json.loads(path.read_text())["device"]) == path
+
+
+def test_device_launch_file_sits_over_the_tables_and_under_a_users_file(tmp_path, builtin_tables, monkeypatch):
+    """``use_device_launches(name)``: the packaged file of GPU model ``name`` routes its rows (over ``TUNED`` and the
+    tables), a user's file routes its own rows over it, another GPU model's process runs the built-in tables, and
+    none of it changes the bits. A file whose ``device`` is not the GPU its name makes it is refused."""
+    monkeypatch.setattr(mm, "DEVICE_LAUNCH_DIR", tmp_path)
+    split, plain = mm.Launch((16, 32, 4, 4), split=1), mm.Launch((32, 64, 4, 4))
+    mm.save_launches(mm.device_launch_file("Test GPU 80GB"), [entry(GROUPS_KEY, (2, 5), split)],
+                     {"device": "Test GPU 80GB"})
+    assert mm.device_launch_file("Test GPU 80GB").name == "Test_GPU_80GB.json"
+    g = torch.Generator().manual_seed(1)
+    x, w = bitwise_data(g, 8, 1024), bitwise_data(g, 48, 1024, scale=0.5)
+    builtin = {m: mm.launch_for(m, 48, 8, 1024) for m in range(1, 9)}
+    want = {m: mm.matmul(x[:m], w, row_parallel=True) for m in range(1, 9)}
+    assert split not in builtin.values() and plain not in builtin.values()
+    try:
+        assert mm.use_device_launches("Test GPU 80GB") == {GROUPS_KEY: [(2, 5, split)]}
+        user = tmp_path / "mine.json"
+        mm.save_launches(user, [entry(GROUPS_KEY, (4, 6), plain)])
+        mm.use_launches(user)
+        for m in range(1, 9):
+            lc = mm.launch_for(m, 48, 8, 1024)
+            assert lc == (plain if 4 <= m <= 6 else split if 2 <= m <= 3 else builtin[m]), m
+            assert torch.equal(mm.matmul(x[:m], w, row_parallel=True), want[m]), f"M={m}: the files changed bits"
+        mm.use_launches(None)
+        assert mm.launch_for(4, 48, 8, 1024) == split
+        assert mm.use_device_launches("Other GPU") == {} and mm.launch_for(4, 48, 8, 1024) == builtin[4]
+        mm.save_launches(mm.device_launch_file("Renamed GPU"), [entry(GROUPS_KEY, (2, 5), split)],
+                         {"device": "Test GPU 80GB"})
+        with pytest.raises(ValueError, match="'Test GPU 80GB', not 'Renamed GPU'"):
+            mm.use_device_launches("Renamed GPU")
+    finally:
+        mm.use_device_launches(None)
+    assert not mm.DEVICE_LAUNCHES
+
+
 def test_every_builtin_launch_is_a_form_a_file_may_name():
     """The tables' own launches pass ``launch_problem``: a file may write down any launch the package runs by
     default (and the GPU tests prove)."""
