@@ -185,7 +185,8 @@ def test_matmul_wide_gluon_tiles_give_the_plain_bits(name):
     forms = [lc._replace(persistent=p, block_k=bk) for lc in SM90_PLAIN_CANDIDATES if matmul_sm90.wide(*lc.config[:2])
              for p in (True, False) for bk in matmul_sm90.SLOT_WIDTHS
              if matmul_sm90.ring_fits(*lc.config[:2], bk, lc.config[3], 2, 2)]
-    assert {lc.config[:2] for lc in forms} == {(128, 96), (192, 96), (128, 192), (192, 192)} and len(forms) == 14
+    assert {lc.config[:2] for lc in forms} == {(64, 96), (128, 96), (192, 96), (128, 192), (192, 192)}
+    assert len(forms) == 18
     for m in (1, 127, 192, 200, 512, 700, 768, 1024):
         for b, dt in ((None, torch.bfloat16), (bias, torch.bfloat16), (bias, torch.float32)):
             ref = mm(x[:m], w, b, dt, tma=False)
@@ -204,10 +205,12 @@ def test_matmul_wide_gluon_tiles_give_the_plain_bits(name):
 
 @pytest.mark.parametrize("name", ["o", "down", "o_1.7b", "down_1.7b"])
 def test_matmul_wide_gluon_tiles_in_k_groups_give_the_grouped_bits(name):
-    """The Gluon form's 128 x 96 tiles in K-groups (``matmul_sm90.GROUPED_WIDE``: a consumer's columns as a 64- and a
-    32-wide box, each with its own group partial, run and sum): the layer's 8 groups (two runs of 4) and a TP=2 and
-    TP=4 rank's 4 and 2 (one run) over its share of K, at rows that fill, pad and split its tiles (N = 4096 = 42 x 96
-    + 64: a last tile of one whole first box and an empty second; 2048 = 21 x 96 + 32: half a first box), persistent
+    """The Gluon form's 96-column tiles in K-groups (``matmul_sm90.GROUPED_WIDE``: 128 x 96, a consumer's columns as
+    a 64- and a 32-wide box, and 64 x 96 split by columns, a consumer's as 32 + 16, each box with its own group
+    partial, run and sum): the layer's 8 groups (two runs of 4) and a TP=2 and TP=4 rank's 4 and 2 (one run) over its
+    share of K, at rows that fill, pad and split its tiles (N = 4096 = 42 x 96 + 64: 128 x 96's last tile one whole
+    first box and an empty second, 64 x 96's second consumer half a first box; 2048 = 21 x 96 + 32: half a first
+    box, and 64 x 96's second consumer nothing), persistent
     and a program a tile, 64- and 128-wide K slots, with a bias and fp32 out, equal bit for bit (the sign of a zero
     too) to the 64-wide pointer kernel in the same groups; and a row of -0 against positive weights gives +0."""
     from rlk_models.ops.triton import matmul_sm90
@@ -219,7 +222,7 @@ def test_matmul_wide_gluon_tiles_in_k_groups_give_the_grouped_bits(name):
 
     forms = [lc._replace(persistent=p, block_k=bk) for lc in SM90_CANDIDATES if matmul_sm90.wide(*lc.config[:2])
              for p in (True, False) for bk in matmul_sm90.SLOT_WIDTHS]
-    assert {lc.config[:2] for lc in forms} == {matmul_sm90.GROUPED_WIDE} and len(forms) == 4
+    assert {lc.config[:2] for lc in forms} == set(matmul_sm90.GROUPED_WIDE) and len(forms) == 8
     shares = [(k, k_groups(k)), (k // 2, HALF), (k // 4, HALF // 2)]  # the layer's K, a TP=2 and a TP=4 rank's
     for m in (1, 127, 200, 384, 700, 768, 1024):
         for kk, groups in shares:

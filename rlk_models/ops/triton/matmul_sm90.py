@@ -81,8 +81,11 @@ WIDE_COLUMNS = (96, 192)
 # tiles a box (group partial, run, sum: 144 registers of its 240, where 64 x 128 holds 192), 43 column tiles at the 8B
 # layers' N = 4096 and 22 at the 1.7B's 2048, so 129 tiles at o/down 8B's 384 rows and 132 at o/down 1.7B's 768,
 # where 128 x 128 tiles make 96 (cuBLAS's pick there: ``nvjet_sm90_tst_128x96``, session 54's --kernels table). 192
-# x 96 (three consumers at 160 registers) and 192-wide ones (288 registers of fp32 tiles) do not fit
-GROUPED_WIDE = (128, 96)
+# x 96 (three consumers at 160 registers) and 192-wide ones (288 registers of fp32 tiles) do not fit. Session 55 (built
+# on the CPU, not yet run): 64 x 96, its 64 rows split by columns, a consumer's 48 as 32 + 16 (m64n32k16 and m64n16k16
+# dots), so 110 tiles at the 1.7B layers' 257-320 rows (64 x 128: 80; cuBLAS runs 64 x 88 there, 120 tiles; ours
+# 1.37-1.54x cuBLAS on the H100) and 129 at the 8B's 129-192
+GROUPED_WIDE = ((128, 96), (64, 96))
 GROUP_M = gl.constexpr(8)  # tile order: ``matmul._tile_coords``'s (neighbouring programs share B's column tiles)
 
 
@@ -102,14 +105,16 @@ def _producer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs
               NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr,
               WIDE: gl.constexpr):
     """One warp: each K step's A and B tiles into slot i % NUM_BUF (A in a 64-row block a consumer, or B in two
-    halves of its rows with ``SPLIT_N``; ``WIDE``: B's rows past the first box in a second, b2), once every consumer
-    freed the slot's last use."""
+    halves of its rows with ``SPLIT_N``; ``WIDE``: a consumer's B rows past its first box in a second, b2), once
+    every consumer freed the slot's last use."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     WG_N: gl.constexpr = b_desc.block_type.shape[0]
+    CW: gl.constexpr = WG_N + WIDE * b2_desc.block_type.shape[0]  # a consumer's columns: its box, and b2's (WIDE)
     A_PER: gl.constexpr = CONSUMERS - SPLIT_N  # A's 64-row blocks a K step (SPLIT_N: one, for both consumers)
+    B_PER: gl.constexpr = 1 + SPLIT_N  # B's boxes a K step (and b2's, WIDE): one a consumer's columns
     BLOCK_M: gl.constexpr = A_PER * HALF
-    BLOCK_N: gl.constexpr = (1 + SPLIT_N) * WG_N + WIDE * b2_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = B_PER * CW
     n_k = K // BLOCK_K
     i = 0  # the program's K steps so far, over its tiles: the ring's position
     for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
@@ -118,17 +123,17 @@ def _producer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs
             slot = i % NUM_BUF
             mbarrier.wait(empty.index(slot), ((i // NUM_BUF) & 1) ^ 1)
             bar = ready.index(slot)
-            mbarrier.expect(bar, A_PER * a_desc.block_type.nbytes + (1 + SPLIT_N) * b_desc.block_type.nbytes
-                            + WIDE * b2_desc.block_type.nbytes)
+            mbarrier.expect(bar, A_PER * a_desc.block_type.nbytes
+                            + B_PER * (b_desc.block_type.nbytes + WIDE * b2_desc.block_type.nbytes))
             for h in gl.static_range(A_PER):
                 tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M + h * HALF, kk * BLOCK_K], bar,
                                                 a_bufs.index(A_PER * slot + h))
-            for h in gl.static_range(1 + SPLIT_N):
-                tma.async_copy_global_to_shared(b_desc, [pid_n * BLOCK_N + h * WG_N, kk * BLOCK_K], bar,
-                                                b_bufs.index((1 + SPLIT_N) * slot + h))
-            if WIDE:
-                tma.async_copy_global_to_shared(b2_desc, [pid_n * BLOCK_N + WG_N, kk * BLOCK_K], bar,
-                                                b2_bufs.index(slot))
+            for h in gl.static_range(B_PER):
+                tma.async_copy_global_to_shared(b_desc, [pid_n * BLOCK_N + h * CW, kk * BLOCK_K], bar,
+                                                b_bufs.index(B_PER * slot + h))
+                if WIDE:
+                    tma.async_copy_global_to_shared(b2_desc, [pid_n * BLOCK_N + h * CW + WG_N, kk * BLOCK_K], bar,
+                                                    b2_bufs.index(B_PER * slot + h))
             i += 1
 
 
@@ -166,8 +171,8 @@ def _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0, n_kg, part, p
     slot = i0 % NUM_BUF
     mbarrier.wait(ready.index(slot), (i0 // NUM_BUF) & 1)
     mbarrier.wait(mine, i0 & 1)
-    part, part2 = _dots(a_bufs.index(A_PER * slot + A_OFF), b_bufs.index(B_PER * slot + B_OFF), b2_bufs.index(slot),
-                        part, part2, False, WIDE)
+    part, part2 = _dots(a_bufs.index(A_PER * slot + A_OFF), b_bufs.index(B_PER * slot + B_OFF),
+                        b2_bufs.index(B_PER * slot + B_OFF), part, part2, False, WIDE)
     mbarrier.arrive(other, count=1)
     part, part2 = _wait_dots(1, part, part2, WIDE)
     for kk in range(1, n_kg):
@@ -176,7 +181,7 @@ def _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0, n_kg, part, p
         mbarrier.wait(ready.index(slot), (i // NUM_BUF) & 1)
         mbarrier.wait(mine, i & 1)
         part, part2 = _dots(a_bufs.index(A_PER * slot + A_OFF), b_bufs.index(B_PER * slot + B_OFF),
-                            b2_bufs.index(slot), part, part2, True, WIDE)
+                            b2_bufs.index(B_PER * slot + B_OFF), part, part2, True, WIDE)
         mbarrier.arrive(other, count=1)
         part, part2 = _wait_dots(1, part, part2, WIDE)  # the previous step's dots are done: its slot is free
         mbarrier.arrive(empty.index((i - 1) % NUM_BUF), count=1)
@@ -190,21 +195,22 @@ def _consumer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs
               empty, turn, M, N, K, KG, HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr, RUN: gl.constexpr,
               NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr,
               WIDE: gl.constexpr):
-    """One warpgroup: rows 64 CID .. 64 CID + 63 of the tile (``SPLIT_N``: its 64 rows, columns WG_N CID ..
-    WG_N CID + WG_N - 1) through every group (``_group``), folded as ``_mm_tma_tile`` folds them, then the bias
+    """One warpgroup: rows 64 CID .. 64 CID + 63 of the tile (``SPLIT_N``: its 64 rows, columns CW CID ..
+    CW CID + CW - 1) through every group (``_group``), folded as ``_mm_tma_tile`` folds them, then the bias
     and the store. ``WIDE``: its columns past the first WG_N in a second fp32 tile (acc2), folded, biased and
-    stored as the first (b2's box): in one K-group, or in K-groups in a 128 x 96 tile (``GROUPED_WIDE``), with a
-    second run beside the first."""
+    stored as the first (b2's box): in one K-group, or in K-groups in a ``GROUPED_WIDE`` tile (128 x 96, or 64 x 96
+    split by columns, 48 = 32 + 16 a consumer), with a second run beside the first."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     WG_N: gl.constexpr = b_desc.block_type.shape[0]
     WG_N2: gl.constexpr = b2_desc.block_type.shape[0]  # WIDE: the second tile's columns (else unused)
     ACC: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, WG_N, 16])
     ACC2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, WG_N2, 16])
+    CW: gl.constexpr = WG_N + WIDE * WG_N2  # its columns: its box, and b2's (WIDE)
     BLOCK_M: gl.constexpr = (CONSUMERS - SPLIT_N) * HALF
-    BLOCK_N: gl.constexpr = (1 + SPLIT_N) * WG_N + WIDE * WG_N2
+    BLOCK_N: gl.constexpr = (1 + SPLIT_N) * CW
     ROW0: gl.constexpr = CID * HALF * (1 - SPLIT_N)  # this warpgroup's rows and columns in the tile
-    COL0: gl.constexpr = CID * WG_N * SPLIT_N
+    COL0: gl.constexpr = CID * CW * SPLIT_N
     mine = turn.index(CID)
     other = turn.index((CID + 1) % CONSUMERS)  # the next consumer's turn
     n_kg = KG // BLOCK_K
@@ -223,7 +229,7 @@ def _consumer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs
                 acc = acc + part
                 if WIDE:
                     acc2 = acc2 + part2
-        else:  # the halves: each run folded from zero, the runs' sums added in order (``WIDE``: 128 x 96 only)
+        else:  # the halves: each run folded from zero, the runs' sums added in order (``WIDE``: GROUPED_WIDE only)
             for r in gl.static_range(GROUPS // RUN):
                 run = gl.zeros([HALF, WG_N], gl.float32, ACC)
                 run2 = gl.zeros([HALF, WG_N2], gl.float32, ACC2)
@@ -240,7 +246,7 @@ def _consumer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs
             rn = pid_n * BLOCK_N + COL0 + gl.arange(0, WG_N, layout=gl.SliceLayout(0, ACC))
             acc += gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32)[None, :]
             if WIDE:
-                rn2 = pid_n * BLOCK_N + WG_N + gl.arange(0, WG_N2, layout=gl.SliceLayout(0, ACC2))
+                rn2 = pid_n * BLOCK_N + COL0 + WG_N + gl.arange(0, WG_N2, layout=gl.SliceLayout(0, ACC2))
                 acc2 += gl.load(bias_ptr + rn2, mask=rn2 < N, other=0.0).to(gl.float32)[None, :]
         tma.store_wait(0)  # the last tile's store has read the stage (persistent: it ran under this tile's dots)
         stage.store(acc.to(c_desc.dtype))
@@ -249,7 +255,7 @@ def _consumer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs
         fence_async_shared()
         tma.async_copy_shared_to_global(c_desc, [pid_m * BLOCK_M + ROW0, pid_n * BLOCK_N + COL0], stage)
         if WIDE:
-            tma.async_copy_shared_to_global(c2_desc, [pid_m * BLOCK_M + ROW0, pid_n * BLOCK_N + WG_N],
+            tma.async_copy_shared_to_global(c2_desc, [pid_m * BLOCK_M + ROW0, pid_n * BLOCK_N + COL0 + WG_N],
                                             c2_smem.index(CID))
         i0 += GROUPS * n_kg
     tma.store_wait(0)
@@ -261,9 +267,9 @@ def _mm_groups_ws(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, M, N, K, K
                   CONSUMERS: gl.constexpr, WIDE: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
     """Warp-specialized: this program's 4 warps and one or two more warpgroups take 64 rows each of a 128- or
     192-row tile (``SPLIT_N``: two, half the columns each of a 64-row tile; ``_consumer``), one warp loads by
-    TMA (``_producer``). ``WIDE``: a consumer's columns are B's box and b2's (192 as 128 + 64, 96 as 64 + 32: TMA
-    boxes and Gluon tiles are powers of two), in one K-group or (128 x 96) in K-groups; else b2_desc and c2_desc are
-    b_desc and c_desc, unused."""
+    TMA (``_producer``). ``WIDE``: a consumer's columns are B's box and b2's (192 as 128 + 64, 96 as 64 + 32, 48 as
+    32 + 16: TMA boxes and Gluon tiles are powers of two), in one K-group or (``GROUPED_WIDE``) in K-groups; else
+    b2_desc and c2_desc are b_desc and c_desc, unused."""
     dtype: gl.constexpr = a_desc.dtype
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -272,7 +278,8 @@ def _mm_groups_ws(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, M, N, K, K
     b_bufs = gl.allocate_shared_memory(dtype, [(1 + SPLIT_N) * NUM_BUF, WG_N, BLOCK_K], b_desc.layout)
     c_smem = gl.allocate_shared_memory(c_desc.dtype, [CONSUMERS, HALF, WG_N], c_desc.layout)
     if WIDE:
-        b2_bufs = gl.allocate_shared_memory(dtype, [NUM_BUF, b2_desc.block_type.shape[0], BLOCK_K], b2_desc.layout)
+        b2_bufs = gl.allocate_shared_memory(dtype, [(1 + SPLIT_N) * NUM_BUF, b2_desc.block_type.shape[0], BLOCK_K],
+                                            b2_desc.layout)
         c2_smem = gl.allocate_shared_memory(c2_desc.dtype, [CONSUMERS, HALF, c2_desc.block_type.shape[1]],
                                             c2_desc.layout)
     else:
@@ -326,15 +333,15 @@ def split_n(block_m: int) -> int:
 
 
 def wide(block_m: int, block_n: int) -> bool:
-    """Whether a consumer of block_m x block_n tiles takes ``WIDE_COLUMNS`` columns as two fp32 tiles (its rows of a
-    128- or 192-row tile; a K step two dots; ``boxes``)."""
-    return not split_n(block_m) and block_n in WIDE_COLUMNS
+    """Whether a consumer of block_m x block_n tiles takes its columns as two fp32 tiles (a K step two dots;
+    ``boxes``): ``WIDE_COLUMNS`` of a 128- or 192-row tile, or 48 of a 64 x 96 tile split by columns."""
+    return block_n in WIDE_COLUMNS if not split_n(block_m) else (block_m, block_n) in GROUPED_WIDE
 
 
 def boxes(block_m: int, block_n: int) -> tuple[int, int]:
     """A consumer's columns as (B's and C's first TMA box, the second's; 0 where there is one): a ``wide`` consumer's
-    two thirds and one third (192 = 128 + 64, 96 = 64 + 32: powers of two, as Gluon's tiles and TMA boxes are),
-    every other consumer's columns whole."""
+    two thirds and one third (192 = 128 + 64, 96 = 64 + 32, 48 = 32 + 16: powers of two, as Gluon's tiles and TMA
+    boxes are), every other consumer's columns whole."""
     wg_n = block_n // (1 + split_n(block_m))
     return (2 * wg_n // 3, wg_n // 3) if wide(block_m, block_n) else (wg_n, 0)
 
@@ -351,12 +358,12 @@ def serves_tile(block_m: int, block_n: int, plain: bool = False) -> bool:
     the partial and the sum, the wgmma's widest N); or 192 rows (three consumers at 160 registers a thread: up to
     128 columns in one K-group, 64 in K-groups; an m64n256k16 needs more than 128 at launch). A consumer's
     columns are a power of two (a TMA block's rows), or, in one K-group in a 128- or 192-row tile, 96 or 192
-    (``wide``: 64 + 32 or 128 + 64, two tiles of their own), and in K-groups 128 x 96 (``GROUPED_WIDE``). Each built
-    for sm_90 without a spill (gluon_sass.py)."""
+    (``wide``: 64 + 32 or 128 + 64, two tiles of their own), and in K-groups, and in one, the ``GROUPED_WIDE`` tiles
+    (128 x 96; 64 x 96, 48 = 32 + 16 a consumer). Each built for sm_90 without a spill (gluon_sass.py)."""
     wg_n, rest = divmod(block_n, 1 + split_n(block_m))
     widest = {HALF: 256 if plain else 128, 2 * HALF: 256 if plain else 128, 3 * HALF: 128 if plain else 64}
-    if block_m in (2 * HALF, 3 * HALF) and wide(block_m, block_n):
-        return plain or (block_m, block_n) == GROUPED_WIDE
+    if wide(block_m, block_n):
+        return (block_m, block_n) in GROUPED_WIDE or (plain and block_m in (2 * HALF, 3 * HALF))
     return rest == 0 and wg_n & (wg_n - 1) == 0 and 16 <= wg_n <= widest.get(block_m, 0)
 
 

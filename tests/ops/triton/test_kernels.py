@@ -337,15 +337,15 @@ def test_matmul_sm90_launch_refuses_what_it_cannot_compute():
                 mm(a, b.t().contiguous() if kw.get("b_kn") else b, launch=Launch((*tile, 12, 5), sm90=True), **kw)
     served = {(bm, bn) for bm in (32, 64, 128, 192, 256) for bn in (24, 32, 64, 96, 128, 192, 256, 512)
               if matmul_sm90.serves_tile(bm, bn)}
-    assert served == {(64, 32), (64, 64), (64, 128), (64, 256), (128, 32), (128, 64), (128, 96), (128, 128), (192, 32),
-                      (192, 64)}
+    assert served == {(64, 32), (64, 64), (64, 96), (64, 128), (64, 256), (128, 32), (128, 64), (128, 96), (128, 128),
+                      (192, 32), (192, 64)}
     plain = {(bm, bn) for bm in (32, 64, 128, 192, 256) for bn in (24, 32, 64, 96, 128, 192, 256, 512)
              if matmul_sm90.serves_tile(bm, bn, plain=True)}
     assert plain == served | {(64, 512), (128, 256), (192, 128), (128, 96), (128, 192), (192, 96), (192, 192)}
-    assert [matmul_sm90.wide(*tile) for tile in ((128, 192), (192, 96), (64, 192), (64, 384), (128, 128))] == [
-        True, True, False, False, False]
-    assert [matmul_sm90.boxes(*tile) for tile in ((128, 192), (192, 96), (64, 256), (192, 64))] == [
-        (128, 64), (64, 32), (128, 0), (64, 0)]
+    tiles = ((128, 192), (192, 96), (64, 96), (64, 192), (64, 384), (128, 128))
+    assert [matmul_sm90.wide(*tile) for tile in tiles] == [True, True, True, False, False, False]
+    assert [matmul_sm90.boxes(*tile) for tile in ((128, 192), (192, 96), (64, 96), (64, 256), (192, 64))] == [
+        (128, 64), (64, 32), (32, 16), (128, 0), (64, 0)]
     assert matmul_sm90.ring_fits(192, 192, 64, 3, 2, 2) and not matmul_sm90.ring_fits(192, 192, 64, 3, 2, 4)
     assert [matmul_sm90.consumers(bm) for bm in (64, 128, 192)] == [2, 2, 3]
     # registers at launch (the H200, session 33: 16 warps at 152 a thread refused, "Hardware limit: 384" threads)
