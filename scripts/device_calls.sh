@@ -1167,13 +1167,14 @@ s54e)
     ;;
 s55w)
     # session 55's 64 x 96 Gluon tiles split by columns (matmul_sm90.GROUPED_WIDE: a consumer's 48 columns as 32 + 16,
-    # built on the CPU only): their bits natively in K-groups (8 groups, a TP=2 / TP=4 rank's 4 / 2) and in one, then
-    # searched where they make about a wave -- o/down 1.7B at 257 / 320 rows (110 tiles; 64 x 128: 80; 1.37-1.54x
-    # cuBLAS on the H100) and o/down 8B at 192 (129 tiles) -- retimed, winners by > 4% into the launch file (no carry);
-    # then CALL=s54prove's steps on the file where the call's time allows
-    part gwide 240 PART=tests TEST_TIMEOUT=230 TESTS=tests/gpu/test_triton_contract_8b.py \
-        K="wide_gluon_tiles_in_k_groups or wide_gluon_tiles_give_the_plain_bits"
-    test_summary gwide 14
+    # built on the CPU only): their bits natively in K-groups (8 groups, a TP=2 / TP=4 rank's 4 / 2; the K-group test's
+    # 8 forms, session 54's 4 took 58 s), then searched where they make about a wave -- o/down 1.7B at 257 / 320 rows
+    # (110 tiles; 64 x 128: 80; 1.37-1.54x cuBLAS on the H100) and o/down 8B at 192 (129 tiles) -- retimed, winners
+    # by > 4% into the launch file (no carry); then CALL=s54prove's steps on the file where the call's time allows.
+    # In one K-group (test_matmul_wide_gluon_tiles_give_the_plain_bits, 18 forms) it is a later call's
+    part gwide 200 PART=tests TEST_TIMEOUT=190 TESTS=tests/gpu/test_triton_contract_8b.py \
+        K="wide_gluon_tiles_in_k_groups"
+    test_summary gwide 12
     search_into_file s55w 220 --m 192,257,320 --shapes o,down,o_1.7b,down_1.7b --tiles 64x96,64x128,128x128 \
         --block-k 64,128
     search_summary "$ROOT_OUT"/s55w.log
