@@ -1182,6 +1182,14 @@ s55w)
         prove_launches "$ROOT_OUT/launches.json" s55w_ 120
     fi
     ;;
+s55var)
+    # why one launch's time moves between calls (session 55, H100: down 8B at 257 rows 70.2-87.1 us in five calls,
+    # each call's rounds within 1%, cuBLAS 58.0-60.9): the product on 8 fresh copies of its operands at other
+    # addresses in one process, 3 rounds each against cuBLAS, the GPU's clocks around each (matmul_variance.py;
+    # no carry, ~100 s)
+    bench var55 150 benchmarks/triton/matmul_variance.py --shape down --m 257 --allocs 8 --rounds 3
+    grep -hE "copy|within" "$ROOT_OUT"/var55.log | cut -c1-240
+    ;;
 s55s)
     # session 55's fifth call: the 1.7B row-parallel layers just past 256 rows (CALL=s54b, H100: o 1.7B 1.38x, down
     # 1.7B 1.50x cuBLAS at 257 rows, on the 64 x 128 Gluon tiles of 129-256), searched against the default, retimed,

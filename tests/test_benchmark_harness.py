@@ -316,3 +316,21 @@ def test_save_writes_whole_files_only(tmp_path, monkeypatch):
         harness.save("run", {"a": 3, ("b", 1): 0})  # a tuple key: no JSON (default= covers values only), mid-dump
     assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
     assert json.loads((tmp_path / "run.json").read_text()) == {"a": 2}
+
+
+def test_matmul_variance_spreads_tell_a_timings_noise_from_the_copies():
+    """``matmul_variance.spreads``: a copy's widest rounds against the spread of the copies' medians, for each side,
+    and ``pad_bytes`` puts every copy after the first at other addresses (past the allocator's 2 MiB rounding)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))
+    import matmul_variance
+
+    rows = [{"cublas_runs_ms": [0.058, 0.059, 0.058], "ours_runs_ms": [0.0702, 0.0705, 0.0709]},
+            {"cublas_runs_ms": [0.060, 0.059, 0.059], "ours_runs_ms": [0.0871, 0.0868, 0.0871]}]
+    s = matmul_variance.spreads(rows)
+    assert s["ours"]["within_copy"] == pytest.approx(0.0709 / 0.0702)  # copy 0's rounds, the wider
+    assert s["ours"]["across_copies"] == pytest.approx(0.0871 / 0.0705)
+    assert (s["ours"]["fastest_ms"], s["ours"]["slowest_ms"]) == (0.0705, 0.0871)
+    assert s["cublas"]["within_copy"] == pytest.approx(0.059 / 0.058)  # copy 0's again (1.0172 > 1.0169)
+    assert s["cublas"]["across_copies"] == pytest.approx(0.059 / 0.058)
+    pads = [matmul_variance.pad_bytes(i) for i in range(4)]
+    assert pads[0] == 0 and all(b - a > 2 * 1024 * 1024 and (b - a) % (1 << 21) for a, b in zip(pads, pads[1:]))
