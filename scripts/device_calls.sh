@@ -244,6 +244,17 @@ search_into_file() {  # search_into_file NAME SECONDS ARGS...: a matmul_sweep.py
     bench "$name" "$secs" benchmarks/triton/matmul_sweep.py --search --quick "$@" --retime 6 --rounds 5 \
         --write-launches "$ROOT_OUT/launches.json"
 }
+grouped_wide_then_search() {  # grouped_wide_then_search NAME SECONDS ARGS...: the wide Gluon tiles' bits in K-groups
+                             # natively (test_matmul_wide_gluon_tiles_in_k_groups_give_the_grouped_bits), then
+                             # search_into_file NAME SECONDS ARGS... --block-k 64,128 and its summary
+    local name=$1 secs=$2
+    shift 2
+    part gwide 200 PART=tests TEST_TIMEOUT=190 TESTS=tests/gpu/test_triton_contract_8b.py \
+        K="wide_gluon_tiles_in_k_groups"
+    test_summary gwide 12
+    search_into_file "$name" "$secs" "$@" --block-k 64,128
+    search_summary "$ROOT_OUT/$name.log"
+}
 search_summary() {  # search_summary LOG...: the searches' rows, retimed medians, bit differences and entries written
     grep -hE "search:|graph:|retimed:|BITS|launch file|not written" "$@" | cut -c1-200 | head -40
 }
@@ -1127,12 +1138,7 @@ s54w)
     # default where they make 129-132 tiles and cuBLAS runs 128 x 96 -- o/down 8B at 384 rows, o/down 1.7B at 768 --
     # and at 512 (88 and 172 tiles), retimed, winners by > 4% into the launch file (no carry); CALL=s54prove proves
     # and times the file (carry .tuned)
-    part gwide 200 PART=tests TEST_TIMEOUT=190 TESTS=tests/gpu/test_triton_contract_8b.py \
-        K="wide_gluon_tiles_in_k_groups"
-    test_summary gwide 12
-    search_into_file s54g 330 --m 384,512,768 --shapes o,down,o_1.7b,down_1.7b --tiles 128x96,128x128,64x128 \
-        --block-k 64,128
-    search_summary "$ROOT_OUT"/s54g.log
+    grouped_wide_then_search s54g 330 --m 384,512,768 --shapes o,down,o_1.7b,down_1.7b --tiles 128x96,128x128,64x128
     ;;
 s54prove)
     # CALL=s54w's launch file (carried as .tuned/launches.json) as the default: every layer's rows at its table edges
@@ -1172,12 +1178,7 @@ s55w)
     # (110 tiles; 64 x 128: 80; 1.37-1.54x cuBLAS on the H100) and o/down 8B at 192 (129 tiles) -- retimed, winners
     # by > 4% into the launch file (no carry); then CALL=s54prove's steps on the file where the call's time allows.
     # In one K-group (test_matmul_wide_gluon_tiles_give_the_plain_bits, 18 forms) it is a later call's
-    part gwide 200 PART=tests TEST_TIMEOUT=190 TESTS=tests/gpu/test_triton_contract_8b.py \
-        K="wide_gluon_tiles_in_k_groups"
-    test_summary gwide 12
-    search_into_file s55w 220 --m 192,257,320 --shapes o,down,o_1.7b,down_1.7b --tiles 64x96,64x128,128x128 \
-        --block-k 64,128
-    search_summary "$ROOT_OUT"/s55w.log
+    grouped_wide_then_search s55w 220 --m 192,257,320 --shapes o,down,o_1.7b,down_1.7b --tiles 64x96,64x128,128x128
     if [ -f "$ROOT_OUT/launches.json" ] && ((SECONDS < 440)); then
         prove_launches "$ROOT_OUT/launches.json" s55w_ 120
     fi
