@@ -169,7 +169,8 @@ def test_matmul_rows_at_the_table_edges(name):
 @pytest.mark.parametrize("name", ["qkv", "gate_up", "qkv_1.7b", "gate_up_1.7b", "lm_head"])
 def test_matmul_wide_gluon_tiles_give_the_plain_bits(name):
     """The Gluon form's 96- and 192-column tiles (``matmul_sm90.wide``: a consumer's columns as two boxes and fp32
-    tiles, 64 + 32 or 128 + 64, two dots a K step; 128 and 192 rows) in one K-group: at rows that fill, pad and split
+    tiles, 64 + 32 or 128 + 64, two dots a K step; 128 and 192 rows; and 64 x 96 split by columns, 32 + 16 a
+    consumer) in one K-group: at rows that fill, pad and split
     their tiles (qkv 1.7B's N = 4096 = 21 x 192 + 64 ends in a half-empty first box and an empty second one; 4096 = 42
     x 96 + 64 in one whole first box and an empty second), persistent and a program a tile, 64- and 128-wide K slots
     where two fit, with a bias and fp32 out (192 x 192 refuses fp32 out), equal bit for bit (the sign of a zero too:
