@@ -334,3 +334,41 @@ def test_matmul_variance_spreads_tell_a_timings_noise_from_the_copies():
     assert s["cublas"]["across_copies"] == pytest.approx(0.059 / 0.058)
     pads = [matmul_variance.pad_bytes(i) for i in range(4)]
     assert pads[0] == 0 and all(b - a > 2 * 1024 * 1024 and (b - a) % (1 << 21) for a, b in zip(pads, pads[1:]))
+
+
+def test_matmul_adopt_folds_a_proven_file_into_its_gpus_packaged_file(tmp_path, monkeypatch):
+    """``matmul_sweep.py adopt FILE``: a device call's launch file into the package's file of the GPU its ``device``
+    names, each entry keeping its medians and naming the file it came from, over the entries whose rows it overlaps;
+    a file that names no GPU is refused with nothing written."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))
+    import matmul_sweep
+
+    from rlk_models.ops.triton import matmul as mm
+
+    monkeypatch.setattr(mm, "DEVICE_LAUNCH_DIR", tmp_path / "launches")
+    old = mm.Launch((64, 64, 4, 4), split=mm.HALF)
+    o32 = mm.Launch((32, 64, 4, 6), split=mm.HALF, persistent=False, flat=True, block_k=256)
+    gpu = "NVIDIA H100 80GB HBM3"
+    was = {str(old): 0.0100, "default": 0.0120, "cublas": 0.0090}
+    mm.save_launches(mm.device_launch_file(gpu), matmul_sweep.launch_entry("o", 24, True, old, was)
+                     + matmul_sweep.launch_entry("o", 32, True, old, was), {"device": gpu})
+    run = tmp_path / "s55r.json"
+    med = {str(o32): 0.01015, "default": 0.01216, "cublas": 0.00761}
+    mm.save_launches(run, matmul_sweep.launch_entry("o", 32, True, o32, med), {"device": gpu, "torch": "2.11.0"})
+    into, entries = matmul_sweep.adopt(str(run))
+    assert into == tmp_path / "launches" / "NVIDIA_H100_80GB_HBM3.json"
+    assert [(e["rows"], e["launch"]["config"]) for e in entries] == [([24, 24], [64, 64, 4, 4]),
+                                                                       ([32, 32], [32, 64, 4, 6])]
+    default = str(mm.launch_for(32, 4096, 8, 4096))
+    assert entries[1]["measured"] == {"us": 10.15, "default_us": 12.16, "default": default, "cublas_us": 7.61,
+                                      "source": "s55r.json", "torch": "2.11.0"}
+    try:
+        assert mm.use_device_launches(gpu)[("groups", 4096, 4096)] == [(24, 24, old), (32, 32, o32)]
+    finally:
+        mm.use_device_launches(None)
+    nameless = tmp_path / "nameless.json"
+    mm.save_launches(nameless, matmul_sweep.launch_entry("o", 16, True, old, was))
+    before = into.read_text()
+    with pytest.raises(ValueError, match="no \"device\" field"):
+        matmul_sweep.adopt(str(nameless))
+    assert into.read_text() == before

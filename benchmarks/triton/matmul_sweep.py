@@ -26,6 +26,8 @@ row-parallel (canonical K-groups), the others plain (one group).
         # (RLK_MATMUL_LAUNCHES=launches.json runs them: matmul.use_launches)
     python benchmarks/triton/matmul_sweep.py --quick --m 64,192 --shapes qkv  # the defaults at these M only
     python benchmarks/triton/matmul_sweep.py launches launches.json  # a launch file's entries as TUNED rows
+    python benchmarks/triton/matmul_sweep.py adopt launches.json [DEVICE]  # a proven file's entries into the
+        # package's launch file of the GPU it was measured on (rlk_models/ops/triton/launches/)
     python benchmarks/triton/matmul_sweep.py plot BEFORE.json AFTER.json OUT.png [LABEL LABEL]  # ratio vs M, two runs
     python benchmarks/triton/matmul_sweep.py plot-cold RUN.json OUT.png  # a --cold run's L2-hot and -cold rows
     python benchmarks/triton/matmul_sweep.py plot-layer RUN.json OUT.png  # a --layer run's products and layers
@@ -73,6 +75,7 @@ from rlk_models.ops.triton.matmul import (  # noqa: E402
     SM90_FALLBACKS,
     SM90_PLAIN_CANDIDATES,
     Launch,
+    device_launch_file,
     grids,
     k_groups,
     launch_entries,
@@ -245,6 +248,24 @@ def keep_results(res: dict, written: list[dict], launches_path: str = "") -> lis
     info = res["info"]
     return save_launches(launches_path, written, {"device": info["gpu"], "torch": info["torch"],
                                                   "triton": info["triton"]})
+
+
+def adopt(path: str, device: str | None = None) -> tuple[Path, list[dict]]:
+    """A measured launch file's entries (``--write-launches``; after a device call proved and timed them) into the
+    package's launch file of the GPU they were measured on: the file's ``device``, or ``device``. Each entry keeps its
+    measured medians, names the file it came from and its torch / triton, and replaces the device file's entries
+    whose rows it overlaps (``save_launches``: the whole file checked before anything is written, then a temporary
+    file renamed). Returns the device file and its entries."""
+    entries = launch_entries(path)  # checked as the loader checks it
+    doc = json.loads(Path(path).read_text())
+    device = device or doc.get("device")
+    if not device:
+        raise ValueError(f"{path}: no \"device\" field, so the GPU it was measured on is unknown (pass it)")
+    versions = {k: doc[k] for k in ("torch", "triton") if k in doc}
+    for e in entries:
+        e["measured"] = {**e.get("measured", {}), "source": Path(path).name, **versions}
+    into = device_launch_file(device)
+    return into, save_launches(into, entries, {"device": device})
 
 
 def tuned_rows(path: str) -> str:
@@ -494,6 +515,11 @@ def main() -> None:
         if len(sys.argv) != 3:
             sys.exit("usage: matmul_sweep.py launches FILE")
         return print(tuned_rows(sys.argv[2]))
+    if sys.argv[1:2] == ["adopt"]:  # FILE [DEVICE]: a proven launch file into the package's file of its GPU
+        if len(sys.argv) not in (3, 4):
+            sys.exit("usage: matmul_sweep.py adopt FILE [DEVICE]")
+        into, entries = adopt(*sys.argv[2:4])
+        return print(f"{into}: {len(entries)} entries")
     if sys.argv[1:2] == ["plot-layer"]:  # RUN.json OUT.png: one --layer run, the product alone (dashed) and the layer
         return plot(sys.argv[2], sys.argv[2], sys.argv[3], ("graph", "graph_layer"), ("product", "layer"))
     if sys.argv[1:2] == ["plot"]:  # BEFORE.json AFTER.json OUT.png [LABEL LABEL]: the labels default to before/after
