@@ -78,6 +78,7 @@ from rlk_models.ops.triton.matmul import (  # noqa: E402
     device_launch_file,
     grids,
     k_groups,
+    launch_doc,
     launch_entries,
     launch_for,
     launch_json,
@@ -256,8 +257,8 @@ def adopt(path: str, device: str | None = None) -> tuple[Path, list[dict]]:
     measured medians, names the file it came from and its torch / triton, and replaces the device file's entries
     whose rows it overlaps (``save_launches``: the whole file checked before anything is written, then a temporary
     file renamed). Returns the device file and its entries."""
-    entries = launch_entries(path)  # checked as the loader checks it
-    doc = json.loads(Path(path).read_text())
+    doc = launch_doc(path)  # checked as the loader checks it, read once
+    entries = doc["launches"]
     device = device or doc.get("device")
     if not device:
         raise ValueError(f"{path}: no \"device\" field, so the GPU it was measured on is unknown (pass it)")

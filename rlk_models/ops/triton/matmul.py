@@ -1054,12 +1054,17 @@ def load_launches(path) -> dict[tuple[str, int, int], list[tuple[int, int, Launc
     return _launch_table(_launch_doc(path), path)
 
 
-def launch_entries(path) -> list[dict]:
-    """A launch file's entries as written (layer and measured medians included), after the checks of
-    ``load_launches``: the file is read once."""
+def launch_doc(path) -> dict:
+    """A launch file as written (its device and versions, its entries with layer and measured medians), after the
+    checks of ``load_launches``: the file is read once."""
     doc = _launch_doc(path)
     _launch_table(doc, path)
-    return doc["launches"]
+    return doc
+
+
+def launch_entries(path) -> list[dict]:
+    """A launch file's entries as written (``launch_doc``)."""
+    return launch_doc(path)["launches"]
 
 
 def _rows_overlap(a, b) -> bool:
@@ -1134,10 +1139,11 @@ def use_device_launches(name: str | None) -> dict[tuple[str, int, int], list[tup
     path = device_launch_file(name) if name is not None else None
     table = {}
     if path is not None and path.exists():
-        table = load_launches(path)
-        if _launch_doc(path).get("device") != name:
-            raise ValueError(f"matmul launch file {path}: its \"device\" is {_launch_doc(path).get('device')!r}, "
-                             f"not {name!r}, the GPU whose file its name makes it")
+        doc = _launch_doc(path)  # read once: its entries checked, then its device
+        table = _launch_table(doc, path)
+        if doc.get("device") != name:
+            raise ValueError(f"matmul launch file {path}: its \"device\" is {doc.get('device')!r}, not {name!r}, the "
+                             "GPU whose file its name makes it")
     DEVICE_LAUNCHES.clear()
     DEVICE_LAUNCHES.update(table)
     _device_name[0] = name
