@@ -186,6 +186,12 @@
 #                                              # they replaced (a launch file), on an H200 then s47 (no carry)
 #   CALL=s54e bash scripts/device_calls.sh      # the rows just past a multiple of 128 (257, 320, 641, 704) searched
 #                                              # at down 8B and o/down 1.7B (no carry)
+#   CALL=s55w bash scripts/device_calls.sh      # 64 x 96 tiles split by columns: bits natively in K-groups, then
+#                                              # searched at o/down 8B and 1.7B, 192-320 rows, winners proven (no carry)
+#   CALL=s55s / s55k / s55r bash scripts/device_calls.sh  # the 1.7B layers at 257 rows searched; cuBLAS's kernels
+#                                              # at 257 / 641 rows; --graph-rounds and o 8B at 32 rows (no carry)
+#   CALL=s55var bash scripts/device_calls.sh    # one launch on copies of its operands at other addresses
+#                                              # (matmul_variance.py; no carry)
 #   CALL=s54 bash scripts/device_calls.sh       # by the card: an H200 runs CALL=s47 then CALL=s52ab, any other
 #                                              # card CALL=s47layer (no carry)
 #   CALL=s50 bash scripts/device_calls.sh       # session 49's fold kernel: the table-edges bits (XDIST), its
