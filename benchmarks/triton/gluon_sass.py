@@ -7,14 +7,19 @@ row-parallel layers) and every ``SM90_PLAIN_CANDIDATES`` config in one (the plai
 bias, bf16 and fp32 out, at the K slots ``matmul_sm90.slots`` leaves it, with 64- and (where two slots fit)
 128-wide slots (``Launch.block_k``).
 Gluon has no interpreter mode, so this is what the CPU can check of these kernels between device
-sessions (the attention forward's Gluon kernel is built by attention_sass.py).
+sessions (the attention forward's Gluon kernel is built by attention_sass.py). Each form's ``ptx_digest``
+(``ptx_digest``: its PTX without debug lines) tells whether a source change left the form's code as it was:
+run this on two revisions and compare the digests by name (session 55: the 64 x 96 tiles' generalization left
+all 98 earlier matmul forms' PTX unchanged).
 
     python benchmarks/triton/gluon_sass.py     # JSON; not under TRITON_INTERPRET=1 (it compiles)
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -64,6 +69,18 @@ def mm_groups_sm90(block_m: int = 128, block_n: int = 128, num_buf: int = 4, k: 
                                                            descs)), types, consts, (), maxnreg)
 
 
+def ptx_digest(kernel) -> str:
+    """A digest of ``kernel``'s PTX without its debug lines (``.loc``, ``.file``, the ``.debug`` sections,
+    comments), which move with the source's line numbers: equal digests, the same code."""
+    lines, debug = [], False
+    for line in kernel.asm["ptx"].splitlines():
+        debug = debug or bool(re.match(r"\s*\.section\s+\.debug", line))
+        line = line.split("//")[0].rstrip()
+        if not debug and line.strip() and not re.match(r"\s*\.(loc|file)\b", line):
+            lines.append(line)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
 def main() -> None:
     heads = {f"{c} keep_probs={kp} entropy={e}": (c, kp, e) for c in head_sm90.STATS_SM90_CANDIDATES
              for kp in (True, False) for e in (False, True)}
@@ -76,7 +93,7 @@ def main() -> None:
 
     res = {"stats_sm90": {name: stats_sm90(*f) for name, f in heads.items()},
            "mm_groups_sm90": mms(SM90_CANDIDATES, 8), "mm_plain_sm90": mms(SM90_PLAIN_CANDIDATES, 1)}
-    print(json.dumps({kind: {name: {**describe(k), **mma(k)} for name, k in built.items()}
+    print(json.dumps({kind: {name: {**describe(k), **mma(k), "ptx_digest": ptx_digest(k)} for name, k in built.items()}
                       for kind, built in res.items()}, indent=1))
 
 
