@@ -192,6 +192,10 @@
 #                                              # at 257 / 641 rows; --graph-rounds and o 8B at 32 rows (no carry)
 #   CALL=s55var bash scripts/device_calls.sh    # one launch on copies of its operands at other addresses
 #                                              # (matmul_variance.py; no carry)
+#   CALL=s56idle bash scripts/device_calls.sh   # the idle consumers' pass (matmul_sm90.PASS_IDLE): the Gluon form's
+#                                              # bits natively, then timed against the form before it (matmul_idle.py;
+#                                              # no carry; both at 399cda8 only, reverted: slower)
+#   CALL=s56h200 bash scripts/device_calls.sh   # CALL=s54b without its s47 table: for an H200 in ~300 s (no carry)
 #   CALL=s54 bash scripts/device_calls.sh       # by the card: an H200 runs CALL=s47 then CALL=s52ab, any other
 #                                              # card CALL=s47layer (no carry)
 #   CALL=s50 bash scripts/device_calls.sh       # session 49's fold kernel: the table-edges bits (XDIST), its
@@ -1196,6 +1200,30 @@ s55var)
     # no carry, ~100 s)
     bench var55 150 benchmarks/triton/matmul_variance.py --shape down --m 257 --allocs 8 --rounds 3
     grep -hE "copy|within" "$ROOT_OUT"/var55.log | cut -c1-240
+    ;;
+s56idle)
+    # session 56's pass of a consumer whose 64 rows (or, split by columns, whose columns) lie past M (N): no dots, its
+    # turns passed on (matmul_sm90.PASS_IDLE; built on the CPU). Its bits natively: the wide tiles in one K-group and
+    # in K-groups (m = 1 and 700 leave a 128-row tile's second consumer idle, N = 2048 a 64 x 96 tile's second), every
+    # layer's rows at its table edges (257, 320, 385...: the defaults' 128 x 128 tiles with one idle); then the pass
+    # against the form before it on the same operands, 3 copies at other addresses, 3 rounds each (matmul_idle.py),
+    # at the defaults and at 128 x 128 tiles on the 1.7B layers (their default at 257-320 is 64 x 128: none idle).
+    # Ran at 399cda8 (bitwise, 17 of 17; slower by 6-18% where a consumer was idle), reverted after it: the pass and
+    # matmul_idle.py are in that commit only
+    part idle_bits 280 PART=tests TEST_TIMEOUT=270 TESTS=tests/gpu/test_triton_contract_8b.py XDIST=8 \
+        K="wide_gluon_tiles or rows_at_the_table_edges"
+    test_summary idle_bits 30
+    bench idle56 160 benchmarks/triton/matmul_idle.py --shapes o,down,qkv,gate_up --m 256,257,320,384,449,700
+    bench idle56_17 80 benchmarks/triton/matmul_idle.py --shapes o_1.7b,down_1.7b --m 257,320 \
+        --launch "Launch((128, 128, 12, 5), sm90=True)"
+    grep -hE "M=|Error|error" "$ROOT_OUT"/idle56.log "$ROOT_OUT"/idle56_17.log | cut -c1-230
+    ;;
+s56h200)
+    # session 56's last call, for an H200 in about 300 s: the table edges on the current TUNED (session 54's 128 x 96
+    # rows were proven on an H100 only), then those rows against the 128 x 128 tiles they replaced -- CALL=s54b without
+    # its s47 table (no carry)
+    table_edges 100 XDIST=8
+    prove_launches "$PWD/docs/data/matmul_launches_2026-12-06-s54-before-128x128.json" s54b_ 100
     ;;
 s55s)
     # session 55's fifth call: the 1.7B row-parallel layers just past 256 rows (CALL=s54b, H100: o 1.7B 1.38x, down

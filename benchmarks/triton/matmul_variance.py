@@ -10,6 +10,13 @@ How to read the result (``spreads``). Suppose the copies spread as widely as the
 stay close. Then where the operands lie moves the time. Suppose instead every copy times alike. Then the cause lies
 with the process (what ran before it) or with the machine, and the clocks say which.
 
+Session 56 (H100, CALL=s55var and the same inline at other points): down 8B at 257 rows, 8 copies, ours 70.4-84.2 us
+across copies (1.20x) with each copy's rounds within 2.6% and the first copy the same when timed again (77.3, 79.7);
+cuBLAS 60.6-63.0 (1.04x). At 256 rows ours spread 1.02x across copies (51.7-52.6 us), at down 8B 192 rows 1.02x,
+gate_up 8B 256 rows 1.02x, down 1.7B 257 rows 1.04x. So where the operands lie moves this one launch: 96 tiles of
+128 x 128, the last 32 with one row of 128; the SM clock ran 1,545-1,980 MHz at 676-700 W (the power limit) in every
+copy, fast or slow.
+
     python benchmarks/triton/matmul_variance.py --shape down --m 257 --allocs 8 --rounds 3   # $OUT/matmul_variance.json
 """
 

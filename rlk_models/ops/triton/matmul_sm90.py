@@ -39,7 +39,10 @@ Session 50 (H200, ``matmul_sweep.py --search --tiles 128x192,192x192``, then a l
 columns a consumer in one K-group (``wide``: a 128- and a 64-wide box, two dots a K step), 128 tiles a wave: qkv 8B
 1.15 / 1.24x -> 0.94 / 1.09x at 512 / 768 rows, gate_up 8B 1.26x -> 1.11x at 192, gate_up 1.7B 1.22x -> 1.10x at
 384. Session 51 (H100, the same with ``--tiles 128x96,192x96``): 96 columns (64 + 32), 192 x 96 tiles: qkv 8B 1.19x
--> 1.11x at 384 rows, gate_up 1.7B 1.12x -> 1.05x at 192.
+-> 1.11x at 384 rows, gate_up 1.7B 1.12x -> 1.05x at 192. Session 56 (H100, tried and reverted, 399cda8): a consumer
+whose 64 rows lie past M passing its turns without dots (the last row tile at 257-320 rows) kept the bits but ran
+slower, o 8B at 257 rows 24.2 -> 28.5 us, down 8B 76.8 -> 81.4 us: the padding's dots are not what a tile waits on;
+one consumer alone, its dots a dependent chain, leaves the tensor cores idle between them.
 """
 
 from __future__ import annotations
@@ -86,11 +89,6 @@ WIDE_COLUMNS = (96, 192)
 # dots), so 110 tiles at the 1.7B layers' 257-320 rows (64 x 128: 80; cuBLAS runs 64 x 88 there, 120 tiles; ours
 # 1.37-1.54x cuBLAS on the H100) and 129 at the 8B's 129-192
 GROUPED_WIDE = ((128, 96), (64, 96))
-# session 56: a consumer whose 64 rows (or, split by columns, whose columns) of a tile start past M (N) passes its turns
-# without dots (``_consumer``'s ``IDLE``): the last row tile of 128-row tiles at 257-320 rows (down 8B: 1 row of 128)
-# ran both consumers' dots, on the H100 70-84 us where 256 rows take 52 (matmul_variance.py). Module-wide so that a
-# benchmark can time both forms in one process (False: the form before it); never changes the bits
-PASS_IDLE = True
 GROUP_M = gl.constexpr(8)  # tile order: ``matmul._tile_coords``'s (neighbouring programs share B's column tiles)
 
 
@@ -108,7 +106,7 @@ def _tile(pid, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
 def _producer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem, ready,
               empty, turn, M, N, K, KG, HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr, RUN: gl.constexpr,
               NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr,
-              WIDE: gl.constexpr, IDLE: gl.constexpr):
+              WIDE: gl.constexpr):
     """One warp: each K step's A and B tiles into slot i % NUM_BUF (A in a 64-row block a consumer, or B in two
     halves of its rows with ``SPLIT_N``; ``WIDE``: a consumer's B rows past its first box in a second, b2), once
     every consumer freed the slot's last use."""
@@ -196,32 +194,15 @@ def _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0, n_kg, part, p
 
 
 @gluon.jit
-def _pass(ready, empty, mine, other, i0, steps, NUM_BUF: gl.constexpr):
-    """K steps i0 .. i0 + steps - 1 of a consumer whose rows or columns of the tile are all past M or N (``IDLE``): no
-    dots, the turns passed on and each slot freed once loaded, as ``_group`` does for the consumers with work (the
-    ring counts every consumer's release). Its wait on the slot's load keeps its release in that use's phase."""
-    for kk in range(steps):
-        i = i0 + kk
-        slot = i % NUM_BUF
-        mbarrier.wait(ready.index(slot), (i // NUM_BUF) & 1)
-        mbarrier.wait(mine, i & 1)
-        mbarrier.arrive(other, count=1)
-        mbarrier.arrive(empty.index(slot), count=1)
-
-
-@gluon.jit
 def _consumer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem, ready,
               empty, turn, M, N, K, KG, HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr, RUN: gl.constexpr,
               NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr,
-              WIDE: gl.constexpr, IDLE: gl.constexpr):
+              WIDE: gl.constexpr):
     """One warpgroup: rows 64 CID .. 64 CID + 63 of the tile (``SPLIT_N``: its 64 rows, columns CW CID ..
     CW CID + CW - 1) through every group (``_group``), folded as ``_mm_tma_tile`` folds them, then the bias
     and the store. ``WIDE``: its columns past the first WG_N in a second fp32 tile (acc2), folded, biased and
     stored as the first (b2's box): in one K-group, or in K-groups in a ``GROUPED_WIDE`` tile (128 x 96, or 64 x 96
-    split by columns, 48 = 32 + 16 a consumer), with a second run beside the first. ``IDLE``: where its rows start at
-    or past M, or its columns at or past N (the last row tile's second 64 rows at 257-320 rows; a 64 x 96 tile's
-    second 48 columns at N = 2048), it passes its turns (``_pass``) and neither folds nor stores: the other
-    consumers' dots, folds and stores are the same, hence their bits."""
+    split by columns, 48 = 32 + 16 a consumer), with a second run beside the first."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     WG_N: gl.constexpr = b_desc.block_type.shape[0]
@@ -242,49 +223,43 @@ def _consumer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs
     i0 = 0  # the program's K steps so far (the ring's position and the turns' parity)
     for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
         pid_m, pid_n = _tile(t, M, N, BLOCK_M, BLOCK_N)
-        idle = False  # IDLE = 0: a constant, so the branch below is not built (the form before the pass, PTX and all)
-        if IDLE:
-            idle = (pid_m * BLOCK_M + ROW0 >= M) | (pid_n * BLOCK_N + COL0 >= N)
-        if idle:
-            _pass(ready, empty, mine, other, i0, GROUPS * n_kg, NUM_BUF)
-        else:
-            acc = gl.zeros([HALF, WG_N], gl.float32, ACC)
-            acc2 = gl.zeros([HALF, WG_N2], gl.float32, ACC2)
-            if GROUPS == RUN:  # one run: the group partials folded straight into acc
-                for g in range(GROUPS):
-                    part, part2 = _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg, zero,
-                                         zero2, NUM_BUF, SPLIT_N, CONSUMERS, CID, WIDE)
-                    acc = acc + part
-                    if WIDE:
-                        acc2 = acc2 + part2
-            else:  # the halves: each run folded from zero, the runs' sums added in order (``WIDE``: GROUPED_WIDE only)
-                for r in gl.static_range(GROUPS // RUN):
-                    run = gl.zeros([HALF, WG_N], gl.float32, ACC)
-                    run2 = gl.zeros([HALF, WG_N2], gl.float32, ACC2)
-                    for g in range(r * RUN, r * RUN + RUN):
-                        part, part2 = _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg,
-                                             zero, zero2, NUM_BUF, SPLIT_N, CONSUMERS, CID, WIDE)
-                        run = run + part
-                        if WIDE:
-                            run2 = run2 + part2
-                    acc = acc + run
-                    if WIDE:
-                        acc2 = acc2 + run2
-            if HAS_BIAS:
-                rn = pid_n * BLOCK_N + COL0 + gl.arange(0, WG_N, layout=gl.SliceLayout(0, ACC))
-                acc += gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32)[None, :]
+        acc = gl.zeros([HALF, WG_N], gl.float32, ACC)
+        acc2 = gl.zeros([HALF, WG_N2], gl.float32, ACC2)
+        if GROUPS == RUN:  # one run: the group partials folded straight into acc
+            for g in range(GROUPS):
+                part, part2 = _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg, zero,
+                                     zero2, NUM_BUF, SPLIT_N, CONSUMERS, CID, WIDE)
+                acc = acc + part
                 if WIDE:
-                    rn2 = pid_n * BLOCK_N + COL0 + WG_N + gl.arange(0, WG_N2, layout=gl.SliceLayout(0, ACC2))
-                    acc2 += gl.load(bias_ptr + rn2, mask=rn2 < N, other=0.0).to(gl.float32)[None, :]
-            tma.store_wait(0)  # the last tile's store has read the stage (persistent: it ran under this tile's dots)
-            stage.store(acc.to(c_desc.dtype))
+                    acc2 = acc2 + part2
+        else:  # the halves: each run folded from zero, the runs' sums added in order (``WIDE``: GROUPED_WIDE only)
+            for r in gl.static_range(GROUPS // RUN):
+                run = gl.zeros([HALF, WG_N], gl.float32, ACC)
+                run2 = gl.zeros([HALF, WG_N2], gl.float32, ACC2)
+                for g in range(r * RUN, r * RUN + RUN):
+                    part, part2 = _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg,
+                                         zero, zero2, NUM_BUF, SPLIT_N, CONSUMERS, CID, WIDE)
+                    run = run + part
+                    if WIDE:
+                        run2 = run2 + part2
+                acc = acc + run
+                if WIDE:
+                    acc2 = acc2 + run2
+        if HAS_BIAS:
+            rn = pid_n * BLOCK_N + COL0 + gl.arange(0, WG_N, layout=gl.SliceLayout(0, ACC))
+            acc += gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32)[None, :]
             if WIDE:
-                c2_smem.index(CID).store(acc2.to(c2_desc.dtype))
-            fence_async_shared()
-            tma.async_copy_shared_to_global(c_desc, [pid_m * BLOCK_M + ROW0, pid_n * BLOCK_N + COL0], stage)
-            if WIDE:
-                tma.async_copy_shared_to_global(c2_desc, [pid_m * BLOCK_M + ROW0, pid_n * BLOCK_N + COL0 + WG_N],
-                                                c2_smem.index(CID))
+                rn2 = pid_n * BLOCK_N + COL0 + WG_N + gl.arange(0, WG_N2, layout=gl.SliceLayout(0, ACC2))
+                acc2 += gl.load(bias_ptr + rn2, mask=rn2 < N, other=0.0).to(gl.float32)[None, :]
+        tma.store_wait(0)  # the last tile's store has read the stage (persistent: it ran under this tile's dots)
+        stage.store(acc.to(c_desc.dtype))
+        if WIDE:
+            c2_smem.index(CID).store(acc2.to(c2_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(c_desc, [pid_m * BLOCK_M + ROW0, pid_n * BLOCK_N + COL0], stage)
+        if WIDE:
+            tma.async_copy_shared_to_global(c2_desc, [pid_m * BLOCK_M + ROW0, pid_n * BLOCK_N + COL0 + WG_N],
+                                            c2_smem.index(CID))
         i0 += GROUPS * n_kg
     tma.store_wait(0)
 
@@ -292,8 +267,7 @@ def _consumer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs
 @gluon.jit
 def _mm_groups_ws(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, M, N, K, KG, HAS_BIAS: gl.constexpr,
                   GROUPS: gl.constexpr, RUN: gl.constexpr, NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr,
-                  CONSUMERS: gl.constexpr, WIDE: gl.constexpr, CONSUMER_REGS: gl.constexpr, IDLE: gl.constexpr,
-                  num_warps: gl.constexpr):
+                  CONSUMERS: gl.constexpr, WIDE: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
     """Warp-specialized: this program's 4 warps and one or two more warpgroups take 64 rows each of a 128- or
     192-row tile (``SPLIT_N``: two, half the columns each of a 64-row tile; ``_consumer``), one warp loads by
     TMA (``_producer``). ``WIDE``: a consumer's columns are B's box and b2's (192 as 128 + 64, 96 as 64 + 32, 48 as
@@ -323,28 +297,28 @@ def _mm_groups_ws(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, M, N, K, K
         gl.warp_specialize([
             (_consumer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
                          ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0,
-                         WIDE, IDLE)),
+                         WIDE)),
             (_consumer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
                          ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 1,
-                         WIDE, IDLE)),
+                         WIDE)),
             (_producer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
                          ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0,
-                         WIDE, IDLE)),
+                         WIDE)),
         ], [4, 1], [CONSUMER_REGS, 24])
     else:  # three consumers: a 192-row tile
         gl.warp_specialize([
             (_consumer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
                          ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0,
-                         WIDE, IDLE)),
+                         WIDE)),
             (_consumer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
                          ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 1,
-                         WIDE, IDLE)),
+                         WIDE)),
             (_consumer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
                          ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 2,
-                         WIDE, IDLE)),
+                         WIDE)),
             (_producer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
                          ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0,
-                         WIDE, IDLE)),
+                         WIDE)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
@@ -419,7 +393,7 @@ def form(block_m: int, block_n: int, block_k: int, num_buf: int, elem_size: int,
     consumer_regs, maxnreg = REGS[n_consumers]
     return dict(NUM_BUF=slots(block_m, block_n, block_k, num_buf, elem_size, out_elem_size),
                 SPLIT_N=split_n(block_m), CONSUMERS=n_consumers, WIDE=int(wide(block_m, block_n)),
-                CONSUMER_REGS=consumer_regs, IDLE=int(PASS_IDLE)), maxnreg
+                CONSUMER_REGS=consumer_regs), maxnreg
 
 
 def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, block_m: int, block_n: int, block_k: int) -> list:
