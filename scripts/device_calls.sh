@@ -195,7 +195,8 @@
 #   CALL=s56idle bash scripts/device_calls.sh   # the idle consumers' pass (matmul_sm90.PASS_IDLE): the Gluon form's
 #                                              # bits natively, then timed against the form before it (matmul_idle.py;
 #                                              # no carry; both at 399cda8 only, reverted: slower)
-#   CALL=s56h200 bash scripts/device_calls.sh   # CALL=s54b without its s47 table: for an H200 in ~300 s (no carry)
+#   CALL=s56h200 bash scripts/device_calls.sh   # CALL=s54b without its s47 table or the old file's edges: for an
+#                                              # H200 in ~200 s (no carry)
 #   CALL=s54 bash scripts/device_calls.sh       # by the card: an H200 runs CALL=s47 then CALL=s52ab, any other
 #                                              # card CALL=s47layer (no carry)
 #   CALL=s50 bash scripts/device_calls.sh       # session 49's fold kernel: the table-edges bits (XDIST), its
@@ -1219,11 +1220,20 @@ s56idle)
     grep -hE "M=|Error|error" "$ROOT_OUT"/idle56.log "$ROOT_OUT"/idle56_17.log | cut -c1-230
     ;;
 s56h200)
-    # session 56's last call, for an H200 in about 300 s: the table edges on the current TUNED (session 54's 128 x 96
+    # session 56's last call, for an H200 in about 200 s: the table edges on the current TUNED (session 54's 128 x 96
     # rows were proven on an H100 only), then those rows against the 128 x 128 tiles they replaced -- CALL=s54b without
     # its s47 table (no carry)
-    table_edges 100 XDIST=8
-    prove_launches "$PWD/docs/data/matmul_launches_2026-12-06-s54-before-128x128.json" s54b_ 100
+    # (that file's 128 x 128 tiles were proven on the H200 before session 54, so not its edges again here)
+    local_file="$PWD/docs/data/matmul_launches_2026-12-06-s54-before-128x128.json"
+    table_edges 90 XDIST=8
+    read -r layers rows < <(python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['launches']
+print(','.join(dict.fromkeys(x['layer'] for x in e)), ','.join(map(str, sorted({m for x in e for m in x['rows']}))))" \
+        "$local_file")
+    bench s54b_before 90 benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers" --graph-rounds 3
+    export RLK_MATMUL_LAUNCHES="$local_file"
+    bench s54b_after 90 benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers" --graph-rounds 3
+    unset RLK_MATMUL_LAUNCHES
+    grep -hE "graph:" "$ROOT_OUT"/s54b_before.log "$ROOT_OUT"/s54b_after.log | cut -c1-200
     ;;
 s55s)
     # session 55's fifth call: the 1.7B row-parallel layers just past 256 rows (CALL=s54b, H100: o 1.7B 1.38x, down
