@@ -336,6 +336,21 @@ def test_matmul_variance_spreads_tell_a_timings_noise_from_the_copies():
     assert pads[0] == 0 and all(b - a > 2 * 1024 * 1024 and (b - a) % (1 << 21) for a, b in zip(pads, pads[1:]))
 
 
+def test_matmul_variance_plot_draws_a_panel_a_run(tmp_path):
+    """``matmul_variance.py plot``: session 56's two runs (docs/data) as one PNG, a 5-inch panel each at 110 dpi."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "triton"))
+    import matmul_variance
+    import matplotlib.image
+
+    data = Path(__file__).resolve().parents[1] / "docs" / "data"
+    runs = [str(data / f) for f in ("matmul_variance_2026-12-06-s56-h100.json",
+                                    "matmul_variance_more_2026-12-06-s56-h100-last.json")]
+    for n in (1, 2):
+        matmul_variance.plot(runs[:n], str(tmp_path / f"{n}.png"))
+        height, width = matplotlib.image.imread(tmp_path / f"{n}.png").shape[:2]
+        assert (width, height) == (550 * n, 418)
+
+
 def test_matmul_adopt_folds_a_proven_file_into_its_gpus_packaged_file(tmp_path, monkeypatch):
     """``matmul_sweep.py adopt FILE``: a device call's launch file into the package's file of the GPU its ``device``
     names, each entry keeping its medians and naming the file it came from, over the entries whose rows it overlaps;

@@ -18,6 +18,7 @@ gate_up 8B 256 rows 1.02x, down 1.7B 257 rows 1.04x. So where the operands lie m
 copy, fast or slow.
 
     python benchmarks/triton/matmul_variance.py --shape down --m 257 --allocs 8 --rounds 3   # $OUT/matmul_variance.json
+    python benchmarks/triton/matmul_variance.py plot RUN.json [RUN.json ...] OUT.png   # each run's copies, a panel each
 """
 
 from __future__ import annotations
@@ -73,7 +74,39 @@ def spreads(rows: list[dict]) -> dict:
     return out
 
 
+def plot(runs: list[str], png: str) -> None:
+    """A panel a run (its JSON): each copy's timings of both sides as dots, their medians as bars, so a run whose copies
+    spread apart while each copy's own dots stay together shows the operands' addresses moving the time."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = [json.loads(Path(r).read_text()) for r in runs]
+    fig, axes = plt.subplots(1, len(data), figsize=(5 * len(data), 3.8), squeeze=False)
+    for ax, res in zip(axes[0], data):
+        for side, color, dx in (("cublas", "C7", -0.18), ("ours", "C0", 0.18)):
+            for i, row in enumerate(res["rows"]):
+                us = [t * 1e3 for t in row[f"{side}_runs_ms"]]
+                ax.bar(i + dx, median(us), width=0.34, color=color, alpha=0.35, label=side if i == 0 else None)
+                ax.plot([i + dx] * len(us), us, ".", color=color, ms=5)
+        ax.set_xticks(range(len(res["rows"])), [r["copy"].replace("copy ", "") for r in res["rows"]], fontsize=7)
+        ax.set_xlabel("copy of the operands (other addresses; the last is copy 0 again)")
+        ax.set_ylabel("us a product (CUDA graph)")
+        ax.set_title(f"{res['shape']} M={res['m']} ({res['info'].get('gpu', '')})", fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["plot"]:  # RUN.json [RUN.json ...] OUT.png
+        if len(sys.argv) < 4:
+            sys.exit("usage: matmul_variance.py plot RUN.json [RUN.json ...] OUT.png")
+        return plot(sys.argv[2:-1], sys.argv[-1])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="down", choices=sorted(SHAPES))
     ap.add_argument("--m", type=int, default=257)
