@@ -197,6 +197,7 @@
 #                                              # no carry; both at 399cda8 only, reverted: slower)
 #   CALL=s56h200 bash scripts/device_calls.sh   # CALL=s54b without its s47 table or the old file's edges: for an
 #                                              # H200 in ~200 s (no carry)
+#   CALL=s56q bash scripts/device_calls.sh      # qkv 8B at 128 / 192 rows against 64 x 96 tiles (no carry)
 #   CALL=s54 bash scripts/device_calls.sh       # by the card: an H200 runs CALL=s47 then CALL=s52ab, any other
 #                                              # card CALL=s47layer (no carry)
 #   CALL=s50 bash scripts/device_calls.sh       # session 49's fold kernel: the table-edges bits (XDIST), its
@@ -1234,6 +1235,13 @@ print(','.join(dict.fromkeys(x['layer'] for x in e)), ','.join(map(str, sorted({
     bench s54b_after 90 benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers" --graph-rounds 3
     unset RLK_MATMUL_LAUNCHES
     grep -hE "graph:" "$ROOT_OUT"/s54b_before.log "$ROOT_OUT"/s54b_after.log | cut -c1-200
+    ;;
+s56q)
+    # session 56's last device seconds: qkv 8B at 128 and 192 rows (H200 1.20 / 1.35x, H100 1.34 / 1.25x cuBLAS at
+    # 129 / 192) against the 64 x 96 Gluon tiles in one K-group (128 tiles at 128 rows, one wave; never searched
+    # there) and 64 x 128, 64- and 128-wide K loads, retimed, winners by > 4% into the launch file (no carry)
+    search_into_file s56q 100 --m 128,192 --shapes qkv --tiles 64x96,64x128 --block-k 64,128
+    search_summary "$ROOT_OUT"/s56q.log
     ;;
 s55s)
     # session 55's fifth call: the 1.7B row-parallel layers just past 256 rows (CALL=s54b, H100: o 1.7B 1.38x, down
