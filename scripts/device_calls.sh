@@ -1225,13 +1225,13 @@ s56h200)
     # rows were proven on an H100 only), then those rows against the 128 x 128 tiles they replaced -- CALL=s54b without
     # its s47 table (no carry)
     # (that file's 128 x 128 tiles were proven on the H200 before session 54, so not its edges again here)
-    local_file="$PWD/docs/data/matmul_launches_2026-12-06-s54-before-128x128.json"
+    old_tiles="$PWD/docs/data/matmul_launches_2026-12-06-s54-before-128x128.json"
     table_edges 90 XDIST=8
     read -r layers rows < <(python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['launches']
 print(','.join(dict.fromkeys(x['layer'] for x in e)), ','.join(map(str, sorted({m for x in e for m in x['rows']}))))" \
-        "$local_file")
+        "$old_tiles")
     bench s54b_before 90 benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers" --graph-rounds 3
-    export RLK_MATMUL_LAUNCHES="$local_file"
+    export RLK_MATMUL_LAUNCHES="$old_tiles"
     bench s54b_after 90 benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers" --graph-rounds 3
     unset RLK_MATMUL_LAUNCHES
     grep -hE "graph:" "$ROOT_OUT"/s54b_before.log "$ROOT_OUT"/s54b_after.log | cut -c1-200
