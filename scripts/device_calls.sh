@@ -198,6 +198,8 @@
 #   CALL=s56h200 bash scripts/device_calls.sh   # CALL=s54b without its s47 table or the old file's edges: for an
 #                                              # H200 in ~200 s (no carry)
 #   CALL=s56q bash scripts/device_calls.sh      # qkv 8B at 128 / 192 rows against 64 x 96 tiles (no carry)
+#   CALL=s56solo bash scripts/device_calls.sh   # the solo tiles (matmul_sm90.SOLO_TILES): the table edges' bits, then
+#                                              # timed against the form before them (matmul_solo.py; no carry)
 #   CALL=s54 bash scripts/device_calls.sh       # by the card: an H200 runs CALL=s47 then CALL=s52ab, any other
 #                                              # card CALL=s47layer (no carry)
 #   CALL=s50 bash scripts/device_calls.sh       # session 49's fold kernel: the table-edges bits (XDIST), its
@@ -1242,6 +1244,16 @@ s56q)
     # there) and 64 x 128, 64- and 128-wide K loads, retimed, winners by > 4% into the launch file (no carry)
     search_into_file s56q 100 --m 128,192 --shapes qkv --tiles 64x96,64x128 --block-k 64,128
     search_summary "$ROOT_OUT"/s56q.log
+    ;;
+s56solo)
+    # session 56's solo tiles (matmul_sm90.SOLO_TILES: a tile whose second consumer has no rows inside M is the first
+    # consumer's alone, its dots issued without turns; built on the CPU): every layer's rows at its table edges (257,
+    # 320, 385...: the defaults' 128 x 128 tiles with a solo last row), then the solo tiles against the form before
+    # them on the same operands, 2 copies x 3 rounds (matmul_solo.py), in the ~120 s left of the session's device time
+    # (no carry)
+    table_edges 55 XDIST=8
+    bench solo56 45 benchmarks/triton/matmul_solo.py --shapes o,down --m 257,320 --copies 2
+    grep -hE "M=|Error|error" "$ROOT_OUT"/solo56.log | cut -c1-230
     ;;
 s55s)
     # session 55's fifth call: the 1.7B row-parallel layers just past 256 rows (CALL=s54b, H100: o 1.7B 1.38x, down
