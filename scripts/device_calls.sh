@@ -199,7 +199,8 @@
 #                                              # H200 in ~200 s (no carry)
 #   CALL=s56q bash scripts/device_calls.sh      # qkv 8B at 128 / 192 rows against 64 x 96 tiles (no carry)
 #   CALL=s56solo bash scripts/device_calls.sh   # the solo tiles (matmul_sm90.SOLO_TILES): the table edges' bits, then
-#                                              # timed against the form before them (matmul_solo.py; no carry)
+#                                              # timed against the form before them (matmul_solo.py; no carry; both at
+#                                              # 6cf84b9 only, reverted: slower)
 #   CALL=s54 bash scripts/device_calls.sh       # by the card: an H200 runs CALL=s47 then CALL=s52ab, any other
 #                                              # card CALL=s47layer (no carry)
 #   CALL=s50 bash scripts/device_calls.sh       # session 49's fold kernel: the table-edges bits (XDIST), its
@@ -1250,7 +1251,8 @@ s56solo)
     # consumer's alone, its dots issued without turns; built on the CPU): every layer's rows at its table edges (257,
     # 320, 385...: the defaults' 128 x 128 tiles with a solo last row), then the solo tiles against the form before
     # them on the same operands, 2 copies x 3 rounds (matmul_solo.py), in the ~120 s left of the session's device time
-    # (no carry)
+    # (no carry). Ran at 6cf84b9 (bitwise, the edges 8 of 8; slower by 7-14%), reverted after it: the solo tiles and
+    # matmul_solo.py are in that commit only
     table_edges 55 XDIST=8
     bench solo56 45 benchmarks/triton/matmul_solo.py --shapes o,down --m 257,320 --copies 2
     grep -hE "M=|Error|error" "$ROOT_OUT"/solo56.log | cut -c1-230

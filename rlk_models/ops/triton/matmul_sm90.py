@@ -39,10 +39,13 @@ Session 50 (H200, ``matmul_sweep.py --search --tiles 128x192,192x192``, then a l
 columns a consumer in one K-group (``wide``: a 128- and a 64-wide box, two dots a K step), 128 tiles a wave: qkv 8B
 1.15 / 1.24x -> 0.94 / 1.09x at 512 / 768 rows, gate_up 8B 1.26x -> 1.11x at 192, gate_up 1.7B 1.22x -> 1.10x at
 384. Session 51 (H100, the same with ``--tiles 128x96,192x96``): 96 columns (64 + 32), 192 x 96 tiles: qkv 8B 1.19x
--> 1.11x at 384 rows, gate_up 1.7B 1.12x -> 1.05x at 192. Session 56 (H100, tried and reverted, 399cda8): a consumer
-whose 64 rows lie past M passing its turns without dots (the last row tile at 257-320 rows) kept the bits but ran
-slower, o 8B at 257 rows 24.2 -> 28.5 us, down 8B 76.8 -> 81.4 us: the padding's dots are not what a tile waits on;
-one consumer alone, its dots a dependent chain, leaves the tensor cores idle between them.
+-> 1.11x at 384 rows, gate_up 1.7B 1.12x -> 1.05x at 192. Session 56 (H100, two forms tried and reverted, each
+bitwise): where the last row of 128-row tiles has rows for one consumer only (257-320 rows), that consumer working
+alone is slower than both working on the padding. Passing the idle consumer's dots but keeping the turns (399cda8):
+o 8B at 257 rows 24.2 -> 28.5 us, down 8B 76.8 -> 81.4 us. Dropping the turns too, the tile the first consumer's
+alone (6cf84b9): 26.5 -> 30.1 and 78.5 -> 88.9 us. One warpgroup's dots into one accumulator are a dependent chain;
+two warpgroups' chains interleave on the tensor cores. What would use the rows: those tiles as 64-row tiles split by
+columns (both consumers, half the columns each) in the same launch as the 128-row ones.
 """
 
 from __future__ import annotations
@@ -89,12 +92,6 @@ WIDE_COLUMNS = (96, 192)
 # dots), so 110 tiles at the 1.7B layers' 257-320 rows (64 x 128: 80; cuBLAS runs 64 x 88 there, 120 tiles; ours
 # 1.37-1.54x cuBLAS on the H100) and 129 at the 8B's 129-192
 GROUPED_WIDE = ((128, 96), (64, 96))
-# a tile whose second consumer has no rows (or columns) inside the product runs as the first consumer's alone, without
-# turns (``_consumer``'s ``SOLO``; two consumers only). Session 56 (H100): passing that consumer's dots but keeping
-# the turns (399cda8) was slower (o 8B at 257 rows 24.2 -> 28.5 us), each of the lone consumer's dots then waiting on
-# a turn handed through the idle one. Module-wide so that a benchmark times both forms in one process (False: the form
-# before it)
-SOLO_TILES = True
 GROUP_M = gl.constexpr(8)  # tile order: ``matmul._tile_coords``'s (neighbouring programs share B's column tiles)
 
 
@@ -112,7 +109,7 @@ def _tile(pid, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
 def _producer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem, ready,
               empty, turn, M, N, K, KG, HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr, RUN: gl.constexpr,
               NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr,
-              WIDE: gl.constexpr, SOLO: gl.constexpr):
+              WIDE: gl.constexpr):
     """One warp: each K step's A and B tiles into slot i % NUM_BUF (A in a 64-row block a consumer, or B in two
     halves of its rows with ``SPLIT_N``; ``WIDE``: a consumer's B rows past its first box in a second, b2), once
     every consumer freed the slot's last use."""
@@ -167,37 +164,31 @@ def _wait_dots(STEPS: gl.constexpr, part, part2, WIDE: gl.constexpr):
 
 @gluon.jit
 def _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0, n_kg, part, part2, NUM_BUF: gl.constexpr,
-           SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr, WIDE: gl.constexpr,
-           TURNS: gl.constexpr = True):
+           SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr, WIDE: gl.constexpr):
     """One group's partial from zero: K steps i0 .. i0 + n_kg - 1 in order, this warpgroup's turn at each
     dot (handed to the next consumer once issued); every slot freed once its dot is done. Its operands:
     its 64 of A's rows and all of B's tile, or (``SPLIT_N``) all of A's and its half of B's rows. ``WIDE``: the
     columns past B's first box as a second partial, part2 (two dots a K step, both before the turn passes);
-    else part2 is returned as given. ``TURNS`` False: the tile's only consumer with work (``_consumer``'s solo
-    tiles), its dots issued without turns."""
+    else part2 is returned as given."""
     A_PER: gl.constexpr = CONSUMERS - SPLIT_N
     B_PER: gl.constexpr = 1 + SPLIT_N
     A_OFF: gl.constexpr = CID * (1 - SPLIT_N)
     B_OFF: gl.constexpr = CID * SPLIT_N
     slot = i0 % NUM_BUF
     mbarrier.wait(ready.index(slot), (i0 // NUM_BUF) & 1)
-    if TURNS:
-        mbarrier.wait(mine, i0 & 1)
+    mbarrier.wait(mine, i0 & 1)
     part, part2 = _dots(a_bufs.index(A_PER * slot + A_OFF), b_bufs.index(B_PER * slot + B_OFF),
                         b2_bufs.index(B_PER * slot + B_OFF), part, part2, False, WIDE)
-    if TURNS:
-        mbarrier.arrive(other, count=1)
+    mbarrier.arrive(other, count=1)
     part, part2 = _wait_dots(1, part, part2, WIDE)
     for kk in range(1, n_kg):
         i = i0 + kk
         slot = i % NUM_BUF
         mbarrier.wait(ready.index(slot), (i // NUM_BUF) & 1)
-        if TURNS:
-            mbarrier.wait(mine, i & 1)
+        mbarrier.wait(mine, i & 1)
         part, part2 = _dots(a_bufs.index(A_PER * slot + A_OFF), b_bufs.index(B_PER * slot + B_OFF),
                             b2_bufs.index(B_PER * slot + B_OFF), part, part2, True, WIDE)
-        if TURNS:
-            mbarrier.arrive(other, count=1)
+        mbarrier.arrive(other, count=1)
         part, part2 = _wait_dots(1, part, part2, WIDE)  # the previous step's dots are done: its slot is free
         mbarrier.arrive(empty.index((i - 1) % NUM_BUF), count=1)
     part, part2 = _wait_dots(0, part, part2, WIDE)
@@ -206,89 +197,17 @@ def _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0, n_kg, part, p
 
 
 @gluon.jit
-def _drain(ready, empty, i0, steps, NUM_BUF: gl.constexpr):
-    """K steps i0 .. i0 + steps - 1 of a solo tile's second consumer (``_consumer``), whose rows or columns all lie past
-    M or N: no dots, no turns, each slot freed once loaded (the ring counts every consumer's release; the wait on the
-    load keeps this release in that use's phase)."""
-    for kk in range(steps):
-        i = i0 + kk
-        slot = i % NUM_BUF
-        mbarrier.wait(ready.index(slot), (i // NUM_BUF) & 1)
-        mbarrier.arrive(empty.index(slot), count=1)
-
-
-@gluon.jit
-def _tile_out(a_bufs, b_bufs, b2_bufs, c_desc, c2_desc, bias_ptr, c_smem, c2_smem, ready, empty, mine, other, i0,
-              n_kg, pid_m, pid_n, N, zero, zero2, HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr, RUN: gl.constexpr,
-              NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr,
-              WIDE: gl.constexpr, TURNS: gl.constexpr):
-    """One consumer's share of one tile: every group (``_group``; ``TURNS``: taking turns with the other consumers),
-    folded as ``_mm_tma_tile`` folds them, then the bias and the store (``_consumer``)."""
-    HALF: gl.constexpr = c_desc.block_type.shape[0]
-    WG_N: gl.constexpr = c_desc.block_type.shape[1]
-    WG_N2: gl.constexpr = c2_desc.block_type.shape[1]
-    ACC: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, WG_N, 16])
-    ACC2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, WG_N2, 16])
-    CW: gl.constexpr = WG_N + WIDE * WG_N2
-    BLOCK_M: gl.constexpr = (CONSUMERS - SPLIT_N) * HALF
-    BLOCK_N: gl.constexpr = (1 + SPLIT_N) * CW
-    ROW0: gl.constexpr = CID * HALF * (1 - SPLIT_N)
-    COL0: gl.constexpr = CID * CW * SPLIT_N
-    acc = gl.zeros([HALF, WG_N], gl.float32, ACC)
-    acc2 = gl.zeros([HALF, WG_N2], gl.float32, ACC2)
-    if GROUPS == RUN:  # one run: the group partials folded straight into acc
-        for g in range(GROUPS):
-            part, part2 = _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg, zero,
-                                 zero2, NUM_BUF, SPLIT_N, CONSUMERS, CID, WIDE, TURNS)
-            acc = acc + part
-            if WIDE:
-                acc2 = acc2 + part2
-    else:  # the halves: each run folded from zero, the runs' sums added in order (``WIDE``: GROUPED_WIDE only)
-        for r in gl.static_range(GROUPS // RUN):
-            run = gl.zeros([HALF, WG_N], gl.float32, ACC)
-            run2 = gl.zeros([HALF, WG_N2], gl.float32, ACC2)
-            for g in range(r * RUN, r * RUN + RUN):
-                part, part2 = _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg,
-                                     zero, zero2, NUM_BUF, SPLIT_N, CONSUMERS, CID, WIDE, TURNS)
-                run = run + part
-                if WIDE:
-                    run2 = run2 + part2
-            acc = acc + run
-            if WIDE:
-                acc2 = acc2 + run2
-    if HAS_BIAS:
-        rn = pid_n * BLOCK_N + COL0 + gl.arange(0, WG_N, layout=gl.SliceLayout(0, ACC))
-        acc += gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32)[None, :]
-        if WIDE:
-            rn2 = pid_n * BLOCK_N + COL0 + WG_N + gl.arange(0, WG_N2, layout=gl.SliceLayout(0, ACC2))
-            acc2 += gl.load(bias_ptr + rn2, mask=rn2 < N, other=0.0).to(gl.float32)[None, :]
-    stage = c_smem.index(CID)
-    tma.store_wait(0)  # the last tile's store has read the stage (persistent: it ran under this tile's dots)
-    stage.store(acc.to(c_desc.dtype))
-    if WIDE:
-        c2_smem.index(CID).store(acc2.to(c2_desc.dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(c_desc, [pid_m * BLOCK_M + ROW0, pid_n * BLOCK_N + COL0], stage)
-    if WIDE:
-        tma.async_copy_shared_to_global(c2_desc, [pid_m * BLOCK_M + ROW0, pid_n * BLOCK_N + COL0 + WG_N],
-                                        c2_smem.index(CID))
-
-
-@gluon.jit
 def _consumer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem, ready,
               empty, turn, M, N, K, KG, HAS_BIAS: gl.constexpr, GROUPS: gl.constexpr, RUN: gl.constexpr,
               NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr, CONSUMERS: gl.constexpr, CID: gl.constexpr,
-              WIDE: gl.constexpr, SOLO: gl.constexpr):
+              WIDE: gl.constexpr):
     """One warpgroup: rows 64 CID .. 64 CID + 63 of the tile (``SPLIT_N``: its 64 rows, columns CW CID ..
     CW CID + CW - 1) through every group (``_group``), folded as ``_mm_tma_tile`` folds them, then the bias
-    and the store (``_tile_out``). ``WIDE``: its columns past the first WG_N in a second fp32 tile (acc2), folded,
-    biased and stored as the first (b2's box): in one K-group, or in K-groups in a ``GROUPED_WIDE`` tile (128 x 96, or
-    64 x 96 split by columns, 48 = 32 + 16 a consumer), with a second run beside the first. ``SOLO`` (two consumers):
-    a tile whose second consumer's rows start at or past M, or its columns at or past N (the last row of 128-row
-    tiles at 257-320 rows), is the first consumer's alone -- its dots issued without turns, the second only freeing
-    each slot (``_drain``) -- where the tile's K steps are even, so the turns' parities stay as they were. The first
-    consumer's dots, folds and store are the same, hence the bits."""
+    and the store. ``WIDE``: its columns past the first WG_N in a second fp32 tile (acc2), folded, biased and
+    stored as the first (b2's box): in one K-group, or in K-groups in a ``GROUPED_WIDE`` tile (128 x 96, or 64 x 96
+    split by columns, 48 = 32 + 16 a consumer), with a second run beside the first."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     WG_N: gl.constexpr = b_desc.block_type.shape[0]
     WG_N2: gl.constexpr = b2_desc.block_type.shape[0]  # WIDE: the second tile's columns (else unused)
     ACC: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, WG_N, 16])
@@ -296,40 +215,62 @@ def _consumer(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs
     CW: gl.constexpr = WG_N + WIDE * WG_N2  # its columns: its box, and b2's (WIDE)
     BLOCK_M: gl.constexpr = (CONSUMERS - SPLIT_N) * HALF
     BLOCK_N: gl.constexpr = (1 + SPLIT_N) * CW
+    ROW0: gl.constexpr = CID * HALF * (1 - SPLIT_N)  # this warpgroup's rows and columns in the tile
+    COL0: gl.constexpr = CID * CW * SPLIT_N
     mine = turn.index(CID)
     other = turn.index((CID + 1) % CONSUMERS)  # the next consumer's turn
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     n_kg = KG // BLOCK_K
-    steps = GROUPS * n_kg  # a tile's K steps
     zero = gl.zeros([HALF, WG_N], gl.float32, ACC)
     zero2 = gl.zeros([HALF, WG_N2], gl.float32, ACC2)
+    stage = c_smem.index(CID)
     i0 = 0  # the program's K steps so far (the ring's position and the turns' parity)
     for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
         pid_m, pid_n = _tile(t, M, N, BLOCK_M, BLOCK_N)
-        solo = False  # SOLO = 0: a constant, so no solo branch is built
-        if SOLO:
-            solo = ((pid_m * BLOCK_M + (1 - SPLIT_N) * HALF >= M) | (pid_n * BLOCK_N + SPLIT_N * CW >= N)) \
-                & (steps % 2 == 0)
-        if solo:
-            if CID == 0:
-                _tile_out(a_bufs, b_bufs, b2_bufs, c_desc, c2_desc, bias_ptr, c_smem, c2_smem, ready, empty, mine,
-                          other, i0, n_kg, pid_m, pid_n, N, zero, zero2, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N,
-                          CONSUMERS, CID, WIDE, False)
-            else:
-                _drain(ready, empty, i0, steps, NUM_BUF)
-        else:
-            _tile_out(a_bufs, b_bufs, b2_bufs, c_desc, c2_desc, bias_ptr, c_smem, c2_smem, ready, empty, mine, other,
-                      i0, n_kg, pid_m, pid_n, N, zero, zero2, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS,
-                      CID, WIDE, True)
-        i0 += steps
+        acc = gl.zeros([HALF, WG_N], gl.float32, ACC)
+        acc2 = gl.zeros([HALF, WG_N2], gl.float32, ACC2)
+        if GROUPS == RUN:  # one run: the group partials folded straight into acc
+            for g in range(GROUPS):
+                part, part2 = _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg, zero,
+                                     zero2, NUM_BUF, SPLIT_N, CONSUMERS, CID, WIDE)
+                acc = acc + part
+                if WIDE:
+                    acc2 = acc2 + part2
+        else:  # the halves: each run folded from zero, the runs' sums added in order (``WIDE``: GROUPED_WIDE only)
+            for r in gl.static_range(GROUPS // RUN):
+                run = gl.zeros([HALF, WG_N], gl.float32, ACC)
+                run2 = gl.zeros([HALF, WG_N2], gl.float32, ACC2)
+                for g in range(r * RUN, r * RUN + RUN):
+                    part, part2 = _group(a_bufs, b_bufs, b2_bufs, ready, empty, mine, other, i0 + g * n_kg, n_kg,
+                                         zero, zero2, NUM_BUF, SPLIT_N, CONSUMERS, CID, WIDE)
+                    run = run + part
+                    if WIDE:
+                        run2 = run2 + part2
+                acc = acc + run
+                if WIDE:
+                    acc2 = acc2 + run2
+        if HAS_BIAS:
+            rn = pid_n * BLOCK_N + COL0 + gl.arange(0, WG_N, layout=gl.SliceLayout(0, ACC))
+            acc += gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32)[None, :]
+            if WIDE:
+                rn2 = pid_n * BLOCK_N + COL0 + WG_N + gl.arange(0, WG_N2, layout=gl.SliceLayout(0, ACC2))
+                acc2 += gl.load(bias_ptr + rn2, mask=rn2 < N, other=0.0).to(gl.float32)[None, :]
+        tma.store_wait(0)  # the last tile's store has read the stage (persistent: it ran under this tile's dots)
+        stage.store(acc.to(c_desc.dtype))
+        if WIDE:
+            c2_smem.index(CID).store(acc2.to(c2_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(c_desc, [pid_m * BLOCK_M + ROW0, pid_n * BLOCK_N + COL0], stage)
+        if WIDE:
+            tma.async_copy_shared_to_global(c2_desc, [pid_m * BLOCK_M + ROW0, pid_n * BLOCK_N + COL0 + WG_N],
+                                            c2_smem.index(CID))
+        i0 += GROUPS * n_kg
     tma.store_wait(0)
 
 
 @gluon.jit
 def _mm_groups_ws(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, M, N, K, KG, HAS_BIAS: gl.constexpr,
                   GROUPS: gl.constexpr, RUN: gl.constexpr, NUM_BUF: gl.constexpr, SPLIT_N: gl.constexpr,
-                  CONSUMERS: gl.constexpr, WIDE: gl.constexpr, CONSUMER_REGS: gl.constexpr, SOLO: gl.constexpr,
-                  num_warps: gl.constexpr):
+                  CONSUMERS: gl.constexpr, WIDE: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
     """Warp-specialized: this program's 4 warps and one or two more warpgroups take 64 rows each of a 128- or
     192-row tile (``SPLIT_N``: two, half the columns each of a 64-row tile; ``_consumer``), one warp loads by
     TMA (``_producer``). ``WIDE``: a consumer's columns are B's box and b2's (192 as 128 + 64, 96 as 64 + 32, 48 as
@@ -359,28 +300,28 @@ def _mm_groups_ws(a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, M, N, K, K
         gl.warp_specialize([
             (_consumer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
                          ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0,
-                         WIDE, SOLO)),
+                         WIDE)),
             (_consumer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
                          ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 1,
-                         WIDE, SOLO)),
+                         WIDE)),
             (_producer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
                          ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0,
-                         WIDE, SOLO)),
+                         WIDE)),
         ], [4, 1], [CONSUMER_REGS, 24])
     else:  # three consumers: a 192-row tile
         gl.warp_specialize([
             (_consumer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
                          ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0,
-                         WIDE, SOLO)),
+                         WIDE)),
             (_consumer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
                          ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 1,
-                         WIDE, SOLO)),
+                         WIDE)),
             (_consumer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
                          ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 2,
-                         WIDE, SOLO)),
+                         WIDE)),
             (_producer, (a_desc, b_desc, c_desc, b2_desc, c2_desc, bias_ptr, a_bufs, b_bufs, b2_bufs, c_smem, c2_smem,
                          ready, empty, turn, M, N, K, KG, HAS_BIAS, GROUPS, RUN, NUM_BUF, SPLIT_N, CONSUMERS, 0,
-                         WIDE, SOLO)),
+                         WIDE)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
 
 
@@ -455,7 +396,7 @@ def form(block_m: int, block_n: int, block_k: int, num_buf: int, elem_size: int,
     consumer_regs, maxnreg = REGS[n_consumers]
     return dict(NUM_BUF=slots(block_m, block_n, block_k, num_buf, elem_size, out_elem_size),
                 SPLIT_N=split_n(block_m), CONSUMERS=n_consumers, WIDE=int(wide(block_m, block_n)),
-                CONSUMER_REGS=consumer_regs, SOLO=int(SOLO_TILES and n_consumers == 2)), maxnreg
+                CONSUMER_REGS=consumer_regs), maxnreg
 
 
 def descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, block_m: int, block_n: int, block_k: int) -> list:
