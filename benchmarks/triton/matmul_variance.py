@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import info, log, save  # noqa: E402
 from matmul_sweep import ROW_PARALLEL, SHAPES, timed_pair  # noqa: E402
 
-from rlk_models.ops.triton.matmul import launch_for, matmul  # noqa: E402
+from rlk_models.ops.triton.matmul import k_groups, launch_for, matmul  # noqa: E402
 
 STATE_FIELDS = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu", "clocks_throttle_reasons.active")
 PAD_STEP = 2 * 1024 * 1024 + 192 * 1024  # each copy's pad grows by this: past the allocator's 2 MiB rounding, and
@@ -121,9 +121,9 @@ def main() -> None:
     g = torch.Generator(device="cuda").manual_seed(0)
     x0 = torch.randn(args.m, k, device="cuda", dtype=torch.bfloat16, generator=g)
     w0 = (torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g) * 0.02)
+    want = matmul(x0, w0, row_parallel=rp)  # first: the GPU's own launch file is loaded, so launch_for names its launch
     res = {"info": info(), "shape": args.shape, "k": k, "n": n, "m": args.m, "row_parallel": rp,
-           "launch": str(launch_for(args.m, n, 8 if rp else 1, k)), "rows": []}
-    want = matmul(x0, w0, row_parallel=rp)
+           "launch": str(launch_for(args.m, n, k_groups(k) if rp else 1, k)), "rows": []}
     kept = []  # every copy (and pad) alive to the end, so each new copy lands at new addresses
 
     def time_copy(label: str, x: torch.Tensor, w: torch.Tensor) -> None:
