@@ -617,9 +617,10 @@ TUNED: dict[tuple[str, int, int], list[tuple[int, Launch | None]]] = {
 # rows (129 tiles against 96) and o/down 1.7B at 768 (132 against 96). Bitwise (tests/gpu: 8, 4 and 2 groups); faster
 # where the rows fill the tiles (``TUNED``: o 1.7B 1.12x -> 1.04x at 768, down 1.7B and down 8B at 384 5-10%), slower
 # at 257 and 641 rows (the last row of tiles nearly empty: down 8B 85.9 against 68.8 us), level at o 8B's 384 / 768
-# Session 55 (CPU only, not yet run on a GPU): 64 x 96 tiles split by columns (``GROUPED_WIDE``: a consumer's 32 + 16),
-# 110 tiles at the 1.7B layers' 257-320 rows where 64 x 128 make 80 (o / down 1.7B at 257 rows: 1.37 / 1.52x cuBLAS on
-# the H100, cuBLAS's 64 x 88 tiles 120), 129 at the 8B layers' 129-192
+# Session 55: 64 x 96 tiles split by columns (``GROUPED_WIDE``: a consumer's 32 + 16), 110 tiles at the 1.7B layers'
+# 257-320 rows where 64 x 128 make 80 (o / down 1.7B at 257 rows: 1.37 / 1.52x cuBLAS on the H100, cuBLAS's 64 x 88
+# tiles 120), 129 at the 8B layers' 129-192. Session 56 (H100): bitwise in 8, 4 and 2 K-groups, and the fastest form
+# at none of o/down 8B and 1.7B's 192 / 257 / 320 rows, nor qkv 8B's 128 / 192 in one group
 SM90_CANDIDATES = [Launch((128, 128, 12, 5), sm90=True), Launch((128, 128, 12, 5), persistent=False, sm90=True),
                    SM90_TAIL, Launch((128, 128, 12, 5), sm90=True, tail=True), Launch((192, 64, 12, 6), sm90=True),
                    Launch((128, 96, 12, 6), sm90=True), Launch((64, 96, 12, 6), sm90=True)]

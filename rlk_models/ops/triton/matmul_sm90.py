@@ -87,10 +87,10 @@ WIDE_COLUMNS = (96, 192)
 # tiles a box (group partial, run, sum: 144 registers of its 240, where 64 x 128 holds 192), 43 column tiles at the 8B
 # layers' N = 4096 and 22 at the 1.7B's 2048, so 129 tiles at o/down 8B's 384 rows and 132 at o/down 1.7B's 768,
 # where 128 x 128 tiles make 96 (cuBLAS's pick there: ``nvjet_sm90_tst_128x96``, session 54's --kernels table). 192
-# x 96 (three consumers at 160 registers) and 192-wide ones (288 registers of fp32 tiles) do not fit. Session 55 (built
-# on the CPU, not yet run): 64 x 96, its 64 rows split by columns, a consumer's 48 as 32 + 16 (m64n32k16 and m64n16k16
-# dots), so 110 tiles at the 1.7B layers' 257-320 rows (64 x 128: 80; cuBLAS runs 64 x 88 there, 120 tiles; ours
-# 1.37-1.54x cuBLAS on the H100) and 129 at the 8B's 129-192
+# x 96 (three consumers at 160 registers) and 192-wide ones (288 registers of fp32 tiles) do not fit. Session 55: 64 x
+# 96, its 64 rows split by columns, a consumer's 48 as 32 + 16 (m64n32k16 and m64n16k16 dots), so 110 tiles at the
+# 1.7B layers' 257-320 rows (64 x 128: 80; cuBLAS runs 64 x 88 there, 120 tiles; ours 1.37-1.54x cuBLAS on the H100)
+# and 129 at the 8B's 129-192; session 56 (H100): bitwise, and faster nowhere it was searched (``SM90_CANDIDATES``)
 GROUPED_WIDE = ((128, 96), (64, 96))
 GROUP_M = gl.constexpr(8)  # tile order: ``matmul._tile_coords``'s (neighbouring programs share B's column tiles)
 
