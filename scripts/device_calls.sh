@@ -282,6 +282,10 @@ table_edges() {  # table_edges SECONDS [VAR=VALUE...]: every layer's rows at its
         K="rows_at_the_table_edges" "$@"
     test_summary "$name" 12
 }
+launch_file_rows() {  # launch_file_rows FILE: a launch file's layers and rows, "layer,layer,... m,m,..." (one line)
+    python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['launches']
+print(','.join(dict.fromkeys(x['layer'] for x in e)), ','.join(map(str, sorted({m for x in e for m in x['rows']}))))" "$1"
+}
 prove_launches() {  # prove_launches FILE [PREFIX [SECONDS]]: a search's launch file as the default, with no code edit
                    # (RLK_MATMUL_LAUNCHES): every layer's rows at its table edges and the file's own, then its layers
                    # at its rows, the built-in defaults (PREFIXbefore) and the file's (PREFIXafter) timed against
@@ -290,8 +294,7 @@ prove_launches() {  # prove_launches FILE [PREFIX [SECONDS]]: a search's launch 
                    # edges 200)
     local lf=$1 pre=${2:-} secs=${3:-150} edge_secs=${3:-200} layers rows
     [ -f "$lf" ] || { echo "no launch file $lf"; return 1; }
-    read -r layers rows < <(python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['launches']
-print(','.join(dict.fromkeys(x['layer'] for x in e)), ','.join(map(str, sorted({m for x in e for m in x['rows']}))))" "$lf")
+    read -r layers rows < <(launch_file_rows "$lf")
     echo "launch file: layers $layers, rows $rows"
     bench "${pre}before" "$secs" benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers" \
         --graph-rounds "${PROVE_ROUNDS:-3}"
@@ -1230,9 +1233,7 @@ s56h200)
     # (that file's 128 x 128 tiles were proven on the H200 before session 54, so not its edges again here)
     old_tiles="$PWD/docs/data/matmul_launches_2026-12-06-s54-before-128x128.json"
     table_edges 90 XDIST=8
-    read -r layers rows < <(python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['launches']
-print(','.join(dict.fromkeys(x['layer'] for x in e)), ','.join(map(str, sorted({m for x in e for m in x['rows']}))))" \
-        "$old_tiles")
+    read -r layers rows < <(launch_file_rows "$old_tiles")
     bench s54b_before 90 benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers" --graph-rounds 3
     export RLK_MATMUL_LAUNCHES="$old_tiles"
     bench s54b_after 90 benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers" --graph-rounds 3
