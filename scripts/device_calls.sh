@@ -197,6 +197,8 @@
 #                                              # no carry; both at 399cda8 only, reverted: slower)
 #   CALL=s56h200 bash scripts/device_calls.sh   # CALL=s54b without its s47 table or the old file's edges: for an
 #                                              # H200 in ~200 s (no carry)
+#   CALL=s57h200 bash scripts/device_calls.sh   # CALL=s56h200, then CALL=s47's table without its edges: for an
+#                                              # H200 in ~450 s (no carry)
 #   CALL=s56q bash scripts/device_calls.sh      # qkv 8B at 128 / 192 rows against 64 x 96 tiles (no carry)
 #   CALL=s56solo bash scripts/device_calls.sh   # the solo tiles (matmul_sm90.SOLO_TILES): the table edges' bits, then
 #                                              # timed against the form before them (matmul_solo.py; no carry; both at
@@ -1239,6 +1241,16 @@ s56h200)
     bench s54b_after 90 benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers" --graph-rounds 3
     unset RLK_MATMUL_LAUNCHES
     grep -hE "graph:" "$ROOT_OUT"/s54b_before.log "$ROOT_OUT"/s54b_after.log | cut -c1-200
+    ;;
+s57h200)
+    # session 57's first H200 call (no H200 since session 50): CALL=s56h200 (the table edges on the current TUNED,
+    # session 54's 128 x 96 rows against the 128 x 128 tiles they replaced), then CALL=s47's whole table with
+    # cuBLAS's kernels, #17's count and why each miss misses, without its edges again (no carry, ~450 s)
+    NO_TAR=1 CALL=s56h200 bash "$0"
+    matmul_table 330 --kernels | head -1
+    PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py goal "$ROOT_OUT/table/matmul_sweep.json" | tail -2
+    PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py explain "$ROOT_OUT/table/matmul_sweep.json" |
+        cut -c1-400
     ;;
 s56q)
     # session 56's last device seconds: qkv 8B at 128 and 192 rows (H200 1.20 / 1.35x, H100 1.34 / 1.25x cuBLAS at
