@@ -199,6 +199,8 @@
 #                                              # H200 in ~200 s (no carry)
 #   CALL=s57h200 bash scripts/device_calls.sh   # CALL=s56h200, then CALL=s47's table without its edges: for an
 #                                              # H200 in ~450 s (no carry)
+#   CALL=s57search bash scripts/device_calls.sh  # the H200's qkv 8B at 128 rows and o 8B at 64 searched, winners
+#                                              # proven and timed (no carry, ~450 s)
 #   CALL=s56q bash scripts/device_calls.sh      # qkv 8B at 128 / 192 rows against 64 x 96 tiles (no carry)
 #   CALL=s56solo bash scripts/device_calls.sh   # the solo tiles (matmul_sm90.SOLO_TILES): the table edges' bits, then
 #                                              # timed against the form before them (matmul_solo.py; no carry; both at
@@ -1251,6 +1253,19 @@ s57h200)
     PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py goal "$ROOT_OUT/table/matmul_sweep.json" | tail -2
     PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py explain "$ROOT_OUT/table/matmul_sweep.json" |
         cut -c1-400
+    ;;
+s57search)
+    # the H200's grid misses that a search may reach (session 50: qkv 8B at 128 rows 1.20x cuBLAS, o 8B at 64 1.20x;
+    # never searched on an H200 with the 96-column Gluon tiles or 256-wide K loads), winners by > 4% into
+    # $ROOT_OUT/launches.json, then proven and timed before / after in the same call (prove_launches) where time
+    # allows (no carry; ~450 s). o/down 8B at 4096-8192 (1.05-1.07x against 1.05x) need cuBLAS's 2-SM clusters, not
+    # a search
+    search_into_file s57o 150 --m 64 --shapes o --block-k 64,128,256
+    search_into_file s57q 130 --m 128 --shapes qkv --tiles 64x96,64x128,128x96,128x128,64x64,192x96 --block-k 64,128
+    search_summary "$ROOT_OUT"/s57*.log
+    if [ -f "$ROOT_OUT/launches.json" ] && ((SECONDS < 300)); then
+        prove_launches "$ROOT_OUT/launches.json" s57_ 90
+    fi
     ;;
 s56q)
     # session 56's last device seconds: qkv 8B at 128 and 192 rows (H200 1.20 / 1.35x, H100 1.34 / 1.25x cuBLAS at
