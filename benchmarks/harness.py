@@ -90,15 +90,22 @@ def profiled_kernels(prof) -> list[tuple[float, float, str]]:
     return [(e.time_range.start, e.time_range.end, e.name) for e in prof.events() if e.device_type == DeviceType.CUDA]
 
 
-def kernel_names(fn) -> list[str]:
-    """The GPU kernels (and memsets, copies) one call of ``fn`` runs, in launch order (``torch.profiler``), after a
-    call outside the profile (compilation, autotuning): e.g. which of its kernels cuBLAS picked for a shape."""
+def kernel_times(fn) -> list[tuple[str, float]]:
+    """(name, microseconds) of the GPU kernels (and memsets, copies) one call of ``fn`` runs, in launch order
+    (``torch.profiler``, eager: each kernel's own time, not a graph's), after a call outside the profile
+    (compilation, autotuning): which kernels cuBLAS picked for a shape, and which of a layer's kernels takes the
+    time."""
     fn()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    return [name for _, _, name in sorted(profiled_kernels(prof))]
+    return [(name, round(end - start, 2)) for start, end, name in sorted(profiled_kernels(prof))]
+
+
+def kernel_names(fn) -> list[str]:
+    """``kernel_times``'s names only."""
+    return [name for name, _ in kernel_times(fn)]
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -201,6 +201,8 @@
 #                                              # H200 in ~450 s (no carry)
 #   CALL=s57search bash scripts/device_calls.sh  # the H200's qkv 8B at 128 / 192 rows searched with the 96-column
 #                                              # tiles, winners proven and timed (no carry, ~400 s)
+#   CALL=s57layer bash scripts/device_calls.sh  # o/down 8B at 384-1024 rows as the engine runs them, 3 rounds,
+#                                              # with each side's kernels and their times (no carry, ~120 s)
 #   CALL=s56q bash scripts/device_calls.sh      # qkv 8B at 128 / 192 rows against 64 x 96 tiles (no carry)
 #   CALL=s56solo bash scripts/device_calls.sh   # the solo tiles (matmul_sm90.SOLO_TILES): the table edges' bits, then
 #                                              # timed against the form before them (matmul_solo.py; no carry; both at
@@ -1266,6 +1268,15 @@ s57search)
     if [ -f "$ROOT_OUT/launches.json" ] && ((SECONDS < 330)); then
         prove_launches "$ROOT_OUT/launches.json" s57_ 90
     fi
+    ;;
+s57layer)
+    # o 8B at 768 rows as the engine runs it took 59.9 us against 46.9 us as a product (session 57; cuBLAS 44.4 / 39.1:
+    # its norm 5 us), the same gap as session 54's once: the row-parallel 8B layers at 384-1024 rows, 3 rounds each,
+    # with each layer side's kernels and their eager times (--kernels), to see which kernel holds the gap (no carry,
+    # ~120 s)
+    bench layer57 200 benchmarks/triton/matmul_sweep.py --quick --layer --kernels --m 384,512,768,1024 \
+        --shapes o,down --graph-rounds 3
+    grep -hE "graph:|layer" "$ROOT_OUT"/layer57.log | cut -c1-400
     ;;
 s56q)
     # session 56's last device seconds: qkv 8B at 128 and 192 rows (H200 1.20 / 1.35x, H100 1.34 / 1.25x cuBLAS at

@@ -61,6 +61,7 @@ from harness import (  # noqa: E402
     bench_graph_cold,
     info,
     kernel_names,
+    kernel_times,
     l2_cold_copies,
     log,
     rel_err,
@@ -563,7 +564,9 @@ def main() -> None:
                          "against cuBLAS's product into the same norm: rows 'graph_layer' (``goal RUN --layer``)")
     ap.add_argument("--kernels", action="store_true",
                     help="record the kernels each side runs at every graph row (torch.profiler; a row's "
-                         "cublas_kernels / ours_kernels): which kernel cuBLAS picked, for ``explain``")
+                         "cublas_kernels / ours_kernels): which kernel cuBLAS picked, for ``explain``; with "
+                         "--layer, each layer side's kernels with their eager times too (cublas_kernel_us / "
+                         "ours_kernel_us)")
     ap.add_argument("--cold", action="store_true",
                     help="also time every graph row with the weight out of L2 (``bench_graph_cold``), as in a model "
                          "step: rows 'graph_cold'")
@@ -622,6 +625,11 @@ def main() -> None:
                 lay = r["graph_layer"][m] = timed_pair(cublas_fn, ours_fn, args.graph_rounds)
                 log(f"{name:8} M={m:5} layer: cuBLAS + norm {lay['cublas_ms'] * 1e3:8.1f} us  ours "
                     f"{lay['ours_ms'] * 1e3:8.1f} us ({lay['ratio']:5.2f}x){spread(lay)}")
+                if args.kernels:  # each side's kernels with their times (eager): which one a layer's gap is in
+                    for side, fn in (("cublas", cublas_fn), ("ours", ours_fn)):
+                        lay[f"{side}_kernel_us"] = kernel_times(fn)
+                        log(f"{name:8} M={m:5} layer kernels, {side}: " + ", ".join(
+                            f"{k[:48]} {us:.1f} us" for k, us in lay[f"{side}_kernel_us"]))
             if ws:
                 c_cu = bench_graph_cold(lambda wc: F.linear(xm, wc), ws)
                 c_ours = bench_graph_cold(lambda wc: matmul(xm, wc, row_parallel=rp), ws)
