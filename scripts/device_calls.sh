@@ -354,6 +354,13 @@ matmul_table() {  # matmul_table SECONDS [ARGS]: the whole matmul table against 
         --shapes qkv,o,gate_up,down,lm_head,qkv_1.7b,o_1.7b,gate_up_1.7b,down_1.7b "$@"
     grep -E "graph:|cold:" "$ROOT_OUT/table.log" | cut -c1-120
 }
+table_explained() {  # table_explained SECONDS: matmul_table with cuBLAS's kernels (--kernels; its exit here, the rows
+                     # in table.log), then #17's count (``goal``) and why each miss misses (``explain``)
+    matmul_table "$1" --kernels | head -1
+    PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py goal "$ROOT_OUT/table/matmul_sweep.json" | tail -2
+    PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py explain "$ROOT_OUT/table/matmul_sweep.json" |
+        cut -c1-400
+}
 case "${CALL:-head}" in
 head)
     part head_tests 150 PART=tests TESTS="tests/ops/triton/test_kernels.py tests/gpu/test_triton_contract_8b.py" K=head
@@ -905,10 +912,7 @@ s47)
     # #17's count and why each miss misses (``explain``: our tiles and waves, bytes and FLOPs a second, cuBLAS's
     # kernels) (no carry)
     table_edges 200 XDIST=8
-    matmul_table 370 --kernels | head -1  # its exit; the rows are in table.log
-    PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py goal "$ROOT_OUT/table/matmul_sweep.json" | tail -2
-    PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py explain "$ROOT_OUT/table/matmul_sweep.json" |
-        cut -c1-400
+    table_explained 370
     ;;
 s47layer)
     # the row-parallel layers as the engine runs them (--layer: the product, then the residual add + RMSNorm with a
@@ -1251,10 +1255,7 @@ s57h200)
     # session 54's 128 x 96 rows against the 128 x 128 tiles they replaced), then CALL=s47's whole table with
     # cuBLAS's kernels, #17's count and why each miss misses, without its edges again (no carry, ~450 s)
     NO_TAR=1 CALL=s56h200 bash "$0"
-    matmul_table 330 --kernels | head -1
-    PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py goal "$ROOT_OUT/table/matmul_sweep.json" | tail -2
-    PYTHONPATH="$PWD" python3 benchmarks/triton/matmul_sweep.py explain "$ROOT_OUT/table/matmul_sweep.json" |
-        cut -c1-400
+    table_explained 330
     ;;
 s57search)
     # the H200's grid misses a search may reach: qkv 8B at 128 / 192 rows (session 50: 1.20 / 1.35x cuBLAS; the 96-column
