@@ -201,6 +201,9 @@
 #                                              # H200 in ~450 s (no carry)
 #   CALL=s57search bash scripts/device_calls.sh  # the H200's qkv 8B at 128 / 192 rows searched with the 96-column
 #                                              # tiles, winners proven and timed (no carry, ~400 s)
+#   CALL=s58host bash scripts/device_calls.sh   # the host's time to queue each op against torch's (host_time.py), then
+#                                              # the 1.7B training step at 1 x 1024 tokens, profiled (rlk, stock, Liger;
+#                                              # carry .wheels; ~300 s)
 #   CALL=s57layer bash scripts/device_calls.sh  # o/down 8B at 384-1024 rows as the engine runs them, 3 rounds,
 #                                              # with each side's kernels and their times (no carry, ~120 s)
 #   CALL=s56q bash scripts/device_calls.sh      # qkv 8B at 128 / 192 rows against 64 x 96 tiles (no carry)
@@ -1269,6 +1272,15 @@ s57search)
     if [ -f "$ROOT_OUT/launches.json" ] && ((SECONDS < 330)); then
         prove_launches "$ROOT_OUT/launches.json" s57_ 90
     fi
+    ;;
+s58host)
+    # what a small micro-batch's eager step costs the host: each op's queueing time against torch's, with the Python
+    # profile of ours (host_time.py), then the 1.7B step at 1 x 1024 tokens with its kernels and the GPU's idle gaps
+    # (carry .wheels; ~300 s)
+    bench host58 120 benchmarks/triton/host_time.py
+    grep -E "host per call| own " "$ROOT_OUT"/host58.log | cut -c1-160 | head -90
+    part train_small 240 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,stock,liger --batch 1 --seq 1024 --profile"
+    tail -60 "$ROOT_OUT/train_small.log" | cut -c1-220
     ;;
 s57layer)
     # o 8B at 768 rows as the engine runs it took 59.9 us against 46.9 us as a product (session 57; cuBLAS 44.4 / 39.1:

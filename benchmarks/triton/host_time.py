@@ -1,0 +1,111 @@
+"""The host's time to queue one op (Python, Triton's launch path, the driver) against torch's own op's, per call:
+what an eager forward or backward costs the host before the GPU's work starts, the cost that decides a training
+step at a small micro-batch (a step whose kernels are shorter than their launches idles the GPU) and vLLM's steps
+that run outside CUDA graphs. Each op is called ``--calls`` times behind ``torch.cuda._sleep`` (the GPU busy, so no
+launch waits on it), the wall time divided by the calls; then the same calls under cProfile, its heaviest functions
+by own time. Triton's floor: a one-argument kernel through ``kernel[grid](...)``. Writes ``$OUT/host_time.json``.
+
+    python benchmarks/triton/host_time.py [--calls 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import info, log, save  # noqa: E402
+
+from rlk_models.ops import get_backend  # noqa: E402
+from rlk_models.ops.checks import trusted_values  # noqa: E402
+
+
+@triton.jit
+def _touch(x_ptr):
+    tl.store(x_ptr, tl.load(x_ptr) + 1)
+
+
+def host_us(fn, calls: int, profile: bool = False) -> tuple[float, list]:
+    """Microseconds of host time per ``fn()`` queued behind a sleeping GPU, and (``profile``) cProfile's 10
+    heaviest functions by own time, per call."""
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(4_000_000_000)  # seconds at any clock: longer than the calls' enqueue
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    us = (time.perf_counter() - t0) / calls * 1e6
+    torch.cuda.synchronize()
+    top = []
+    if profile:
+        torch.cuda._sleep(4_000_000_000)
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(calls):
+            fn()
+        prof.disable()
+        torch.cuda.synchronize()
+        st = pstats.Stats(prof).stats
+        top = [(f"{Path(f).name}:{line}({name})", round(tt / calls * 1e6, 1), round(ct / calls * 1e6, 1))
+               for (f, line, name), (_, _, tt, ct, _) in sorted(st.items(), key=lambda kv: -kv[1][2])[:10]]
+    return us, top
+
+
+def cases(dev: torch.device) -> dict:
+    """name -> (ours, torch's): 8B-shaped ops at decode- and prefill-sized rows."""
+    ops = get_backend("triton")
+    g = torch.Generator(device=dev).manual_seed(0)
+
+    def rnd(*shape):
+        return (torch.randn(*shape, device=dev, generator=g) * 0.02).bfloat16()
+
+    w_qkv, w_o, w_down = rnd(6144, 4096), rnd(4096, 4096), rnd(4096, 12288)
+    norm_w = torch.ones(4096, device=dev, dtype=torch.bfloat16)
+    out = {}
+    for m in (16, 1024):
+        x, xd, res = rnd(m, 4096), rnd(m, 12288), rnd(m, 4096)
+        out[f"qkv M={m}"] = (lambda x=x: ops.linear(x, w_qkv), lambda x=x: F.linear(x, w_qkv))
+        out[f"o M={m}"] = (lambda x=x: ops.linear(x, w_o, row_parallel=True), lambda x=x: F.linear(x, w_o))
+        out[f"down M={m}"] = (lambda x=xd: ops.linear(x, w_down, row_parallel=True), lambda x=xd: F.linear(x, w_down))
+        out[f"rms_norm M={m}"] = (lambda x=x: ops.rms_norm(x, norm_w, 1e-6),
+                                  lambda x=x: F.rms_norm(x, (4096,), norm_w, 1e-6))
+        out[f"add_rms_norm M={m}"] = (lambda x=x, r=res: ops.add_rms_norm(x, r, norm_w, 1e-6),
+                                      lambda x=x, r=res: F.rms_norm(x + r, (4096,), norm_w, 1e-6))
+    xt = rnd(16, 4096).requires_grad_()
+    wt = w_qkv.clone().requires_grad_()
+    gy = rnd(16, 6144)
+    out["qkv fwd+bwd M=16"] = (lambda: torch.autograd.grad(ops.linear(xt, wt), (xt, wt), gy),
+                               lambda: torch.autograd.grad(F.linear(xt, wt), (xt, wt), gy))
+    one = torch.zeros(1, device=dev)
+    out["floor: a 1-argument kernel"] = (lambda: _touch[(1,)](one), lambda: one.add_(1))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=200)
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    res = {"info": info(), "calls": args.calls, "ops": {}}
+    with trusted_values():  # value checks (a host read) are their own question: #17 asks about launches
+        for name, (ours, theirs) in cases(dev).items():
+            o_us, top = host_us(ours, args.calls, profile=True)
+            t_us, _ = host_us(theirs, args.calls)
+            res["ops"][name] = {"ours_us": round(o_us, 1), "torch_us": round(t_us, 1), "ours_top_own_us": top}
+            log(f"{name:28} host per call: ours {o_us:7.1f} us  torch {t_us:7.1f} us  ({o_us / t_us:5.2f}x)")
+            for row in top[:6]:
+                log(f"{'':30}{row[1]:7.1f} own {row[2]:7.1f} cum  {row[0]}")
+            save("host_time", res)
+
+
+if __name__ == "__main__":
+    main()
