@@ -34,6 +34,11 @@ def _touch(x_ptr):
     tl.store(x_ptr, tl.load(x_ptr) + 1)
 
 
+@triton.jit
+def _touch_desc(d):
+    d.store([0, 0], d.load([0, 0]) + 1)
+
+
 def host_us(fn, calls: int, profile: bool = False) -> tuple[float, list]:
     """Microseconds of host time per ``fn()`` queued behind a sleeping GPU, and (``profile``) cProfile's 10
     heaviest functions by own time, per call."""
@@ -87,6 +92,13 @@ def cases(dev: torch.device) -> dict:
                                lambda: torch.autograd.grad(F.linear(xt, wt), (xt, wt), gy))
     one = torch.zeros(1, device=dev)
     out["floor: a 1-argument kernel"] = (lambda: _touch[(1,)](one), lambda: one.add_(1))
+    runner = _touch[(1,)](one)[(1, 1, 1)]  # the compiled kernel's own runner: no binder, no cache lookup
+    out["floor: its compiled runner"] = (lambda: runner(one), lambda: one.add_(1))
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    tile = torch.zeros(16, 16, device=dev)
+    out["floor: a 1-descriptor kernel"] = (lambda: _touch_desc[(1,)](TensorDescriptor.from_tensor(tile, [16, 16])),
+                                          lambda: tile.add_(1))
     return out
 
 
