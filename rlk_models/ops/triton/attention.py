@@ -52,7 +52,7 @@ import triton.language as tl
 from ..autograd import column_slot, shared_column_buffer
 from ..checks import check_attention, check_paged_attention, read_cu_seqlens
 from . import attention_sm90
-from .utils import bind_cuda_context, tma_ok
+from .utils import bind_cuda_context, cdiv, next_power_of_2, tma_ok
 
 BLOCK_N = 64                # the KV tile: part of the contract
 # Launch choices: (BLOCK_M, num_warps, num_stages) for training, (BLOCK_M, num_warps, num_stages,
@@ -516,7 +516,7 @@ def _forward(q, k, v, cu_seqlens, scale, config, tma, kernel):
         attention_sm90.launch(q, k, v, o, lse, cu, scale * LOG2E, max_len)
     elif t and max_len:
         block_m, warps, stages = config or TRAIN_CONFIG
-        grid = (triton.cdiv(max_len, block_m), cu.numel() - 1, hq)
+        grid = (cdiv(max_len, block_m), cu.numel() - 1, hq)
         if tma:
             bind_cuda_context(q.device)
             qa, ka, va = _rows_descs(block_m, q) + _rows_descs(BLOCK_N, k, v)
@@ -552,7 +552,7 @@ class _VarlenAttention(torch.autograd.Function):
         dv = dv if dv is not None else torch.empty_like(k)
         if t and ctx.max_len:
             delta = torch.empty(hq, t, dtype=torch.float32, device=q.device)
-            _bwd_delta[(triton.cdiv(t * hq, 64),)](o, do, delta, t, hq, D=d, BLOCK=64)
+            _bwd_delta[(cdiv(t * hq, 64),)](o, do, delta, t, hq, D=d, BLOCK=64)
             args = (lse, delta)
             n_seq = cu.numel() - 1
             (bm, bn, warps, stages), (bm2, bn2, warps2, stages2) = ctx.bwd_config
@@ -560,7 +560,7 @@ class _VarlenAttention(torch.autograd.Function):
             group = hq // hkv
             # dS kept: a plane of `rows` (tokens, each sequence padded) x `width` (key positions) a query head
             pad = max(bm, bn, bm2, bn2)
-            width, rows = triton.cdiv(ctx.max_len, pad) * pad, t + n_seq * pad
+            width, rows = cdiv(ctx.max_len, pad) * pad, t + n_seq * pad
             keep = keeps_ds(rows, width, hq, q.element_size(), warps2)
             if not keep:  # dQ recomputes P and dS from q, k, v and dO
                 bm2, bn2, warps2, stages2 = DQ_RECOMPUTE_CONFIG
@@ -572,16 +572,16 @@ class _VarlenAttention(torch.autograd.Function):
                 q1, do1, q2, do2, k2, v2 = q, do, q, do, k, v
             ds = torch.empty(hq * rows, width, dtype=q.dtype, device=q.device) if keep else dk  # dk: an unused pointer
             ds1, ds2 = _ds_descs(ds, (bm, bn), (bm2, bn2)) if keep and tma else (ds, ds)
-            _bwd_dkdv[(triton.cdiv(ctx.max_len, bn), n_seq, hkv)](
+            _bwd_dkdv[(cdiv(ctx.max_len, bn), n_seq, hkv)](
                 q1, k, v, do1, *args, dk, dv, cu, ds1, ctx.scale * LOG2E, ctx.scale, t, q.stride(0), k.stride(0),
                 v.stride(0), dv.stride(0), width, rows, GROUP=group, D=d, BLOCK_M=bm, BLOCK_N=bn, TMA=tma,
                 WRITE_DS=keep, PAD=pad, num_warps=warps, num_stages=stages)
             dq_launch = dict(GROUP=group, D=d, BLOCK_M=bm2, BLOCK_N=bn2, TMA=tma, num_warps=warps2, num_stages=stages2)
             if keep:  # dQ is one dot a tile
-                _bwd_dq_ds[(triton.cdiv(ctx.max_len, bm2), n_seq, hq)](
+                _bwd_dq_ds[(cdiv(ctx.max_len, bm2), n_seq, hq)](
                     ds2, k2, dq, cu, ctx.scale, q.stride(0), k.stride(0), width, rows, PAD=pad, **dq_launch)
             else:
-                _bwd_dq[(triton.cdiv(ctx.max_len, bm2), n_seq, hq)](
+                _bwd_dq[(cdiv(ctx.max_len, bm2), n_seq, hq)](
                     q2, k2, v2, do2, *args, dq, cu, ctx.scale * LOG2E, ctx.scale, t, q.stride(0), k.stride(0),
                     v.stride(0), **dq_launch)
         else:
@@ -637,12 +637,12 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     group = hq // hkv
     block_m, warps, stages, swap_stages = config or PAGED_CONFIG
     # R first tiles + sum over requests of (cdiv(nq_r * group, block_m) - 1) <= R + cdiv(T * group, block_m)
-    grid = (triton.cdiv(t * group, block_m) + n_req, hkv)
+    grid = (cdiv(t * group, block_m) + n_req, hkv)
     _paged_fwd[grid](q, kv_cache, out, block_table, seq_lens.to(device=q.device, dtype=torch.int32),
                      query_start_loc.to(device=q.device, dtype=torch.int32), scale * LOG2E, q.stride(0),
                      out.stride(0), kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
                      block_table.stride(0), bs, n_req, GROUP=group, D=d, BLOCK_M=block_m, BLOCK_N=BLOCK_N,
-                     R_PAD=max(16, triton.next_power_of_2(n_req)), SWAP_N=SWAP_N, SWAP_STAGES=swap_stages,
+                     R_PAD=max(16, next_power_of_2(n_req)), SWAP_N=SWAP_N, SWAP_STAGES=swap_stages,
                      num_warps=warps, num_stages=stages)
     return out
 

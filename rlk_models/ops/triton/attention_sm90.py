@@ -47,7 +47,6 @@ and its bits are checked on the GPU (tests/gpu/test_triton_contract_8b.py)."""
 from __future__ import annotations
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -59,6 +58,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .gluon_sm90 import is_sm90, ring, smem_layout, turns
+from .utils import cdiv
 
 # (BLOCK_M, K/V slots, pingpong, consumer registers, maxnreg): two consumer warpgroups of BLOCK_M / 2 query rows
 # and a TMA warp (12 warps, maxnreg registers a thread at launch; setmaxnreg gives the consumers theirs and the
@@ -251,7 +251,7 @@ def launch(q, k, v, o, lse, cu, qk_scale: float, max_len: int, config=None) -> N
     block_m, num_buf, pingpong, consumer_regs, maxnreg = config or SM90_CONFIG
     t, hq, d = q.shape
     qd, kd, vd = descriptors(q, k, v, block_m // 2, BLOCK_N)
-    _varlen_fwd_ws[(triton.cdiv(max_len, block_m), cu.numel() - 1, hq)](
+    _varlen_fwd_ws[(cdiv(max_len, block_m), cu.numel() - 1, hq)](
         qd, kd, vd, o, lse, cu, qk_scale, t, o.stride(0), GROUP=hq // k.shape[1], D=d, BLOCK_M=block_m,
         BLOCK_N=BLOCK_N, NUM_BUF=num_buf, PINGPONG=pingpong, CONSUMER_REGS=consumer_regs, num_warps=4,
         maxnreg=maxnreg)

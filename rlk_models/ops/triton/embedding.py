@@ -11,6 +11,7 @@ import triton.language as tl
 
 from ..autograd import embedding_op
 from ..canonical import embedding_order
+from .utils import cdiv
 
 BLOCK_D = 256
 
@@ -37,7 +38,7 @@ def embedding_backward(ids: torch.Tensor, grad: torch.Tensor, num_embeddings: in
     if ids.numel() == 0:
         return out
     order, uniq, counts, starts = embedding_order(ids)
-    _emb_bwd[(uniq.numel(), triton.cdiv(d, BLOCK_D))](grad, order, starts, counts, uniq, out, d, BLOCK_D=BLOCK_D)
+    _emb_bwd[(uniq.numel(), cdiv(d, BLOCK_D))](grad, order, starts, counts, uniq, out, d, BLOCK_D=BLOCK_D)
     return out
 
 

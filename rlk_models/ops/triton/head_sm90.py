@@ -40,7 +40,6 @@ tiles a program to hide an epilogue under).
 from __future__ import annotations
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -52,7 +51,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .gluon_sm90 import is_sm90, ring, smem_layout, turns
-from .utils import num_sms
+from .utils import cdiv, num_sms
 
 # (K slots, consumer registers, maxnreg, ping-pong): two consumer warpgroups of 64 rows and a TMA warp (12 warps;
 # maxnreg registers a thread at launch, setmaxnreg gives the consumers theirs and the loader 24). Shared memory: a
@@ -313,7 +312,7 @@ def launch(h, w, q, tgt, m, s, e, t_logit, n_tiles: int, n_stats: int, with_entr
     num_buf, consumer_regs, maxnreg, pingpong = config or STATS_SM90_CONFIG
     t, k = h.shape
     hd, wd, qd = descriptors(h, w, q, block_v, block_k)
-    num_pid_m = triton.cdiv(t, BLOCK_M)
+    num_pid_m = cdiv(t, BLOCK_M)
     common = dict(HAS_TGT=has_targets, WITH_E=with_entropy, KEEP_P=q is not None, NUM_BUF=num_buf,
                   CONSUMER_REGS=consumer_regs, num_warps=4, maxnreg=maxnreg)
     if pingpong:

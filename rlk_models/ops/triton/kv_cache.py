@@ -9,6 +9,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .utils import next_power_of_2
+
 
 @triton.jit
 def _write_kv_kernel(k_ptr, v_ptr, cache_ptr, slot_ptr, s_kt, s_kh, s_vt, s_vh, s_blk, s_head, s_off, block_size,
@@ -46,4 +48,4 @@ def write_kv(kv_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor, slo
     d = d2 // 2
     _write_kv_kernel[(n, hkv)](key, value, kv_cache, slot_mapping, key.stride(0), key.stride(1), value.stride(0),
                                value.stride(1), kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2), bs, D=d,
-                               BLOCK_D=triton.next_power_of_2(d))
+                               BLOCK_D=next_power_of_2(d))

@@ -59,7 +59,7 @@ from ..autograd import head_ops
 from ..canonical import VOCAB_GROUPS, VOCAB_TILE, HeadStats, ShardStats, TileProbs, padded_vocab
 from . import head_sm90
 from .matmul import HALF, Launch, mm
-from .utils import BLOCK_K, bind_cuda_context, dot_k_range, fit_stages, num_sms, tma_ok
+from .utils import BLOCK_K, bind_cuda_context, cdiv, dot_k_range, fit_stages, num_sms, tma_ok
 
 BWD_CHUNK = 2048        # the narrowest backward vocab chunk (entries), and the unit of wider ones
 BWD_ELEMS = 1 << 22     # [T, chunk] entries of one chunk's dlogits at most (8 MiB bf16): 2048 from T = 2048
@@ -398,14 +398,14 @@ def _launch_stats(h, w_real, targets, with_entropy, keep_logits, n_stats, keep_p
         tgt = torch.empty(t, dtype=torch.float32, device=dev)
     logits = (m if not keep_logits else logits_out if logits_out is not None
               else torch.empty(t, v, dtype=torch.float32, device=dev))
-    n_tiles = triton.cdiv(v, VOCAB_TILE)
+    n_tiles = cdiv(v, VOCAB_TILE)
     q = torch.empty(t, n_tiles * VOCAB_TILE, dtype=h.dtype, device=dev) if keep_probs else None
     elem = h.element_size()
     if t and n_tiles:
         block_m, warps = (next(c for bound, c in STATS_CONFIG.items() if t <= bound) if h.dtype == torch.bfloat16
                           else STATS_CONFIG_OTHER)
         stride = 4 * num_sms(dev)  # the loop's constexpr stride: fixed, not the grid (a kernel per row count)
-        progs = min(triton.cdiv(t, block_m) * n_tiles, stride)
+        progs = min(cdiv(t, block_m) * n_tiles, stride)
         tg = targets.contiguous() if targets is not None else tgt  # without targets: never read
         h, w_real = h.contiguous(), w_real.contiguous()
         sm90 = _sm90_config(t, k, keep_probs)
@@ -447,7 +447,7 @@ def _shard(h, w_shard, shard, vocab_size, targets, with_entropy, keep_logits, ke
                                                       n_groups * tpg, keep_probs, start, filled=False,
                                                       logits_out=logits_out)
     # the tiles of each group, then this shard's groups
-    out = _shard_tree(m_tiles, s, e if with_entropy else None, n_groups, tpg, triton.cdiv(real, VOCAB_TILE),
+    out = _shard_tree(m_tiles, s, e if with_entropy else None, n_groups, tpg, cdiv(real, VOCAB_TILE),
                       targets, t_logit, start, real, final)
     return out, (logits if keep_logits else None), (TileProbs(q, m_tiles) if keep_probs else None)
 
@@ -514,7 +514,7 @@ def _backward(h, w, targets, lse, mean_l, vocab_size, g_logp, g_ent, need_dw):
         c = b - a
         dlc = dl[:, :c] if c == chunk else torch.empty(t, c, dtype=h.dtype, device=h.device)
         if t:
-            _dlogits_kernel[(triton.cdiv(t, bm), triton.cdiv(c, bv))](
+            _dlogits_kernel[(cdiv(t, bm), cdiv(c, bv))](
                 h, w, targets, lse, mean_l, g_logp, g_ent, dlc, t, c, k, a, WITH_E=with_e,
                 BLOCK_M=bm, BLOCK_V=bv, BLOCK_K=BLOCK_K, num_warps=warps,
                 num_stages=fit_stages(bm + bv, h.element_size(), stages))
@@ -542,7 +542,7 @@ def _probs_backward(h, w, targets, lse, target_logit, probs: TileProbs, vocab_si
     q, m = probs
     n_tiles = q.shape[1] // VOCAB_TILE
     if t:
-        _probs_dlogits_kernel[(triton.cdiv(t, PROBS_BLOCK_M), n_tiles)](
+        _probs_dlogits_kernel[(cdiv(t, PROBS_BLOCK_M), n_tiles)](
             q, m, lse, g_logp.contiguous(), targets, target_logit, t, n_tiles, m.shape[1],
             BLOCK_M=PROBS_BLOCK_M, BLOCK_V=VOCAB_TILE, num_warps=4)
     dl = q[:, :vocab_size]

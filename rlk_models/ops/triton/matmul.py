@@ -67,7 +67,7 @@ import triton.language as tl
 from ..canonical import LINEAR_K_GROUPS as K_GROUPS
 from ..canonical import Partials
 from . import matmul_sm90
-from .utils import BLOCK_K, ONE_PASS, bind_cuda_context, dot_k_range, fit_stages, num_sms, tma_ok
+from .utils import BLOCK_K, ONE_PASS, bind_cuda_context, cdiv, dot_k_range, fit_stages, next_power_of_2, num_sms, tma_ok
 
 HALF = K_GROUPS // 2  # groups per half: the run folded in order before the halves are added
 
@@ -308,8 +308,8 @@ FOLD_BLOCK = 1024  # the most columns a program of ``_fold_kernel`` folds
 def fold_grid(m: int, n: int) -> tuple[tuple[int, int], int]:
     """``_fold_kernel``'s grid (rows, column blocks) for [m, n] outputs, and its BLOCK: a row's columns in
     blocks of ``FOLD_BLOCK``, or in one block of the power of two above n where n is narrower."""
-    block = min(FOLD_BLOCK, triton.next_power_of_2(n))
-    return (m, triton.cdiv(n, block)), block
+    block = min(FOLD_BLOCK, next_power_of_2(n))
+    return (m, cdiv(n, block)), block
 
 
 def fold_partials(parts: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None, count: int, run: int
@@ -697,10 +697,10 @@ _device_name: list[str | None] = [None]  # whose file DEVICE_LAUNCHES holds (Non
 def wave_rows(m: int, n: int, config: tuple[int, int, int, int], sms: int) -> int:
     """The rows a ``Launch.tail`` launch runs in its own tiles (config's BLOCK_M x BLOCK_N): whole waves of them
     over ``sms`` SMs, when the rest fit one wave of ``SM90_TAIL``'s tiles; else all ``m``."""
-    per_wave = sms // triton.cdiv(n, config[1]) * config[0]
+    per_wave = sms // cdiv(n, config[1]) * config[0]
     head = m // per_wave * per_wave if per_wave else m
     tail_bm, tail_bn = SM90_TAIL.config[:2]
-    if head == m or triton.cdiv(m - head, tail_bm) * triton.cdiv(n, tail_bn) > sms:
+    if head == m or cdiv(m - head, tail_bm) * cdiv(n, tail_bn) > sms:
         return m
     return head
 
@@ -751,7 +751,7 @@ def tile_grid(launch: Launch, split: int, m: int, n: int, bm: int, bn: int, sms:
     """(tiles, programs along axis 0, persistent) of a Triton launch of bm x bn tiles over m x n (a swap launch's
     m and n already exchanged): persistent, one program an SM walking the tiles, else one a tile (a split launch has
     as many again along axis 1, one a part)."""
-    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    tiles = cdiv(m, bm) * cdiv(n, bn)
     persistent = launch.persistent and not split and not launch.flat  # flat: a tile each
     return tiles, min(sms, tiles) if persistent else tiles, persistent
 
@@ -788,7 +788,7 @@ def grids(m: int, n: int, k: int, groups: int, launch: Launch | None = None, sms
         for rows, lc in ((head, launch), (m - head, SM90_TAIL)):
             if rows:
                 bm, bn = lc.config[:2]
-                tiles = triton.cdiv(rows, bm) * triton.cdiv(n, bn)
+                tiles = cdiv(rows, bm) * cdiv(n, bn)
                 out.append(Grid(rows, "gluon", (bm, bn), tiles, min(tiles, sms) if lc.persistent else tiles))
         return out
     split = split_of(launch, groups, m, n)
@@ -880,7 +880,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
     split = split_of(launch, groups, m, n)
     # a group's K: whole K-tiles, K split as evenly as they allow (exactly K / groups where K is a multiple of groups
     # x BLOCK_K, as k_groups ensures for a layer); past K the loads are zeros (masks; TMA's bounds)
-    kg = triton.cdiv(k, groups * BLOCK_K) * BLOCK_K if grouped else k
+    kg = cdiv(k, groups * BLOCK_K) * BLOCK_K if grouped else k
     use_tma = tma_ok(a, b, out) if tma is None else tma
     bk = _block_k(launch, use_tma and a.is_cuda, kg, grouped, explicit)
     bm, bn, warps, stages = fitted_config(launch.config, a.element_size(), 4 if split else out.element_size(),

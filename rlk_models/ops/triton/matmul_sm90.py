@@ -51,7 +51,6 @@ columns (both consumers, half the columns each) in the same launch as the 128-ro
 from __future__ import annotations
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -63,7 +62,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .gluon_sm90 import GL_DTYPES, is_sm90, ring, smem_layout, turns
-from .utils import BLOCK_K, fit_stages, num_sms
+from .utils import BLOCK_K, cdiv, fit_stages, num_sms
 
 HALF = 64  # a consumer warpgroup's rows: a tile is 128 or 192 x BLOCK_N (64 rows each) or 64 x BLOCK_N split by columns
 # the K slot widths (``Launch.block_k``) benchmarks/triton/gluon_sass.py builds and tests/gpu proves, each where two
@@ -433,7 +432,7 @@ def launch(a, b, out, bias, groups: int, run: int, block_m: int, block_n: int, n
     m, k = a.shape
     n = b.shape[0]
     descs = descriptors(a, b, out, block_m, block_n, block_k)
-    tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
+    tiles = cdiv(m, block_m) * cdiv(n, block_n)
     grid = (min(tiles, num_sms(a.device)) if persistent else tiles,)
     _mm_groups_ws[grid](*descs, bias if bias is not None else out, m, n, k, k // groups, bias is not None, groups,
                         run, **consts, num_warps=4, maxnreg=maxnreg)

@@ -33,10 +33,11 @@ from ..canonical import LINEAR_K_GROUPS, Partials
 from ..checks import check_add_rms_norm, check_rms_norm, check_rms_norm_rope
 from .matmul import fold_parts
 from .rope import rope_backward, rotated_hi, rotated_lo
+from .utils import cdiv, next_power_of_2
 
 
 def _block(d: int) -> tuple[int, int]:
-    b = triton.next_power_of_2(d)
+    b = next_power_of_2(d)
     return b, 4 if b <= 2048 else 8
 
 
@@ -45,13 +46,13 @@ def _fwd_rows(d: int) -> int:
     8, so a program moves 2 KiB of bf16, not 256 bytes). What held the per-head q/k norm at 0.8 TB/s
     on the H200, with 1 row a program and with 8, was an int64 ``row // H`` (a division subroutine
     a row); in int32, 2.9 TB/s (benchmarks/triton/norm_shapes.py, session 26)."""
-    return max(1, 1024 // triton.next_power_of_2(d))
+    return max(1, 1024 // next_power_of_2(d))
 
 
 def _bwd_tile(d: int) -> tuple[int, int, int]:
     """(rows per step, rows per program, warps) of the backward: functions of D only (the rows per
     program set dw's summation order: a chunk's partial, then the chunks in order)."""
-    b = triton.next_power_of_2(d)
+    b = next_power_of_2(d)
     rows = max(1, min(32, 4096 // b))
     return rows, max(rows, 131072 // b), _block(d)[1]
 
@@ -341,11 +342,11 @@ def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None
         res = r2 is not None
         pos, tab = rope if rope is not None else (y, y)
         count, run, bias = parts or (0, 1, None)
-        _rms_fwd[(triton.cdiv(m, rows),)](x2, w, y, rstd, r2 if res else y, s if res else y, pos, tab, m, d, heads, sx,
+        _rms_fwd[(cdiv(m, rows),)](x2, w, y, rstd, r2 if res else y, s if res else y, pos, tab, m, d, heads, sx,
                                           eps, d // 2, second[0] if second else w, y2, rstd2, h1,
                                           bias if bias is not None else w, ROWS=rows,
                                           BLOCK_D=block, RES=res, ROPE=rope is not None,
-                                          BLOCK_HALF=triton.next_power_of_2(max(1, d // 2)), TWO=second is not None,
+                                          BLOCK_HALF=next_power_of_2(max(1, d // 2)), TWO=second is not None,
                                           PARTS=count, RUN=run, HAS_BIAS=bias is not None, num_warps=warps)
     return (y, rstd) if second is None else (y, rstd, y2, rstd2)
 
@@ -371,7 +372,7 @@ def _backward(dy, x2, w, rstd, want_dw: bool, tile: tuple[int, int, int] | None 
             raise ValueError(f"rms_norm backward: dx_out must be a [T, {heads}, {d}] view with rows of {d} contiguous, "
                              f"got {tuple(dx_out.shape)} strides {dx_out.stride()}")
         dx, sdx = dx_out, dx_out.stride(0)
-    chunks = max(1, triton.cdiv(m, chunk))
+    chunks = max(1, cdiv(m, chunk))
     alloc = torch.empty if m else torch.zeros  # every chunk's program writes its partial
     dwp = alloc(chunks if want_dw else 1, d, dtype=torch.float32, device=x2.device)
     if m:
@@ -384,7 +385,7 @@ def _backward(dy, x2, w, rstd, want_dw: bool, tile: tuple[int, int, int] | None 
     dw = None
     if want_dw:
         dw = torch.empty_like(w)
-        _fold_chunks[(triton.cdiv(d, FOLD_COLS),)](dwp, dw, chunks, d, BLOCK_C=FOLD_COLS, AHEAD=FOLD_AHEAD, num_warps=1)
+        _fold_chunks[(cdiv(d, FOLD_COLS),)](dwp, dw, chunks, d, BLOCK_C=FOLD_COLS, AHEAD=FOLD_AHEAD, num_warps=1)
     return dx, dw
 
 

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from ..checks import check_rope
+from .utils import next_power_of_2
 
 
 @triton.jit
@@ -53,7 +54,7 @@ def _apply(x: torch.Tensor, positions: torch.Tensor, table: torch.Tensor, sign: 
     y = torch.empty(t, h, d, dtype=x.dtype, device=x.device)
     if t:
         _rope_kernel[(t,)](x, positions, table, y, h, d // 2, x.stride(0), y.stride(0), SIGN=sign,
-                           BLOCK_H=triton.next_power_of_2(h), BLOCK_HALF=triton.next_power_of_2(d // 2))
+                           BLOCK_H=next_power_of_2(h), BLOCK_HALF=next_power_of_2(d // 2))
     return y
 
 

@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .utils import cdiv
+
 BLOCK = 1024
 
 
@@ -54,7 +56,7 @@ def silu_mul_forward(gu: torch.Tensor) -> torch.Tensor:
     inter = gu.shape[1] // 2
     y = torch.empty(gu.shape[0], inter, dtype=gu.dtype, device=gu.device)
     if gu.shape[0]:
-        _silu_mul_fwd[(gu.shape[0], triton.cdiv(inter, BLOCK))](gu, y, inter, BLOCK=BLOCK)
+        _silu_mul_fwd[(gu.shape[0], cdiv(inter, BLOCK))](gu, y, inter, BLOCK=BLOCK)
     return y
 
 
@@ -64,6 +66,6 @@ def silu_mul_backward(gu: torch.Tensor, dy: torch.Tensor, with_act: bool) -> tup
     dgu = torch.empty_like(gu)
     act = torch.empty(gu.shape[0], inter, dtype=gu.dtype, device=gu.device) if with_act else None
     if gu.shape[0]:
-        _silu_mul_bwd[(gu.shape[0], triton.cdiv(inter, BLOCK))](gu, dy, dgu, dgu if act is None else act, inter,
+        _silu_mul_bwd[(gu.shape[0], cdiv(inter, BLOCK))](gu, dy, dgu, dgu if act is None else act, inter,
                                                                WITH_ACT=with_act, BLOCK=BLOCK)
     return dgu, act

@@ -16,6 +16,17 @@ BLOCK_K = 64  # every dot product walks K in tiles of this size, in order: part 
 ONE_PASS = 1 << 24
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) of host ints, for grids and tile counts: ``triton.cdiv`` is a Triton constexpr function (3.6),
+    whose host call unwraps its arguments, several times a launch on ``mm``'s path."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """``triton.next_power_of_2`` of a host int (0 for n <= 0, as Triton's gives for 0), without its constexpr call."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
 @triton.jit
 def dot_k_range(a_ptr, b_ptr, rm, rn, rk, M, N, K, k_lo, k_hi, sam, sak, sbn, sbk, part, BLOCK_K: tl.constexpr):
     """part += A[rm, k_lo:k_hi] @ B[rn, k_lo:k_hi]^T, K-tiles in increasing order (pointer loads,

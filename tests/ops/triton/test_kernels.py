@@ -1510,3 +1510,14 @@ def test_vllm_row_parallel_method_leaves_the_fold_to_the_norm_unless_observed():
         layer.register_forward_hook(lambda *args: None)
         folded = method.apply(layer, x)
         assert isinstance(folded, torch.Tensor) and torch.equal(folded, want)
+
+
+def test_host_cdiv_and_next_power_of_2_are_tritons():
+    """The launch path's host ``cdiv`` and ``next_power_of_2`` (plain Python: Triton's are constexpr functions,
+    ~2 us a host call) give Triton's values: they size grids and the RMSNorm's rows a program and blocks, which
+    fix its summation order."""
+    from rlk_models.ops.triton.utils import cdiv, next_power_of_2
+
+    assert [next_power_of_2(n) for n in range(70_000)] == [triton.next_power_of_2(n) for n in range(70_000)]
+    pairs = [(a, b) for a in range(0, 2_100, 7) for b in (1, 2, 3, 16, 64, 96, 128, 256, 1000)]
+    assert [cdiv(a, b) for a, b in pairs] == [triton.cdiv(a, b) for a, b in pairs]
