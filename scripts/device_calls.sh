@@ -204,6 +204,9 @@
 #   CALL=s58host bash scripts/device_calls.sh   # the host's time to queue each op against torch's (host_time.py), then
 #                                              # the 1.7B training step at 1 x 1024 tokens, profiled (rlk, stock, Liger;
 #                                              # carry .wheels; ~300 s)
+#   CALL=s58host2 bash scripts/device_calls.sh  # each op's host time by stage of Triton's launch path, this tree's
+#                                              # package against .probe_old's, then the 1.7B step at 1 x 1024 tokens
+#                                              # under each (rlk; stock once) (carry .probe_old; ~250 s)
 #   CALL=s57layer bash scripts/device_calls.sh  # o/down 8B at 384-1024 rows as the engine runs them, 3 rounds,
 #                                              # with each side's kernels and their times (no carry, ~120 s)
 #   CALL=s56q bash scripts/device_calls.sh      # qkv 8B at 128 / 192 rows against 64 x 96 tiles (no carry)
@@ -1281,6 +1284,22 @@ s58host)
     grep -E "host per call| own " "$ROOT_OUT"/host58.log | cut -c1-160 | head -90
     part train_small 240 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,stock,liger --batch 1 --seq 1024 --profile"
     tail -60 "$ROOT_OUT/train_small.log" | cut -c1-220
+    ;;
+s58host2)
+    # session 58: where an op's host time goes (host_time.py --breakdown: Triton's binder, cache key, globals check
+    # and launcher, timed directly, and the rest, ours), under this tree's package and .probe_old's (`git archive REV
+    # rlk_models | tar -x -C .probe_old`, carried), then the 1.7B step at 1 x 1024 tokens under each (no Liger)
+    for side in new old; do
+        pp=$([ $side = old ] && echo "$PWD/.probe_old" || echo "$PWD")
+        mkdir -p "$ROOT_OUT/host_$side" "$ROOT_OUT/train_$side"
+        OUT="$ROOT_OUT/host_$side" PYTHONPATH="$pp" timeout 120 python3 benchmarks/triton/host_time.py --breakdown \
+            > "$ROOT_OUT/host_$side.log" 2>&1; echo "host_$side exit $?"
+        grep -E "host per call|launches" "$ROOT_OUT/host_$side.log" | cut -c1-330
+        stacks=$([ $side = new ] && echo rlk,stock || echo rlk)
+        PYTHONPATH="$pp" timeout 200 python3 benchmarks/train_step.py --shape 1.7b --stacks $stacks --batch 1 \
+            --seq 1024 --out "$ROOT_OUT/train_$side" > "$ROOT_OUT/train_$side.log" 2>&1; echo "train_$side exit $?"
+        grep -hE "tok_per_s|step_ms|\"train\"|\"forward\"" "$ROOT_OUT/train_$side"/*.json | head -12
+    done
     ;;
 s57layer)
     # o 8B at 768 rows as the engine runs it took 59.9 us against 46.9 us as a product (session 57; cuBLAS 44.4 / 39.1:

@@ -55,6 +55,7 @@ Backward
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -694,6 +695,7 @@ DEVICE_LAUNCHES: dict[tuple[str, int, int], list[tuple[int, int, Launch]]] = {}
 _device_name: list[str | None] = [None]  # whose file DEVICE_LAUNCHES holds (None: not yet looked up)
 
 
+@functools.lru_cache(maxsize=4096)  # by M: bounded, as a training run's packed sizes are not
 def wave_rows(m: int, n: int, config: tuple[int, int, int, int], sms: int) -> int:
     """The rows a ``Launch.tail`` launch runs in its own tiles (config's BLOCK_M x BLOCK_N): whole waves of them
     over ``sms`` SMs, when the rest fit one wave of ``SM90_TAIL``'s tiles; else all ``m``."""
@@ -705,6 +707,7 @@ def wave_rows(m: int, n: int, config: tuple[int, int, int, int], sms: int) -> in
     return head
 
 
+@functools.cache
 def fitted_config(config: tuple[int, int, int, int], elem_size: int, out_elem_size: int, accumulate: bool = False,
                   explicit: bool = False, block_k: int = BLOCK_K) -> tuple[int, int, int, int]:
     """The (BLOCK_M, BLOCK_N, warps, stages) a launch's config runs with (``mm``; matmul_sass.py compiles the

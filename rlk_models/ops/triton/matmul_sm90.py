@@ -50,6 +50,8 @@ columns (both consumers, half the columns each) in the same launch as the 128-ro
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -343,6 +345,7 @@ def wide(block_m: int, block_n: int) -> bool:
     return block_n in WIDE_COLUMNS if not split_n(block_m) else (block_m, block_n) in GROUPED_WIDE
 
 
+@functools.cache
 def boxes(block_m: int, block_n: int) -> tuple[int, int]:
     """A consumer's columns as (B's and C's first TMA box, the second's; 0 where there is one): a ``wide`` consumer's
     two thirds and one third (192 = 128 + 64, 96 = 64 + 32, 48 = 32 + 16: powers of two, as Gluon's tiles and TMA
@@ -356,6 +359,7 @@ def consumers(block_m: int) -> int:
     return max(2, block_m // HALF)
 
 
+@functools.cache
 def serves_tile(block_m: int, block_n: int, plain: bool = False) -> bool:
     """Whether the kernel has a form for block_m x block_n tiles: 128 rows (a consumer's 64 each) or 64 (a
     consumer's half of the columns each), a consumer's columns 16 up to 128 (its three fp32 tiles -- group
@@ -388,6 +392,7 @@ def ring_fits(block_m: int, block_n: int, block_k: int, num_buf: int, elem_size:
     return slots(block_m, block_n, block_k, num_buf, elem_size, out_elem_size) >= MIN_SLOTS
 
 
+@functools.cache
 def form(block_m: int, block_n: int, block_k: int, num_buf: int, elem_size: int, out_elem_size: int) -> tuple:
     """(``_mm_groups_ws``'s tile constexprs, its registers a thread at launch) for block_m x block_n tiles with up
     to ``num_buf`` K slots: what ``launch`` runs and benchmarks/triton/gluon_sass.py builds."""
