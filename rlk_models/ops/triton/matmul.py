@@ -830,9 +830,81 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         out = torch.empty(m, n, dtype=out_dtype or a.dtype, device=a.device)
     if m == 0 or n == 0:
         return out
-    explicit = launch is not None
     if a.is_cuda and _device_name[0] is None:  # the GPU's own launch file, once a process (a dict lookup after)
         use_device_launches(torch.cuda.get_device_name(a.device))
+    p = _plan(m, n, k, groups, launch, tma, a_km, b_kn, accumulate, a.element_size(), out.element_size(), a.is_cuda,
+              matmul_sm90.usable(a, b, out), tma_ok(a, b, out), num_sms(a.device), _tables_version[0])
+    if p.sm90:
+        bind_cuda_context(a.device)
+        for lo, hi, (bm, bn, _, num_buf), block_k, persistent in p.segments:  # rows lo..hi-1 in these tiles
+            matmul_sm90.launch(a[lo:hi], b, out[lo:hi], bias, groups, run_of(groups), bm, bn, num_buf, block_k,
+                               persistent)
+        return out
+    if p.swap:  # the tiles of B @ A^T: B's rows on the kernel's M side, each tile stored transposed into out
+        a, b, m, n = b, a, n, m
+    bm, bn, bk = p.bm, p.bn, p.bk
+    c = torch.empty(p.parts, m, n, dtype=torch.float32, device=a.device) if p.split else out
+    bias_arg = bias if bias is not None else out  # without a bias: out (the accumulate epilogue reads it there)
+    if p.use_tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        bind_cuda_context(a.device)
+        a_d = TensorDescriptor.from_tensor(a, [bk, bm] if a_km else [bm, bk])
+        b_d = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
+        c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if p.split else [bn, bm] if p.swap else [bm, bn])
+        _mm_tma_kernel[p.grid](a_d, b_d, c_d, bias_arg, m, n, k, p.kg, bias is not None, groups, run_of(groups),
+                               p.split, a_km, b_kn, bm, bn, bk, 8, p.stride, num_warps=p.warps,
+                               num_stages=p.stages, C_T=p.swap, FLAT=p.flat, ACC=accumulate)
+    else:
+        sam, sak = (a.stride(1), a.stride(0)) if a_km else (a.stride(0), a.stride(1))
+        sbn, sbk = (b.stride(1), b.stride(0)) if b_kn else (b.stride(0), b.stride(1))
+        scm, scn = (1, m) if p.swap else (n, 1)  # out is [M, N] of the caller: transposed when swapped
+        _mm_kernel[p.grid](a, b, c, bias_arg, m, n, k, p.kg, sam, sak, sbn, sbk, scm, scn, bias is not None, groups,
+                           run_of(groups), p.split, bm, bn, BLOCK_K, 8, p.stride, num_warps=p.warps,
+                           num_stages=p.stages, C_T=p.swap, ACC=accumulate)
+    if p.split:  # the runs' partials, folded as the fused kernel folds the groups (or by the next op)
+        run = run_of(groups) // p.split
+        if not fold:
+            return Partials(c, bias, out.dtype, run)
+        fold_partials(c, out, bias, p.parts, run)
+    return out
+
+
+class _Plan(NamedTuple):
+    """What ``mm`` launches for a product, decided by ``_plan`` from its shape and operands' kind alone."""
+
+    sm90: bool
+    segments: tuple = ()  # sm90: (lo, hi, config, block_k, persistent) of each launch, its rows lo..hi-1
+    swap: bool = False
+    split: int = 0
+    parts: int = 0
+    kg: int = 0
+    use_tma: bool = False
+    bm: int = 0
+    bn: int = 0
+    bk: int = 0
+    warps: int = 0
+    stages: int = 0
+    stride: int = 0
+    grid: tuple = ()
+    flat: bool = False
+
+
+# bumped when a launch file comes into use (use_launches, use_device_launches): a plan made before is not reused
+_tables_version = [0]
+
+
+@functools.lru_cache(maxsize=8192)
+def _plan(m: int, n: int, k: int, groups: int, launch: Launch | None, tma: bool | None, a_km: bool, b_kn: bool,
+          accumulate: bool, elem: int, out_elem: int, is_cuda: bool, sm90_ok: bool, tma_fits: bool, sms: int,
+          tables: int) -> _Plan:
+    """``mm``'s launch for an [M, K] x [N, K] product in ``groups`` K-groups (``launch``: one asked for by name, else
+    ``launch_for``'s) on operands of ``elem`` bytes into an output of ``out_elem``: which kernel, tiles, split and
+    grid, every check an explicit launch must pass raising here. A function of its arguments only (``sm90_ok``:
+    ``matmul_sm90.usable`` of the operands; ``tma_fits``: ``tma_ok`` of them; ``tables``: ``_tables_version``), so
+    made once a shape: the host's time per product is the launch's, not this decision's again (each launch of a
+    layer asks the same question every step)."""
+    explicit = launch is not None
     launch = launch or launch_for(m, n, groups, k)
     if launch.tail and not launch.sm90:
         raise ValueError(f"matmul: Launch.tail is a form of the sm90 launch ({launch})")
@@ -841,7 +913,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         # tiles (the ring of one deadlocks): a wider slot where two fit, the tile at all where two 64-wide ones do
         # (192 x 192 tiles with fp32 out do not: a table's launch runs the fallback)
         bk, (bm, bn, _, num_buf) = _block_k(launch, True, k // groups, True, explicit), launch.config
-        sizes = (num_buf, a.element_size(), out.element_size())
+        sizes = (num_buf, elem, out_elem)
         if bk != BLOCK_K and not matmul_sm90.ring_fits(bm, bn, bk, *sizes):
             if explicit:
                 raise ValueError(f"matmul: Launch.block_k={bk} needs two K slots in shared memory (the ring of one "
@@ -849,11 +921,11 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
             bk = BLOCK_K
         launch = launch._replace(block_k=bk)
     served = launch.sm90 and (sm90_serves(launch, groups, k) and not (a_km or b_kn or accumulate)
-                              and tma is not False and matmul_sm90.usable(a, b, out) and tma_ok(a, b, out))
+                              and tma is not False and sm90_ok and tma_fits)
     if launch.sm90 and not (served and matmul_sm90.ring_fits(*launch.config[:2], launch.block_k, *sizes)):
         if explicit and served:
-            raise ValueError(f"matmul: {launch} needs two K slots in shared memory beside its {out.dtype} output's "
-                             "staging tiles (the ring of one deadlocks)")
+            raise ValueError(f"matmul: {launch} needs two K slots in shared memory beside its output's "
+                             f"{out_elem}-byte staging tiles (the ring of one deadlocks)")
         if explicit:
             raise ValueError(f"matmul: an sm90 launch ({launch}) computes a forward product (K a multiple of "
                              f"{BLOCK_K} a group, no accumulate) on an sm_90 GPU (bf16/fp16, TMA-addressable, "
@@ -862,66 +934,36 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
                              "192 wide; a tail after 128-row tiles only)")
         launch = sm90_fallback(launch, "groups" if groups > 1 else "plain")
     if launch.sm90:
-        bind_cuda_context(a.device)
-        head = wave_rows(m, n, launch.config, num_sms(a.device)) if launch.tail else m
+        head = wave_rows(m, n, launch.config, sms) if launch.tail else m
         tail = SM90_TAIL._replace(block_k=launch.block_k)
-        for lo, hi, lc in ((0, head, launch), (head, m, tail)):  # rows lo..hi-1 in lc's tiles
-            if hi > lo:
-                matmul_sm90.launch(a[lo:hi], b, out[lo:hi], bias, groups, run_of(groups), *lc.config[:2],
-                                   lc.config[3], lc.block_k, lc.persistent)
-        return out
+        return _Plan(True, tuple((lo, hi, lc.config, lc.block_k, lc.persistent)
+                                 for lo, hi, lc in ((0, head, launch), (head, m, tail)) if hi > lo))
     if launch.swap and (a_km or b_kn or accumulate) and not explicit:  # a table's swap serves forward layouts only
         launch = launch._replace(swap=False)
     swap = launch.swap
-    if swap:  # the tiles of B @ A^T: B's rows on the kernel's M side, each tile stored transposed into out
+    if swap:  # B's rows on the kernel's M side
         if groups > 1 or a_km or b_kn or launch.split or accumulate:
             raise ValueError("matmul: a swap launch computes a plain-K forward product (no K-groups, split-K, "
                              "transposed operands or accumulation)")
-        a, b, m, n = b, a, n, m
-    sms = num_sms(a.device)
+        m, n = n, m
     grouped = groups > 1
     split = split_of(launch, groups, m, n)
     # a group's K: whole K-tiles, K split as evenly as they allow (exactly K / groups where K is a multiple of groups
     # x BLOCK_K, as k_groups ensures for a layer); past K the loads are zeros (masks; TMA's bounds)
     kg = cdiv(k, groups * BLOCK_K) * BLOCK_K if grouped else k
-    use_tma = tma_ok(a, b, out) if tma is None else tma
-    bk = _block_k(launch, use_tma and a.is_cuda, kg, grouped, explicit)
-    bm, bn, warps, stages = fitted_config(launch.config, a.element_size(), 4 if split else out.element_size(),
-                                          accumulate, explicit, bk)
+    use_tma = tma_fits if tma is None else tma
+    bk = _block_k(launch, use_tma and is_cuda, kg, grouped, explicit)
+    bm, bn, warps, stages = fitted_config(launch.config, elem, 4 if split else out_elem, accumulate, explicit, bk)
     tiles, progs, persistent = tile_grid(launch, split, m, n, bm, bn, sms)
     # the tile loop's stride, a constexpr: the SM count (a persistent grid; programs past the last tile run no
     # iteration) or ONE_PASS (a program a tile) -- never the grid itself, which would compile a kernel for
     # every tile count, i.e. for nearly every M a step brings (a JIT stall in the middle of a rollout)
-    stride = sms if persistent else ONE_PASS
     if tiles > ONE_PASS:
         raise ValueError(f"matmul: {m} x {n} in tiles of {bm} x {bn} is more than {ONE_PASS} tiles")
     parts = groups // split if split else 0
-    c = torch.empty(parts, m, n, dtype=torch.float32, device=a.device) if split else out
-    bias_arg = bias if bias is not None else out  # without a bias: out (the accumulate epilogue reads it there)
-    grid = (progs, parts) if split else (progs,)
-    if use_tma:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        bind_cuda_context(a.device)
-        a_d = TensorDescriptor.from_tensor(a, [bk, bm] if a_km else [bm, bk])
-        b_d = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
-        c_d = TensorDescriptor.from_tensor(c, [1, bm, bn] if split else [bn, bm] if swap else [bm, bn])
-        _mm_tma_kernel[grid](a_d, b_d, c_d, bias_arg, m, n, k, kg, bias is not None, groups, run_of(groups), split,
-                             a_km, b_kn, bm, bn, bk, 8, stride, num_warps=warps, num_stages=stages, C_T=swap,
-                             FLAT=launch.flat, ACC=accumulate)
-    else:
-        sam, sak = (a.stride(1), a.stride(0)) if a_km else (a.stride(0), a.stride(1))
-        sbn, sbk = (b.stride(1), b.stride(0)) if b_kn else (b.stride(0), b.stride(1))
-        scm, scn = (1, m) if swap else (n, 1)  # out is [M, N] of the caller: transposed when swapped
-        _mm_kernel[grid](a, b, c, bias_arg, m, n, k, kg, sam, sak, sbn, sbk, scm, scn, bias is not None, groups,
-                         run_of(groups), split, bm, bn, BLOCK_K, 8, stride, num_warps=warps, num_stages=stages,
-                         C_T=swap, ACC=accumulate)
-    if split:  # the runs' partials, folded as the fused kernel folds the groups (or by the next op)
-        run = run_of(groups) // split
-        if not fold:
-            return Partials(c, bias, out.dtype, run)
-        fold_partials(c, out, bias, parts, run)
-    return out
+    return _Plan(False, swap=swap, split=split, parts=parts, kg=kg, use_tma=use_tma, bm=bm, bn=bn, bk=bk,
+                 warps=warps, stages=stages, stride=sms if persistent else ONE_PASS,
+                 grid=(progs, parts) if split else (progs,), flat=launch.flat)
 
 
 def matmul(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
@@ -1127,6 +1169,7 @@ def use_launches(path=None) -> dict[tuple[str, int, int], list[tuple[int, int, L
     table = load_launches(path) if path is not None else {}
     FILE_LAUNCHES.clear()
     FILE_LAUNCHES.update(table)
+    _tables_version[0] += 1
     return FILE_LAUNCHES
 
 
@@ -1150,6 +1193,7 @@ def use_device_launches(name: str | None) -> dict[tuple[str, int, int], list[tup
                              "GPU whose file its name makes it")
     DEVICE_LAUNCHES.clear()
     DEVICE_LAUNCHES.update(table)
+    _tables_version[0] += 1
     _device_name[0] = name
     return DEVICE_LAUNCHES
 

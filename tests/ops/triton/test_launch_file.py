@@ -222,3 +222,23 @@ def test_the_environment_variable_loads_the_file_at_import(tmp_path):
                          text=True, timeout=300)
     assert bad.returncode != 0 and f"matmul launch file {path}: not a launch file" in bad.stderr
 
+
+
+def test_mm_plans_a_shape_once_and_again_under_a_new_launch_file(tmp_path, builtin_tables):
+    """``mm`` decides a shape's launch once (``_plan``, cached: the host's time per product is the launch's), and
+    decides again when a launch file comes into use or goes (``_tables_version``), so no product keeps a launch of
+    the tables before; the bits stay the built-in launch's."""
+    split = mm.Launch((16, 32, 4, 4), split=1)
+    path = tmp_path / "launches.json"
+    mm.save_launches(path, [entry(GROUPS_KEY, (1, 8), split)], {"device": "test"})
+    g = torch.Generator().manual_seed(0)
+    x, w = bitwise_data(g, 4, 1024), bitwise_data(g, 48, 1024, scale=0.5)
+    mm._plan.cache_clear()
+    want = mm.matmul(x, w, row_parallel=True)
+    assert torch.equal(mm.matmul(x, w, row_parallel=True), want)
+    assert mm._plan.cache_info()[:2] == (1, 1)  # (hits, misses): one decision, reused
+    mm.use_launches(path)
+    assert torch.equal(mm.matmul(x, w, row_parallel=True), want)
+    mm.use_launches(None)
+    assert torch.equal(mm.matmul(x, w, row_parallel=True), want)
+    assert mm._plan.cache_info()[:2] == (1, 3), "a launch file's arrival and departure each decide again"
