@@ -207,6 +207,8 @@
 #   CALL=s58host2 bash scripts/device_calls.sh  # each op's host time by stage of Triton's launch path, this tree's
 #                                              # package against .probe_old's, then the 1.7B step at 1 x 1024 tokens
 #                                              # under each (rlk; stock once) (carry .probe_old; ~250 s)
+#   CALL=s58ab bash scripts/device_calls.sh     # host time per op, this tree's package and .probe_old's alternately,
+#                                              # 3 processes each (carry .probe_old; ~150 s)
 #   CALL=s57layer bash scripts/device_calls.sh  # o/down 8B at 384-1024 rows as the engine runs them, 3 rounds,
 #                                              # with each side's kernels and their times (no carry, ~120 s)
 #   CALL=s56q bash scripts/device_calls.sh      # qkv 8B at 128 / 192 rows against 64 x 96 tiles (no carry)
@@ -1299,6 +1301,20 @@ s58host2)
         PYTHONPATH="$pp" timeout 200 python3 benchmarks/train_step.py --shape 1.7b --stacks $stacks --batch 1 \
             --seq 1024 --out "$ROOT_OUT/train_$side" > "$ROOT_OUT/train_$side.log" 2>&1; echo "train_$side exit $?"
         grep -hE "tok_per_s|step_ms|\"train\"|\"forward\"" "$ROOT_OUT/train_$side"/*.json | head -12
+    done
+    ;;
+s58ab)
+    # session 58's host-time change against .probe_old (main at 0d2b254) by alternate processes, as session 58's
+    # calls found one process's host times 1.5x another's: qkv 8B at 16 rows (the swap kernel), o 8B at 16 (split
+    # and fold) and 1024 (Gluon), the RMSNorm, and a qkv forward + backward (carry .probe_old)
+    for round in 1 2 3; do
+        for side in new old; do
+            pp=$([ $side = old ] && echo "$PWD/.probe_old" || echo "$PWD")
+            mkdir -p "$ROOT_OUT/ab_${side}_$round"
+            OUT="$ROOT_OUT/ab_${side}_$round" PYTHONPATH="$pp" timeout 60 python3 benchmarks/triton/host_time.py \
+                --calls 300 --ops "qkv M=16,o M=,rms_norm M=16,qkv fwd" > "$ROOT_OUT/ab_${side}_$round.log" 2>&1
+            echo "== $side round $round exit $?"; grep "host per call" "$ROOT_OUT/ab_${side}_$round.log" | cut -c1-100
+        done
     done
     ;;
 s57layer)

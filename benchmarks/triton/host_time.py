@@ -185,11 +185,15 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--profile", action="store_true", help="ours under cProfile too (inflates small calls)")
     ap.add_argument("--breakdown", action="store_true", help="ours by stage of Triton's launch path (breakdown)")
+    ap.add_argument("--ops", default="", help="comma-separated: only the cases whose name starts with one of these")
     args = ap.parse_args()
     dev = torch.device("cuda")
     res = {"info": info(), "calls": args.calls, "ops": {}}
     with trusted_values():  # value checks (a host read) are their own question: #17 asks about launches
+        wanted = [w for w in args.ops.split(",") if w]
         for name, (ours, theirs) in cases(dev).items():
+            if wanted and not any(name.startswith(w) for w in wanted):
+                continue
             o_us, top = host_us(ours, args.calls, profile=args.profile)
             t_us, _ = host_us(theirs, args.calls)
             res["ops"][name] = {"ours_us": round(o_us, 1), "torch_us": round(t_us, 1), "ours_top_own_us": top}
