@@ -56,6 +56,38 @@ def bench_graph_cold(fn, operands: list[torch.Tensor], rep: int = 50) -> float:
     return bench_graph(lambda: fn(next(it)), rep)
 
 
+def host_us(fn, calls: int, profile: bool = False, top: int = 12) -> tuple[float, list]:
+    """Microseconds of host time per ``fn()``: ``calls`` calls queued behind a GPU kept busy (``torch.cuda._sleep``), so
+    that no launch waits on it, wall time over calls; and (``profile``) the same calls under cProfile, its ``top``
+    heaviest functions by own time as (function, own us, cumulative us) per call (cProfile inflates small calls)."""
+    import cProfile
+    import pstats
+    import time
+    from pathlib import Path
+
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(4_000_000_000)  # seconds at any clock: longer than the calls' enqueue
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    us = (time.perf_counter() - t0) / calls * 1e6
+    torch.cuda.synchronize()
+    rows = []
+    if profile:
+        torch.cuda._sleep(4_000_000_000)
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(calls):
+            fn()
+        prof.disable()
+        torch.cuda.synchronize()
+        st = pstats.Stats(prof).stats
+        rows = [(f"{Path(f).name}:{line}({name})", round(tt / calls * 1e6, 1), round(ct / calls * 1e6, 1))
+                for (f, line, name), (_, _, tt, ct, _) in sorted(st.items(), key=lambda kv: -kv[1][2])[:top]]
+    return us, rows
+
+
 def kernel_rows(prof) -> list[tuple[str, int, float]]:
     """(name, launches, microseconds) of every GPU kernel and memcpy a ``torch.profiler`` run
     recorded, longest total first."""

@@ -332,34 +332,15 @@ BWD_DH_CANDIDATES = {
 
 
 def host_split(fn, calls: int = 20) -> dict:
-    """``fn``'s host time: per call, the time to enqueue ``calls`` calls behind a GPU kept busy (``torch.cuda._sleep``),
-    so that no launch waits for the GPU, under ``checks.trusted_values`` (no value check); and that run's Python
-    profile, its 12 heaviest functions by own time."""
-    import cProfile
-    import pstats
+    """``fn``'s host time (``harness.host_us``: per call, queued behind a busy GPU) under ``checks.trusted_values`` (no
+    value check), and that run's Python profile, its 12 heaviest functions by own time."""
+    from harness import host_us
 
     from rlk_models.ops.checks import trusted_values
 
     with trusted_values():
-        fn()
-        torch.cuda.synchronize()
-        torch.cuda._sleep(2_000_000_000)  # ~1 s at the H200's clock: far longer than the calls' enqueue
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        enqueue = (time.perf_counter() - t0) / calls
-        torch.cuda.synchronize()
-        torch.cuda._sleep(2_000_000_000)
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(calls):
-            fn()
-        prof.disable()
-        torch.cuda.synchronize()
-    stats = pstats.Stats(prof).sort_stats("tottime")
-    top = [(f"{Path(f).name}:{line}({name})", round(tt / calls * 1e6, 1), round(ct / calls * 1e6, 1))
-           for (f, line, name), (_, _, tt, ct, _) in sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:12]]
-    return {"host_us_per_call": round(enqueue * 1e6, 1), "host_top_own_us": top}
+        us, top = host_us(fn, calls, profile=True)
+    return {"host_us_per_call": round(us, 1), "host_top_own_us": top}
 
 
 def backward_split(ts: tuple[int, ...] = (128, 256, 512), replays: int = 10) -> dict:

@@ -12,8 +12,6 @@ Triton's floor: a one-argument kernel through ``kernel[grid](...)``. Writes ``$O
 from __future__ import annotations
 
 import argparse
-import cProfile
-import pstats
 import sys
 import time
 from pathlib import Path
@@ -24,7 +22,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import info, log, save  # noqa: E402
+from harness import host_us, info, log, save  # noqa: E402
 
 from rlk_models.ops import get_backend  # noqa: E402
 from rlk_models.ops.checks import trusted_values  # noqa: E402
@@ -38,32 +36,6 @@ def _touch(x_ptr):
 @triton.jit
 def _touch_desc(d):
     d.store([0, 0], d.load([0, 0]) + 1)
-
-
-def host_us(fn, calls: int, profile: bool = False) -> tuple[float, list]:
-    """Microseconds of host time per ``fn()`` queued behind a sleeping GPU, and (``profile``) cProfile's 10
-    heaviest functions by own time, per call."""
-    fn()
-    torch.cuda.synchronize()
-    torch.cuda._sleep(4_000_000_000)  # seconds at any clock: longer than the calls' enqueue
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    us = (time.perf_counter() - t0) / calls * 1e6
-    torch.cuda.synchronize()
-    top = []
-    if profile:
-        torch.cuda._sleep(4_000_000_000)
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(calls):
-            fn()
-        prof.disable()
-        torch.cuda.synchronize()
-        st = pstats.Stats(prof).stats
-        top = [(f"{Path(f).name}:{line}({name})", round(tt / calls * 1e6, 1), round(ct / calls * 1e6, 1))
-               for (f, line, name), (_, _, tt, ct, _) in sorted(st.items(), key=lambda kv: -kv[1][2])[:10]]
-    return us, top
 
 
 STAGES = ("binder", "cache key", "globals check", "launcher")
