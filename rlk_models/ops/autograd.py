@@ -37,6 +37,24 @@ class DenseKernels:
     silu_mul_backward: Callable
 
 
+class _Unrecorded:
+    """The ctx of a forward run outside autograd (``run_forward``): keeps what the forward sets, saves nothing."""
+
+    def save_for_backward(self, *tensors: torch.Tensor) -> None:
+        pass
+
+
+def run_forward(fn: type[torch.autograd.Function], *args):
+    """``fn.apply(*args)`` where a gradient is recorded (grad mode on and a tensor argument requiring one), else
+    ``fn.forward`` alone on a ctx that saves nothing: the same code, kernels and outputs, without autograd's
+    bookkeeping a call (its graph node, the inputs' unwrapping, the saved tensors), host time that a forward-only
+    pass -- vLLM's inference mode, an RL loop's old-policy and reference log-probs -- waits on at a small batch,
+    where a step is host-bound (session 58)."""
+    if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        return fn.apply(*args)
+    return fn.forward(_Unrecorded(), *args)
+
+
 def _shaped(t: torch.Tensor, *shape: int) -> torch.Tensor:
     """``t`` as ``shape`` (same elements, contiguous): ``t`` itself where the shape is already that,
     so that a 2-D op's output is not a view. (FSDP2 warns on a wrapped module returning a view --
@@ -109,12 +127,12 @@ def dense_ops(k: DenseKernels) -> tuple[Callable, Callable, Callable]:
         """``x [..., K] @ weight[N, K].T (+ bias[N])`` -> [..., N] in ``out_dtype`` (default x.dtype);
         ``row_parallel``: K in the canonical K-groups (a layer whose K tensor parallelism splits)."""
         check_linear(x, weight)
-        return _Linear.apply(x, weight, bias, out_dtype or x.dtype, row_parallel)
+        return run_forward(_Linear, x, weight, bias, out_dtype or x.dtype, row_parallel)
 
     def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
         """``[..., 2I] -> [..., I]``: silu of the first half times the second half."""
         check_silu_mul(gate_up)
-        return _SiluMul.apply(gate_up)
+        return run_forward(_SiluMul, gate_up)
 
     def silu_mul_linear(gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                         keep_act: bool = False) -> torch.Tensor:
@@ -124,7 +142,7 @@ def dense_ops(k: DenseKernels) -> tuple[Callable, Callable, Callable]:
         gate_up for its gradient writes it again (after the product's gradient, before the
         weight's), so the rebuild costs no extra read of gate_up."""
         check_silu_mul_linear(gate_up, weight, bias)
-        return _SiluMulLinear.apply(gate_up, weight, bias, keep_act)
+        return run_forward(_SiluMulLinear, gate_up, weight, bias, keep_act)
 
     return linear, silu_mul, silu_mul_linear
 
@@ -148,7 +166,7 @@ def embedding_op(backward: Callable) -> Callable:
     def embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """Rows of ``weight`` [V, D] for integer ``ids`` of any shape -> [*ids.shape, D]."""
         check_embedding(ids, weight)
-        return _Embedding.apply(ids, weight)
+        return run_forward(_Embedding, ids, weight)
 
     return embedding
 

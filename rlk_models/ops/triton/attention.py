@@ -49,7 +49,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..autograd import column_slot, shared_column_buffer
+from ..autograd import column_slot, run_forward, shared_column_buffer
 from ..checks import check_attention, check_paged_attention, read_cu_seqlens
 from . import attention_sm90
 from .utils import bind_cuda_context, cdiv, next_power_of_2, tma_ok
@@ -606,7 +606,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     if kernel not in (None, "sm90", "triton"):
         raise ValueError(f"triton attention: kernel must be 'sm90' or 'triton', got {kernel!r}")
     bwd_config = bwd_config or (BWD_CONFIG if q.shape[2] >= 128 else BWD_CONFIG_SMALL_D)
-    return _VarlenAttention.apply(q, k, v, cu_seqlens, float(scale), config, bwd_config, tma, kernel)
+    return run_forward(_VarlenAttention, q, k, v, cu_seqlens, float(scale), config, bwd_config, tma, kernel)
 
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,

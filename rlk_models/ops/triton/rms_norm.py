@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..autograd import column_slot, shared_column_buffer
+from ..autograd import column_slot, run_forward, shared_column_buffer
 from ..canonical import LINEAR_K_GROUPS, Partials
 from ..checks import check_add_rms_norm, check_rms_norm, check_rms_norm_rope
 from .matmul import fold_parts
@@ -391,7 +391,7 @@ def _backward(dy, x2, w, rstd, want_dw: bool, tile: tuple[int, int, int] | None 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     check_rms_norm(x, weight)
-    return _RMSNorm.apply(x, weight.contiguous(), eps)  # the kernels read the weight as one contiguous row
+    return run_forward(_RMSNorm, x, weight.contiguous(), eps)  # the kernels read the weight as one contiguous row
 
 
 def add_rms_norm(x: torch.Tensor | Partials, residual: torch.Tensor, weight: torch.Tensor, eps: float
@@ -401,7 +401,7 @@ def add_rms_norm(x: torch.Tensor | Partials, residual: torch.Tensor, weight: tor
     if isinstance(x, Partials):
         return _add_rms_norm_partials(x, residual, weight.contiguous(), eps)
     check_add_rms_norm(x, residual, weight)
-    return _AddRMSNorm.apply(x, residual, weight.contiguous(), eps)
+    return run_forward(_AddRMSNorm, x, residual, weight.contiguous(), eps)
 
 
 def _add_rms_norm_partials(x: Partials, residual: torch.Tensor, weight: torch.Tensor, eps: float
@@ -431,7 +431,8 @@ def rms_norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, positions: 
     """``rope(rms_norm(x, weight, eps), positions, table)`` of ``x [T, H, D]`` (Qwen3's q/k, read in
     place inside the qkv rows) in one kernel: the two ops' code and rounding points."""
     check_rms_norm_rope(x, weight, positions, table)
-    return _RMSNorm.apply(x, weight.contiguous(), eps, positions.contiguous(), table.to(torch.float32).contiguous())
+    return run_forward(_RMSNorm, x, weight.contiguous(), eps, positions.contiguous(),
+                       table.to(torch.float32).contiguous())
 
 
 def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
@@ -448,5 +449,5 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_wei
                 and q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr())
     if not adjacent:
         return rms_norm_rope(q, q_weight, eps, positions, table), rms_norm_rope(k, k_weight, eps, positions, table)
-    return _QKNormRope.apply(q, k, q_weight.contiguous(), k_weight.contiguous(), eps, positions.contiguous(),
+    return run_forward(_QKNormRope, q, k, q_weight.contiguous(), k_weight.contiguous(), eps, positions.contiguous(),
                              table.to(torch.float32).contiguous())

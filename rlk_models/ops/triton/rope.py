@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..autograd import run_forward
 from ..checks import check_rope
 from .utils import next_power_of_2
 
@@ -78,4 +79,4 @@ def rope_backward(dy: torch.Tensor, positions: torch.Tensor, table: torch.Tensor
 def rope(x: torch.Tensor, positions: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """Rotate ``x [T, H, D]`` by the angles of ``positions [T]`` read from ``table [P, D]`` (fp32)."""
     check_rope(x, positions, table)
-    return _Rope.apply(x, positions.contiguous(), table.to(torch.float32).contiguous())
+    return run_forward(_Rope, x, positions.contiguous(), table.to(torch.float32).contiguous())

@@ -1521,3 +1521,62 @@ def test_host_cdiv_and_next_power_of_2_are_tritons():
     assert [next_power_of_2(n) for n in range(70_000)] == [triton.next_power_of_2(n) for n in range(70_000)]
     pairs = [(a, b) for a in range(0, 2_100, 7) for b in (1, 2, 3, 16, 64, 96, 128, 256, 1000)]
     assert [cdiv(a, b) for a, b in pairs] == [triton.cdiv(a, b) for a, b in pairs]
+
+
+def test_ops_outside_autograd_give_the_recorded_outputs(monkeypatch):
+    """Where no gradient is recorded (grad mode off, or no input requiring one) an op runs its Function's forward
+    alone (``autograd.run_forward``: no ``Function.apply``, no graph node, nothing saved); bit for bit the outputs the
+    recorded call gives, and a recorded call still gets its node."""
+    from rlk_models.ops import rope_table
+
+    applied = []
+    real_apply = torch.autograd.Function.apply.__func__
+    monkeypatch.setattr(torch.autograd.Function, "apply",
+                        classmethod(lambda cls, *a, **kw: applied.append(cls.__name__) or real_apply(cls, *a, **kw)))
+
+    tri = get_backend("triton")
+    g = torch.Generator(device=DEV).manual_seed(0)
+    t, hq, hk, d, hid, inter = 12, 4, 2, 64, 256, 384
+
+    def r(*shape):
+        return torch.randn(*shape, device=DEV, generator=g)
+
+    x, res, w_norm = r(t, hid), r(t, hid), r(hid)
+    w, w_down, b = r(96, hid) / 16, r(hid, inter) / 16, r(96)
+    gate_up = r(t, 2 * inter)
+    qkv = r(t, (hq + 2 * hk) * d)
+    wq, wk = r(d), r(d)
+    pos = torch.arange(t, device=DEV)
+    table = rope_table(d, 64, {"rope_type": "default", "rope_theta": 1e6}).to(DEV)
+    cu = torch.tensor([0, 5, t], device=DEV, dtype=torch.int32)
+    emb, ids = r(50, hid), torch.randint(0, 50, (t,), device=DEV, generator=g)
+
+    def heads(qkv_):
+        return (qkv_[:, :hq * d].view(t, hq, d), qkv_[:, hq * d:(hq + hk) * d].view(t, hk, d),
+                qkv_[:, (hq + hk) * d:].view(t, hk, d))
+
+    cases = {
+        "linear": lambda a: tri.linear(a["x"], w, b),
+        "linear row-parallel": lambda a: tri.linear(a["x"], w, row_parallel=True),
+        "silu_mul": lambda a: tri.silu_mul(a["gate_up"]),
+        "silu_mul_linear": lambda a: tri.silu_mul_linear(a["gate_up"], w_down),
+        "rms_norm": lambda a: tri.rms_norm(a["x"], w_norm, 1e-6),
+        "add_rms_norm": lambda a: tri.add_rms_norm(a["x"], res, w_norm, 1e-6),
+        "rms_norm_rope": lambda a: tri.rms_norm_rope(heads(a["qkv"])[0], wq, 1e-6, pos, table),
+        "qk_norm_rope": lambda a: tri.qk_norm_rope(*heads(a["qkv"])[:2], wq, wk, 1e-6, pos, table),
+        "rope": lambda a: tri.rope(heads(a["qkv"])[1].contiguous(), pos, table),
+        "attention": lambda a: tri.varlen_attention(*heads(a["qkv"]), cu, d ** -0.5),
+        "embedding": lambda a: tri.embedding(ids, a["emb"]),
+    }
+    for name, op in cases.items():
+        leaves = {"x": x, "gate_up": gate_up, "qkv": qkv, "emb": emb}
+        recorded = op({k: v.clone().requires_grad_() for k, v in leaves.items()})
+        assert applied, f"{name}: recorded without Function.apply"
+        applied.clear()
+        with torch.no_grad():
+            plain = op(leaves)
+        assert not applied, f"{name}: {applied} applied with no gradient recorded"
+        recorded, plain = (recorded, plain) if isinstance(plain, tuple) else ((recorded,), (plain,))
+        assert all(o.grad_fn is not None for o in recorded), name
+        assert all(o.grad_fn is None and not o.requires_grad for o in plain), name
+        assert all(torch.equal(a.detach(), p) for a, p in zip(recorded, plain, strict=True)), name
