@@ -343,11 +343,11 @@ def _forward(x2, w, eps, m: int, heads: int, sx: int, r2=None, s=None, rope=None
         pos, tab = rope if rope is not None else (y, y)
         count, run, bias = parts or (0, 1, None)
         _rms_fwd[(cdiv(m, rows),)](x2, w, y, rstd, r2 if res else y, s if res else y, pos, tab, m, d, heads, sx,
-                                          eps, d // 2, second[0] if second else w, y2, rstd2, h1,
-                                          bias if bias is not None else w, ROWS=rows,
-                                          BLOCK_D=block, RES=res, ROPE=rope is not None,
-                                          BLOCK_HALF=next_power_of_2(max(1, d // 2)), TWO=second is not None,
-                                          PARTS=count, RUN=run, HAS_BIAS=bias is not None, num_warps=warps)
+                                   eps, d // 2, second[0] if second else w, y2, rstd2, h1,
+                                   bias if bias is not None else w, ROWS=rows,
+                                   BLOCK_D=block, RES=res, ROPE=rope is not None,
+                                   BLOCK_HALF=next_power_of_2(max(1, d // 2)), TWO=second is not None,
+                                   PARTS=count, RUN=run, HAS_BIAS=bias is not None, num_warps=warps)
     return (y, rstd) if second is None else (y, rstd, y2, rstd2)
 
 

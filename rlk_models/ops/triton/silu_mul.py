@@ -67,5 +67,5 @@ def silu_mul_backward(gu: torch.Tensor, dy: torch.Tensor, with_act: bool) -> tup
     act = torch.empty(gu.shape[0], inter, dtype=gu.dtype, device=gu.device) if with_act else None
     if gu.shape[0]:
         _silu_mul_bwd[(gu.shape[0], cdiv(inter, BLOCK))](gu, dy, dgu, dgu if act is None else act, inter,
-                                                               WITH_ACT=with_act, BLOCK=BLOCK)
+                                                        WITH_ACT=with_act, BLOCK=BLOCK)
     return dgu, act
