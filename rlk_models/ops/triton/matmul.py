@@ -695,7 +695,6 @@ DEVICE_LAUNCHES: dict[tuple[str, int, int], list[tuple[int, int, Launch]]] = {}
 _device_name: list[str | None] = [None]  # whose file DEVICE_LAUNCHES holds (None: not yet looked up)
 
 
-@functools.lru_cache(maxsize=4096)  # by M: bounded, as a training run's packed sizes are not
 def wave_rows(m: int, n: int, config: tuple[int, int, int, int], sms: int) -> int:
     """The rows a ``Launch.tail`` launch runs in its own tiles (config's BLOCK_M x BLOCK_N): whole waves of them
     over ``sms`` SMs, when the rest fit one wave of ``SM90_TAIL``'s tiles; else all ``m``."""
@@ -707,7 +706,6 @@ def wave_rows(m: int, n: int, config: tuple[int, int, int, int], sms: int) -> in
     return head
 
 
-@functools.cache
 def fitted_config(config: tuple[int, int, int, int], elem_size: int, out_elem_size: int, accumulate: bool = False,
                   explicit: bool = False, block_k: int = BLOCK_K) -> tuple[int, int, int, int]:
     """The (BLOCK_M, BLOCK_N, warps, stages) a launch's config runs with (``mm``; matmul_sass.py compiles the
@@ -832,7 +830,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_d
         return out
     if a.is_cuda and _device_name[0] is None:  # the GPU's own launch file, once a process (a dict lookup after)
         use_device_launches(torch.cuda.get_device_name(a.device))
-    p = _plan(m, n, k, groups, launch, tma, a_km, b_kn, accumulate, a.element_size(), out.element_size(), a.is_cuda,
+    p = _plan(m, n, k, groups, launch, tma, a_km, b_kn, accumulate, a.dtype, out.dtype, a.is_cuda,
               matmul_sm90.usable(a, b, out), tma_ok(a, b, out), num_sms(a.device), _tables_version[0])
     if p.sm90:
         bind_cuda_context(a.device)
@@ -896,15 +894,16 @@ _tables_version = [0]
 
 @functools.lru_cache(maxsize=8192)
 def _plan(m: int, n: int, k: int, groups: int, launch: Launch | None, tma: bool | None, a_km: bool, b_kn: bool,
-          accumulate: bool, elem: int, out_elem: int, is_cuda: bool, sm90_ok: bool, tma_fits: bool, sms: int,
-          tables: int) -> _Plan:
+          accumulate: bool, dtype: torch.dtype, out_dtype: torch.dtype, is_cuda: bool, sm90_ok: bool, tma_fits: bool,
+          sms: int, tables: int) -> _Plan:
     """``mm``'s launch for an [M, K] x [N, K] product in ``groups`` K-groups (``launch``: one asked for by name, else
-    ``launch_for``'s) on operands of ``elem`` bytes into an output of ``out_elem``: which kernel, tiles, split and
+    ``launch_for``'s) on operands of ``dtype`` into an output of ``out_dtype``: which kernel, tiles, split and
     grid, every check an explicit launch must pass raising here. A function of its arguments only (``sm90_ok``:
     ``matmul_sm90.usable`` of the operands; ``tma_fits``: ``tma_ok`` of them; ``tables``: ``_tables_version``), so
     made once a shape: the host's time per product is the launch's, not this decision's again (each launch of a
     layer asks the same question every step)."""
     explicit = launch is not None
+    elem, out_elem = dtype.itemsize, out_dtype.itemsize
     launch = launch or launch_for(m, n, groups, k)
     if launch.tail and not launch.sm90:
         raise ValueError(f"matmul: Launch.tail is a form of the sm90 launch ({launch})")
@@ -924,8 +923,8 @@ def _plan(m: int, n: int, k: int, groups: int, launch: Launch | None, tma: bool 
                               and tma is not False and sm90_ok and tma_fits)
     if launch.sm90 and not (served and matmul_sm90.ring_fits(*launch.config[:2], launch.block_k, *sizes)):
         if explicit and served:
-            raise ValueError(f"matmul: {launch} needs two K slots in shared memory beside its output's "
-                             f"{out_elem}-byte staging tiles (the ring of one deadlocks)")
+            raise ValueError(f"matmul: {launch} needs two K slots in shared memory beside its {out_dtype} output's "
+                             "staging tiles (the ring of one deadlocks)")
         if explicit:
             raise ValueError(f"matmul: an sm90 launch ({launch}) computes a forward product (K a multiple of "
                              f"{BLOCK_K} a group, no accumulate) on an sm_90 GPU (bf16/fp16, TMA-addressable, "
