@@ -1303,11 +1303,24 @@ s58host2)
         grep -hE "tok_per_s|step_ms|\"train\"|\"forward\"" "$ROOT_OUT/train_$side"/*.json | head -12
     done
     ;;
+s59prove)
+    # session 58's host-path changes (mm's cached launch plan, autograd skipped where nothing is recorded), which no
+    # device call had run: rlk-verify inside CUDA vLLM at the tuned layer shapes (all four rows of
+    # test_rlk_verify_on_cuda_at_the_tuned_layer_shapes), the dense ops' bits natively, every layer's rows at its table
+    # edges, then CALL=s58ab's host times in 2 rounds (carry .vllm-cuda and .probe_old; ~500 s)
+    part tuned_vllm 290 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="tuned_layer_shapes" TEST_TIMEOUT=160
+    test_summary tuned_vllm 12
+    part dense 100 PART=tests TEST_TIMEOUT=90 XDIST=8 TESTS="tests/ops/triton/test_kernels.py tests/ops/test_contract.py" \
+        K="linear or mm or matmul or outside or plan or embedding or silu"
+    test_summary dense 8
+    table_edges 90 XDIST=8
+    ROUNDS=2 NO_TAR=1 CALL=s58ab bash "$0"
+    ;;
 s58ab)
     # session 58's host-time change against .probe_old (main at 0d2b254) by alternate processes, as session 58's
     # calls found one process's host times 1.5x another's: qkv 8B at 16 rows (the swap kernel), o 8B at 16 (split
     # and fold) and 1024 (Gluon), the RMSNorm, and a qkv forward + backward (carry .probe_old)
-    for round in 1 2 3; do
+    for round in $(seq "${ROUNDS:-3}"); do
         for side in new old; do
             pp=$([ $side = old ] && echo "$PWD/.probe_old" || echo "$PWD")
             mkdir -p "$ROOT_OUT/ab_${side}_$round"
