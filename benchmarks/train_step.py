@@ -18,7 +18,9 @@ Stacks (each in its own process, so that peak memory and Liger's monkey-patching
                      states (no logits);
   ``*_compile``      ``stock`` / ``liger`` with the whole step under ``torch.compile``.
 Per stack: tokens/s of forward+backward and of a forward-only log-prob pass (median of
-``--steps`` timed steps after warm-up), peak GPU memory of the step; ratios against the fastest
+``--steps`` timed steps after warm-up), peak GPU memory of the step; for the rlk stacks on CUDA
+also the forward-only pass by graph replays (``token_logprobs(..., cuda_graphs=True)``) and the
+count of its log-probs that differ from the eager pass's (``forward_graphs_mismatch``); ratios against the fastest
 non-rlk stack of the same run; ``--profile``: also one step's kernels per stack, by time, the
 GPU's idle time within it (``harness.idle_gaps``: the longest gaps and their neighbours) and the
 step's wall time split by CUDA events (``step_split``). Results:
@@ -143,6 +145,16 @@ def stage_stack(a) -> dict:
     res = {"train_tok_per_s": round(tokens / step_s), "train_step_ms": round(step_s * 1e3, 2),
            "forward_tok_per_s": round(tokens / fwd_s), "peak_gib": round(peak / 2 ** 30, 2),
            "warmup_s": round(warm_s, 1)}
+    if rlk and cuda:  # the same pass by CUDA graph replays (cuda_graphs=True), checked against the eager one
+        def forward_graphs():
+            with torch.no_grad():
+                return -model.token_logprobs(ids, cuda_graphs=True).sum()
+
+        with torch.no_grad():
+            eager, graphed = model.token_logprobs(ids), model.token_logprobs(ids, cuda_graphs=True)
+        timed(forward_graphs, 2)
+        res["forward_graphs_tok_per_s"] = round(tokens / sorted(timed(forward_graphs, a.steps))[a.steps // 2])
+        res["forward_graphs_mismatch"] = int((eager != graphed).sum())
     if a.profile and cuda:
         res["kernels"] = step_kernels(train_step)
         res["forward_kernels"] = step_kernels(forward_only)  # the RL "old policy" pass
@@ -240,9 +252,11 @@ def main() -> None:
     rlk = summary.get("rlk", {})
     if rivals and "train_tok_per_s" in rlk:
         best = max(rivals, key=lambda r: r["train_tok_per_s"])
+        best_fwd = max(r["forward_tok_per_s"] for r in rivals)
         summary["rlk_vs_fastest_rival"] = {
             "train": round(rlk["train_tok_per_s"] / best["train_tok_per_s"], 3),
-            "forward": round(rlk["forward_tok_per_s"] / max(r["forward_tok_per_s"] for r in rivals), 3),
+            "forward": round(rlk["forward_tok_per_s"] / best_fwd, 3),
+            "forward_graphs": round(rlk.get("forward_graphs_tok_per_s", 0) / best_fwd, 3),
             "peak_memory": round(rlk["peak_gib"] / best["peak_gib"], 3) if best["peak_gib"] else None}
     stages.save()
     print(json.dumps({k: v for k, v in summary.items() if k != "ckpt"}, indent=1), flush=True)

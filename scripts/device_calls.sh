@@ -1305,15 +1305,24 @@ s58host2)
     ;;
 s59prove)
     # session 58's host-path changes (mm's cached launch plan, autograd skipped where nothing is recorded), which no
-    # device call had run: rlk-verify inside CUDA vLLM at the tuned layer shapes (all four rows of
+    # device call had run: rlk-verify inside CUDA vLLM at the 8B's tuned layer shapes (both rows of
     # test_rlk_verify_on_cuda_at_the_tuned_layer_shapes), the dense ops' bits natively, every layer's rows at its table
-    # edges, then CALL=s58ab's host times in 2 rounds (carry .vllm-cuda and .probe_old; ~500 s)
-    part tuned_vllm 290 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="tuned_layer_shapes" TEST_TIMEOUT=160
+    # edges, then the graphed forward-only log-prob pass (cuda_graphs=True) against the eager one (carry .vllm-cuda;
+    # ~500 s)
+    part tuned_vllm 220 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="tuned_layer_shapes and 8b" TEST_TIMEOUT=200
     test_summary tuned_vllm 12
-    part dense 100 PART=tests TEST_TIMEOUT=90 XDIST=8 TESTS="tests/ops/triton/test_kernels.py tests/ops/test_contract.py" \
+    part dense 90 PART=tests TEST_TIMEOUT=80 XDIST=8 TESTS="tests/ops/triton/test_kernels.py tests/ops/test_contract.py" \
         K="linear or mm or matmul or outside or plan or embedding or silu"
     test_summary dense 8
     table_edges 90 XDIST=8
+    part graphs 120 PART=tests TEST_TIMEOUT=110 TESTS=tests/gpu/test_logprob_graphs_cuda.py
+    test_summary graphs 16
+    ;;
+s59step)
+    # the graphed forward-only pass's speed: the 1.7B step at 1 x 1024 tokens (rlk with and without graphs, stock,
+    # Liger), then CALL=s58ab's host times in 2 rounds (carry .wheels and .probe_old; ~350 s)
+    part train_small 220 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,stock,liger --batch 1 --seq 1024"
+    tail -40 "$ROOT_OUT/train_small.log" | cut -c1-220
     ROUNDS=2 NO_TAR=1 CALL=s58ab bash "$0"
     ;;
 s58ab)

@@ -46,6 +46,7 @@ from ..ops.selftest import maybe_require
 from .config import validate_config
 from .decoder import Decoder, Embedding, Linear, RMSNorm, TrainingBuilder, VarlenMeta
 from .generation import RLKCache, cached_step
+from .logprob_graphs import LogprobGraphs
 
 
 @dataclass
@@ -202,14 +203,31 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         return self.ops.logprob_head(hidden, self.lm_head.weight, targets, self.config.vocab_size, with_entropy,
                                      getattr(self.config, "rlk_head_save_probs", True))
 
+    @property
+    def logprob_graphs(self) -> LogprobGraphs:
+        """The CUDA graphs that ``cuda_graphs=True`` replays (``modeling.logprob_graphs``); ``.clear()``
+        frees them."""
+        graphs = self.__dict__.get("_logprob_graphs")
+        if graphs is None:
+            graphs = self._logprob_graphs = LogprobGraphs()
+        return graphs
+
     @torch.compiler.disable  # eager bits inside compiled callers (module docstring)
     def packed_token_logprobs(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor,
-                              return_entropy: bool = False):
+                              return_entropy: bool = False, cuda_graphs: bool = False):
         """float32 [T]: entry i is log p(input_ids[i+1] | its sequence up to i) for packed
         sequences ``input_ids [T]`` split at ``cu_seqlens [B+1]``; the last token of each
-        sequence has no successor and gets 0. With ``return_entropy`` also the entropy [T]."""
+        sequence has no successor and gets 0. With ``return_entropy`` also the entropy [T].
+
+        ``cuda_graphs=True`` (CUDA, no gradient: an RL step's old-policy and reference passes):
+        the same bits by a CUDA graph replay of the whole pass, captured once per padded batch
+        size (``modeling.logprob_graphs``) -- one launch where the eager pass queues a few hundred,
+        whose host time bounds small micro-batches."""
         if input_ids.dim() != 1:
             raise ValueError(f"packed_token_logprobs: input_ids must be flat [T], got {tuple(input_ids.shape)}")
+        if cuda_graphs:
+            logp, ent = self.logprob_graphs(self, input_ids, cu_seqlens, return_entropy)
+            return (logp, ent) if return_entropy else logp
         cu = cu_seqlens.to(device=input_ids.device, dtype=torch.int64)
         if cu.dim() != 1 or int(cu[0]) != 0 or int(cu[-1]) != input_ids.numel() or bool((cu[1:] < cu[:-1]).any()):
             raise ValueError(f"cu_seqlens must rise from 0 to T={input_ids.numel()}, got {cu.tolist()}")
@@ -223,12 +241,13 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
 
     @torch.compiler.disable  # eager bits inside compiled callers (module docstring)
     def token_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                       return_entropy: bool = False):
+                       return_entropy: bool = False, cuda_graphs: bool = False):
         """float32 [B, S-1]: entry [b, t] = log p(input_ids[b, t+1] | input_ids[b, :t+1]) for
         right-padded batches (entries at padding are 0). Same bits as ``packed_token_logprobs``
-        and as the vLLM class for the same sequence, whatever else is in the batch."""
+        and as the vLLM class for the same sequence, whatever else is in the batch.
+        ``cuda_graphs``: as ``packed_token_logprobs``'s (forward-only, CUDA)."""
         p = pack(input_ids, attention_mask)
-        out = self.packed_token_logprobs(p.input_ids, p.cu_seqlens, return_entropy)
+        out = self.packed_token_logprobs(p.input_ids, p.cu_seqlens, return_entropy, cuda_graphs)
         b, s = p.shape
 
         def unpack(x):

@@ -1,0 +1,187 @@
+"""CUDA graphs of the training class's forward-only log-prob pass (``LogprobGraphs``): what
+``packed_token_logprobs(..., cuda_graphs=True)`` and ``token_logprobs(..., cuda_graphs=True)`` run.
+
+Why: an RL step computes the old policy's and the reference model's log-probs with no gradient,
+and at small micro-batches that pass is host-bound: a 1.7B forward of one 1,024-token sequence
+queued 350 kernels (6.8 ms of GPU time) in ~66 ms of host time on an H100 (session 58, 0.47x
+stock transformers' forward-only tokens/s). A graph replays the same kernels with one launch.
+
+How the bits stay the eager pass's: the graph runs the same ops on a padded batch -- the real
+tokens, then one pad sequence (at least one token, position 0, id 0) up to a multiple of
+``token_step`` -- and every op of the contract computes a token's row independently of the other
+rows and of their number (batch invariance: what lets vLLM's padded decode graphs give the
+training class's bits). The varlen attention's grid is fixed at capture by the longest sequence,
+rounded up to ``token_step``; tiles past a sequence's end do nothing. A graph is kept per (padded
+tokens, sequences, padded longest sequence, entropy or not) and reused for any batch with that
+key; captures go in one memory pool, up to ``max_graphs`` (least recently used dropped).
+
+Limits: parameters must stay where they are (an optimizer's in-place update is fine: a replay reads
+the live weights; a parameter moved to other memory -- ``.to()``, a reload that replaces tensors
+-- is noticed by its address and the graphs are captured again). Not for sharded or offloaded
+models (FSDP gathers parameters into new memory each forward). The value checks the eager pass
+makes inside its ops (token ids in the vocabulary, positions within the RoPE table) are made here,
+before the replay, with one host read of ``cu_seqlens`` and the ids' range.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+TOKEN_STEP = 256  # padded token counts and attention grids are multiples of this
+MAX_GRAPHS = 32
+
+
+def buckets(lengths: list[int], step: int = TOKEN_STEP) -> tuple[int, int, int]:
+    """(padded tokens, sequences, padded longest) of a packed batch of sequence ``lengths``: the
+    tokens padded to the next multiple of ``step`` above their count (the pad sequence is never
+    empty), the longest sequence (the pad one included) rounded up to a multiple of ``step``."""
+    t = sum(lengths)
+    t_pad = (t // step + 1) * step
+    longest = max([*lengths, t_pad - t])
+    return t_pad, len(lengths), -(-longest // step) * step
+
+
+def template_lengths(t_pad: int, n_seq: int, longest: int) -> list[int]:
+    """``n_seq + 1`` sequence lengths summing to ``t_pad`` whose longest is exactly ``longest``: the
+    batch a graph is captured on, which sets the attention's grid (the replayed batches fit in it:
+    ``buckets`` gives t_pad <= (n_seq + 1) * longest and longest <= t_pad)."""
+    if not (0 < longest <= t_pad <= (n_seq + 1) * longest):
+        raise ValueError(f"no template of {n_seq + 1} sequences, {t_pad} tokens, longest {longest}")
+    out, left = [], t_pad
+    for _ in range(n_seq + 1):
+        out.append(min(longest, left))
+        left -= out[-1]
+    return out
+
+
+@dataclass
+class _Graph:
+    graph: torch.cuda.CUDAGraph
+    ids: torch.Tensor        # [t_pad] int64, static inputs (outside the graph pool)
+    positions: torch.Tensor  # [t_pad] int64
+    cu: torch.Tensor         # [n_seq + 2] int64
+    targets: torch.Tensor    # [t_pad] int64
+    logp: torch.Tensor       # [t_pad] float32, the graph's outputs
+    entropy: torch.Tensor | None
+
+
+class LogprobGraphs:
+    """The graphs of one model (``RLKForCausalLM.logprob_graphs``); ``clear()`` drops them and their
+    memory pool. A copy (``copy.deepcopy(model)``, e.g. a reference model) starts with none."""
+
+    def __init__(self, token_step: int = TOKEN_STEP, max_graphs: int = MAX_GRAPHS):
+        if token_step < 1 or max_graphs < 1:
+            raise ValueError(f"LogprobGraphs: token_step and max_graphs must be >= 1, got {token_step}, {max_graphs}")
+        self.token_step, self.max_graphs = token_step, max_graphs
+        self.graphs: OrderedDict[tuple, _Graph] = OrderedDict()
+        self.params: tuple | None = None
+        self.pool = None
+        self.captures = 0  # graphs captured so far (a test's and a benchmark's count of cache misses)
+
+    def __deepcopy__(self, memo):
+        return LogprobGraphs(self.token_step, self.max_graphs)
+
+    def __getstate__(self):
+        return {"token_step": self.token_step, "max_graphs": self.max_graphs}
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def clear(self) -> None:
+        self.graphs.clear()
+        self.params, self.pool = None, None
+
+    def __call__(self, model, input_ids: torch.Tensor, cu_seqlens: torch.Tensor, return_entropy: bool):
+        """``model.packed_token_logprobs(input_ids, cu_seqlens, return_entropy)`` by a graph replay:
+        (log-probs [T] float32, entropy [T] or None); the last token of each sequence gets 0."""
+        if torch.is_grad_enabled():
+            raise RuntimeError("cuda_graphs=True runs the forward-only pass (a graph records no autograd graph): call "
+                               "it under torch.no_grad() or torch.inference_mode(), or leave cuda_graphs off to train")
+        if not input_ids.is_cuda:
+            raise ValueError(f"cuda_graphs=True needs the model and input_ids on a CUDA device, got {input_ids.device}")
+        t = input_ids.numel()
+        cu = cu_seqlens.to(device=input_ids.device, dtype=torch.int64)
+        if cu.dim() != 1 or cu.numel() < 2:
+            raise ValueError(f"cu_seqlens must rise from 0 to T={t}, got {cu.tolist()}")
+        # one host read: the boundaries (grid and padding) and the ids' range (the eager ops' check)
+        ids_range = torch.stack(torch.aminmax(input_ids)) if t else cu.new_zeros(2)
+        host = torch.cat([cu, ids_range.to(torch.int64)]).tolist()
+        bounds, (lo, hi) = host[:-2], host[-2:]
+        lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
+        if bounds[0] != 0 or bounds[-1] != t or min(lengths) < 0:
+            raise ValueError(f"cu_seqlens must rise from 0 to T={t}, got {bounds}")
+        vocab = model.model.embed_tokens.weight.shape[0]
+        if t and (lo < 0 or hi >= vocab):
+            raise IndexError(f"embedding: token ids must lie in [0, {vocab}), got range [{lo}, {hi}]")
+        table = model.config.max_position_embeddings
+        if max(lengths) > table:
+            raise IndexError(f"rope: position {max(lengths) - 1} is past the table ({table} positions = "
+                             "max_position_embeddings)")
+        t_pad, n_seq, longest = buckets(lengths, self.token_step)
+        params = tuple(p.data_ptr() for p in model.parameters())
+        if params != self.params:  # weights moved: every graph reads the old addresses
+            self.clear()
+            self.params = params
+        key = (t_pad, n_seq, longest, bool(return_entropy))
+        g = self.graphs.get(key)
+        if g is None:
+            g = self._capture(model, key)
+        self.graphs.move_to_end(key)
+
+        from .hf import next_token_targets  # hf imports this module
+        # the static inputs are plain tensors, written from inside a caller's inference mode too (inference_mode(False)
+        # turns gradients on: no_grad again)
+        with torch.inference_mode(False), torch.no_grad():
+            g.ids[:t].copy_(input_ids)
+            g.ids[t:].zero_()
+            starts = torch.repeat_interleave(cu[:-1], cu[1:] - cu[:-1], output_size=t)
+            g.positions[:t].copy_(torch.arange(t, device=cu.device) - starts)
+            g.positions[t:].zero_()
+            g.cu[:-1].copy_(cu)
+            g.cu[-1:].fill_(t_pad)
+            targets, valid = next_token_targets(input_ids, cu)
+            g.targets[:t].copy_(targets)
+            g.targets[t:].zero_()
+            g.graph.replay()
+            logp = torch.where(valid, g.logp[:t], torch.zeros_like(g.logp[:t]))  # a copy: the next replay writes
+            entropy = g.entropy[:t].clone() if g.entropy is not None else None
+        return logp, entropy
+
+    def _capture(self, model, key: tuple) -> _Graph:
+        t_pad, n_seq, longest, entropy = key
+        while len(self.graphs) >= self.max_graphs:
+            self.graphs.popitem(last=False)
+        device = model.model.embed_tokens.weight.device
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        bounds = [0]
+        for n in template_lengths(t_pad, n_seq, longest):
+            bounds.append(bounds[-1] + n)
+        with torch.inference_mode(False), torch.no_grad():
+            # plain tensors: the attention's host read of cu_seqlens (its grid) is remembered per tensor and
+            # version (checks.read_once), which an inference tensor has not -- the warm-up reads the template's
+            # bounds, the capture reuses them without a sync
+            ids = torch.zeros(t_pad, dtype=torch.int64, device=device)
+            positions = torch.zeros_like(ids)
+            targets = torch.zeros_like(ids)
+            cu = torch.tensor(bounds, dtype=torch.int64, device=device)
+
+            def body():
+                hidden = model.packed_hidden_states(ids, cu, positions)
+                return model._head(hidden, targets, entropy)
+
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):  # the warm-up: the kernels compile, the grid's bounds are read
+                body()
+            torch.cuda.current_stream(device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                logp, ent = body()
+        self.captures += 1
+        g = _Graph(graph, ids, positions, cu, targets, logp, ent if entropy else None)
+        self.graphs[key] = g
+        return g

@@ -1,0 +1,55 @@
+"""``LogprobGraphs``' padding and its refusals, on the CPU (its replays against the eager pass, bitwise, are
+tests/gpu/test_logprob_graphs_cuda.py)."""
+
+import copy
+import pickle
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlk_models.modeling.logprob_graphs import LogprobGraphs, buckets, template_lengths
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 3000), min_size=1, max_size=40), st.sampled_from([1, 16, 256]))
+def test_a_batch_fits_the_template_its_graph_was_captured_on(lengths, step):
+    t_pad, n_seq, longest = buckets(lengths, step)
+    t = sum(lengths)
+    assert n_seq == len(lengths) and t_pad % step == 0 and t < t_pad <= t + step  # a non-empty pad sequence
+    assert longest % step == 0 and max(lengths) <= longest and t_pad - t <= longest  # every sequence fits the grid
+    template = template_lengths(t_pad, n_seq, longest)
+    assert len(template) == n_seq + 1 and sum(template) == t_pad and max(template) == longest and min(template) >= 0
+
+
+def test_template_lengths_refuses_what_no_batch_fits():
+    with pytest.raises(ValueError, match="no template of 3 sequences, 1024 tokens, longest 256"):
+        template_lengths(1024, 2, 256)
+
+
+def test_cuda_graphs_refuse_gradients_and_the_cpu(checkpoints):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoints["qwen3"][1], dtype=torch.float32)
+    ids = torch.randint(0, model.config.vocab_size, (2, 9))
+    with pytest.raises(RuntimeError, match=r"forward-only pass .* torch.no_grad\(\)"):
+        model.token_logprobs(ids, cuda_graphs=True)
+    with torch.no_grad(), pytest.raises(ValueError, match="needs the model and input_ids on a CUDA device, got cpu"):
+        model.packed_token_logprobs(ids.reshape(-1), torch.tensor([0, 9, 18]), cuda_graphs=True)
+    with pytest.raises(ValueError, match="token_step and max_graphs must be >= 1"):
+        LogprobGraphs(token_step=0)
+
+
+def test_a_copy_of_the_model_starts_with_no_graphs(checkpoints):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoints["qwen3"][1], dtype=torch.float32)
+    graphs = model.logprob_graphs
+    graphs.graphs[(1, 1, 1, False)] = object()  # stands for a captured graph, which no copy can share
+    graphs.params = (1,)
+    ref = copy.deepcopy(model)
+    assert model.logprob_graphs is graphs and ref.logprob_graphs is not graphs
+    assert not ref.logprob_graphs.graphs and ref.logprob_graphs.params is None
+    back = pickle.loads(pickle.dumps(LogprobGraphs(token_step=64, max_graphs=3)))
+    assert (back.token_step, back.max_graphs, len(back.graphs)) == (64, 3, 0)
