@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..ops.checks import cu_seqlens_read_as
+
 TOKEN_STEP = 256  # padded token counts and attention grids are multiples of this
 MAX_GRAPHS = 32
 
@@ -58,12 +60,56 @@ def template_lengths(t_pad: int, n_seq: int, longest: int) -> list[int]:
 
 
 @dataclass
-class _Graph:
-    graph: torch.cuda.CUDAGraph
-    ids: torch.Tensor        # [t_pad] int64, static inputs (outside the graph pool)
+class PaddedBatch:
+    """The static inputs of one graph: a batch of ``t_pad`` tokens in ``n_seq`` sequences and the pad one,
+    attended over a grid of ``longest`` rows a sequence. ``fill`` writes a batch in; ``run`` is the pass a
+    graph captures (eagerly: the same bits, the grid fixed at ``longest``)."""
+    ids: torch.Tensor        # [t_pad] int64
     positions: torch.Tensor  # [t_pad] int64
     cu: torch.Tensor         # [n_seq + 2] int64
     targets: torch.Tensor    # [t_pad] int64
+    longest: int
+
+    @classmethod
+    def empty(cls, t_pad: int, n_seq: int, longest: int, device) -> PaddedBatch:
+        """Zeros, and the bounds of ``template_lengths``' batch (a batch the grid fits: what the warm-up runs)."""
+        bounds = [0]
+        for n in template_lengths(t_pad, n_seq, longest):
+            bounds.append(bounds[-1] + n)
+        ids = torch.zeros(t_pad, dtype=torch.int64, device=device)
+        return cls(ids, torch.zeros_like(ids), torch.tensor(bounds, dtype=torch.int64, device=device),
+                   torch.zeros_like(ids), longest)
+
+    def fill(self, input_ids: torch.Tensor, cu: torch.Tensor) -> torch.Tensor:
+        """Writes the batch ``input_ids [T]`` split at ``cu [n_seq + 1]`` (int64) into the first T rows and the pad
+        sequence (ids 0, positions 0) after them; returns ``valid [T]``, the tokens with a successor."""
+        from .hf import next_token_targets  # hf imports this module
+        t = input_ids.numel()
+        self.ids[:t].copy_(input_ids)
+        self.ids[t:].zero_()
+        starts = torch.repeat_interleave(cu[:-1], cu[1:] - cu[:-1], output_size=t)
+        self.positions[:t].copy_(torch.arange(t, device=cu.device) - starts)
+        self.positions[t:].zero_()
+        self.cu[:-1].copy_(cu)
+        self.cu[-1:].fill_(self.ids.numel())
+        targets, valid = next_token_targets(input_ids, cu)
+        self.targets[:t].copy_(targets)
+        self.targets[t:].zero_()
+        return valid
+
+    def run(self, model, entropy: bool):
+        """(log-probs [t_pad], entropy [t_pad] or None) of the padded batch, the attention's grid at ``longest``
+        rows a sequence whatever ``cu`` holds (``checks.cu_seqlens_read_as``: no host read, which a capture
+        cannot make)."""
+        with cu_seqlens_read_as(self.cu, (0, self.ids.numel(), self.longest)):
+            hidden = model.packed_hidden_states(self.ids, self.cu, self.positions)
+            return model._head(hidden, self.targets, entropy)
+
+
+@dataclass
+class _Graph:
+    graph: torch.cuda.CUDAGraph
+    batch: PaddedBatch       # static inputs (outside the graph pool)
     logp: torch.Tensor       # [t_pad] float32, the graph's outputs
     entropy: torch.Tensor | None
 
@@ -131,20 +177,10 @@ class LogprobGraphs:
             g = self._capture(model, key)
         self.graphs.move_to_end(key)
 
-        from .hf import next_token_targets  # hf imports this module
         # the static inputs are plain tensors, written from inside a caller's inference mode too (inference_mode(False)
         # turns gradients on: no_grad again)
         with torch.inference_mode(False), torch.no_grad():
-            g.ids[:t].copy_(input_ids)
-            g.ids[t:].zero_()
-            starts = torch.repeat_interleave(cu[:-1], cu[1:] - cu[:-1], output_size=t)
-            g.positions[:t].copy_(torch.arange(t, device=cu.device) - starts)
-            g.positions[t:].zero_()
-            g.cu[:-1].copy_(cu)
-            g.cu[-1:].fill_(t_pad)
-            targets, valid = next_token_targets(input_ids, cu)
-            g.targets[:t].copy_(targets)
-            g.targets[t:].zero_()
+            valid = g.batch.fill(input_ids, cu)
             g.graph.replay()
             logp = torch.where(valid, g.logp[:t], torch.zeros_like(g.logp[:t]))  # a copy: the next replay writes
             entropy = g.entropy[:t].clone() if g.entropy is not None else None
@@ -157,31 +193,17 @@ class LogprobGraphs:
         device = model.model.embed_tokens.weight.device
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
-        bounds = [0]
-        for n in template_lengths(t_pad, n_seq, longest):
-            bounds.append(bounds[-1] + n)
         with torch.inference_mode(False), torch.no_grad():
-            # plain tensors: the attention's host read of cu_seqlens (its grid) is remembered per tensor and
-            # version (checks.read_once), which an inference tensor has not -- the warm-up reads the template's
-            # bounds, the capture reuses them without a sync
-            ids = torch.zeros(t_pad, dtype=torch.int64, device=device)
-            positions = torch.zeros_like(ids)
-            targets = torch.zeros_like(ids)
-            cu = torch.tensor(bounds, dtype=torch.int64, device=device)
-
-            def body():
-                hidden = model.packed_hidden_states(ids, cu, positions)
-                return model._head(hidden, targets, entropy)
-
+            batch = PaddedBatch.empty(t_pad, n_seq, longest, device)
             side = torch.cuda.Stream(device)
             side.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(side):  # the warm-up: the kernels compile, the grid's bounds are read
-                body()
+            with torch.cuda.stream(side):  # the warm-up: the kernels compile outside the capture
+                batch.run(model, entropy)
             torch.cuda.current_stream(device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-                logp, ent = body()
+                logp, ent = batch.run(model, entropy)
         self.captures += 1
-        g = _Graph(graph, ids, positions, cu, targets, logp, ent if entropy else None)
+        g = _Graph(graph, batch, logp, ent if entropy else None)
         self.graphs[key] = g
         return g

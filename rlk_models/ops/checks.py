@@ -83,9 +83,26 @@ def range_later(t: torch.Tensor) -> Callable[[], tuple[int, int]]:
     return read
 
 
+@contextlib.contextmanager
+def cu_seqlens_read_as(cu_seqlens: torch.Tensor, first_last_longest: tuple[int, int, int]) -> Iterator[None]:
+    """Within (this thread), ``read_cu_seqlens(cu_seqlens)`` gives ``first_last_longest`` without reading the
+    tensor: a CUDA graph's capture fixes the attention grid of the batches it will replay, which the tensor's
+    values at capture need not give (``modeling.logprob_graphs``: the longest sequence any replayed batch may
+    hold). Nests; other tensors are read as usual."""
+    saved = getattr(_TRUSTED, "cu", None)
+    _TRUSTED.cu = (cu_seqlens, tuple(first_last_longest))
+    try:
+        yield
+    finally:
+        _TRUSTED.cu = saved
+
+
 def read_cu_seqlens(cu_seqlens: torch.Tensor) -> tuple[int, int, int]:
     """(first, last, longest sequence) of ``cu_seqlens`` in one host read, once per tensor
     (``read_once``): the bounds check and the attention grid of every layer of a forward share it."""
+    given = getattr(_TRUSTED, "cu", None)
+    if given is not None and given[0] is cu_seqlens:
+        return given[1]
     def read(c: torch.Tensor) -> tuple[int, int, int]:
         if c.numel() < 2:
             return (int(c[0]), int(c[0]), 0) if c.numel() else (0, 0, 0)

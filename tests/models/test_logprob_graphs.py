@@ -53,3 +53,32 @@ def test_a_copy_of_the_model_starts_with_no_graphs(checkpoints):
     assert not ref.logprob_graphs.graphs and ref.logprob_graphs.params is None
     back = pickle.loads(pickle.dumps(LogprobGraphs(token_step=64, max_graphs=3)))
     assert (back.token_step, back.max_graphs, len(back.graphs)) == (64, 3, 0)
+
+
+@pytest.mark.parametrize("lengths", [[5, 17, 3], [255, 1], [7, 0, 40]])
+def test_a_padded_batch_gives_each_token_its_unpadded_bits(tmp_path, lengths):
+    """What a graph replays, run eagerly on the CPU by the Triton backend's kernels (``TRITON_INTERPRET=1``): the
+    batch padded to ``buckets``' size, with a pad sequence and the attention's grid at the padded longest sequence
+    (``PaddedBatch.run``), gives every real token the unpadded pass's log-prob and entropy, bit for bit."""
+    from transformers import AutoModelForCausalLM
+
+    from rlk_models.conversion import convert
+    from rlk_models.modeling.logprob_graphs import PaddedBatch
+    from rlk_models.testing.tiny import make_tiny_hf_checkpoint
+
+    hf = make_tiny_hf_checkpoint(tmp_path / "hf", "qwen3", seed=1)
+    # float32: the interpreter has no bf16 constants (the GPU test runs bf16)
+    model = AutoModelForCausalLM.from_pretrained(convert(hf, tmp_path / "rlk", rlk_backend="triton", progress=False),
+                                                 dtype=torch.float32)
+    g = torch.Generator().manual_seed(sum(lengths))
+    ids = torch.randint(0, model.config.vocab_size, (sum(lengths),), generator=g)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    t_pad, n_seq, longest = buckets(lengths, 64)
+    batch = PaddedBatch.empty(t_pad, n_seq, longest, "cpu")
+    with torch.no_grad():
+        want = model.packed_token_logprobs(ids, cu, return_entropy=True)
+        valid = batch.fill(ids, cu)
+        logp, ent = batch.run(model, True)
+    t = ids.numel()
+    assert torch.equal(torch.where(valid, logp[:t], 0.0), want[0]) and torch.equal(ent[:t], want[1])
+    assert batch.cu.tolist() == [*cu.tolist(), t_pad] and batch.positions[t:].eq(0).all()
