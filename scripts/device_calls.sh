@@ -1318,6 +1318,14 @@ s59prove)
     part graphs 120 PART=tests TEST_TIMEOUT=110 TESTS=tests/gpu/test_logprob_graphs_cuda.py
     test_summary graphs 16
     ;;
+s59layer)
+    # o / down 8B at 768 rows, every candidate timed as the layer runs it (matmul_sweep.py --search --layer: the
+    # product, then the residual add + RMSNorm), against cuBLAS's layer; the 6 fastest retimed 5 rounds, a winner by
+    # > 4% into $OUT/launches.json (session 58: the default's two-launch tail form is 1.34x cuBLAS there as a layer,
+    # 1.18x as a product) (no carry; ~250 s)
+    search_into_file layer768 300 --layer --m 768 --shapes o,down
+    search_summary "$ROOT_OUT/layer768.log"
+    ;;
 s59step)
     # the graphed forward-only pass's speed: the 1.7B step at 1 x 1024 tokens (rlk with and without graphs, stock,
     # Liger), then CALL=s58ab's host times in 2 rounds (carry .wheels and .probe_old; ~350 s)

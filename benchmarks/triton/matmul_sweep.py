@@ -16,6 +16,9 @@ row-parallel (canonical K-groups), the others plain (one group).
      M) -- what ``LAUNCHES`` in ops/triton/matmul.py is picked from (above 64 rows the Gluon forms too: in
      K-groups ``SM90_CANDIDATES``, in one ``SM90_PLAIN_CANDIDATES``); ``--retime K``: the K fastest, the
      default and cuBLAS timed again ``--rounds`` times round-robin, the best by its median (``retime``);
+     with ``--layer`` the row-parallel shapes' candidates are timed as the layer (``layer_fns``, against cuBLAS's
+     layer): a form of two launches each reading the weight (``Launch.tail``) pays both there, where back-to-back
+     products find the weight in L2;
   4. the backward's GEMMs (dx, dw) at M = 1024, 4096, 16384 under CUDA graphs, and forward + backward
      at M=4096 (eager).
 
@@ -336,11 +339,13 @@ def goal(after: str, before: str | None = None, row: str = "graph") -> dict:
     return res
 
 
-def layer_fns(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, norm_w: torch.Tensor, eps: float = 1e-6):
+def layer_fns(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, norm_w: torch.Tensor, eps: float = 1e-6,
+              launch: Launch | None = None):
     """(ours, cuBLAS's) row-parallel layer as the engine runs it: the product, then the residual add + RMSNorm after
     it (``add_rms_norm``); ours through ``linear_unfolded``, whose split launches leave their fold to that norm, and
-    cuBLAS's ``F.linear`` into the same norm -- the decode sizes' fold counted where the engine pays it."""
-    return (lambda: add_rms_norm(linear_unfolded(x, w), residual, norm_w, eps),
+    cuBLAS's ``F.linear`` into the same norm -- the decode sizes' fold counted where the engine pays it. ``launch``:
+    ours by that launch (``--search --layer``)."""
+    return (lambda: add_rms_norm(linear_unfolded(x, w, launch=launch), residual, norm_w, eps),
             lambda: add_rms_norm(F.linear(x, w), residual, norm_w, eps))
 
 
@@ -645,7 +650,19 @@ def main() -> None:
                 f"({t_ours / t_cu:5.2f}x)")
         for m in search_ms:
             xm = x[:m]
-            t_cu = r["graph"][m]["cublas_ms"]
+            by_layer = args.layer and grouped  # each candidate timed as the layer runs (layer_fns), not as a product
+            if by_layer:
+                residual = torch.randn(m, n, device=dev, generator=g).bfloat16()
+                norm_w = torch.ones(n, device=dev, dtype=torch.bfloat16)
+
+                def ours_of(lc):
+                    return layer_fns(xm, w, residual, norm_w, launch=lc)[0]
+                cublas_fn = layer_fns(xm, w, residual, norm_w)[1]
+                t_cu = bench_graph(cublas_fn, rep=20)
+            else:
+                def ours_of(lc):
+                    return lambda: matmul(xm, w, row_parallel=rp, launch=lc)
+                cublas_fn, t_cu = (lambda: F.linear(xm, w)), r["graph"][m]["cublas_ms"]
             want = matmul(xm, w, row_parallel=rp)
             times, differs, launches = {}, [], {}
             for lc in candidates(m, grouped, **pick):
@@ -657,19 +674,19 @@ def main() -> None:
                         differs.append(str(lc))
                         log(f"BITS DIFFER {name} M={m} {lc}")
                         continue
-                    times[str(lc)] = bench_graph(lambda: matmul(xm, w, row_parallel=rp, launch=lc), rep=20)
+                    times[str(lc)] = bench_graph(ours_of(lc), rep=20)
                 except Exception as e:  # a config that does not compile/fit is skipped, and said so
                     log(f"skip {name} M={m} {lc}: {type(e).__name__}")
             if not times:
                 continue
             best = min(times, key=times.get)
             r["search"][m] = {"cublas_ms": t_cu, "times_ms": times, "best": best, "best_ratio": times[best] / t_cu,
-                              "bits_differ": differs}
-            log(f"{name:8} M={m:5} search: best {times[best] * 1e3:8.1f} us ({times[best] / t_cu:5.2f}x) {best}")
+                              "bits_differ": differs, "timed_as": "layer" if by_layer else "product"}
+            log(f"{name:8} M={m:5} search{' (layer)' if by_layer else ''}: best {times[best] * 1e3:8.1f} us "
+                f"({times[best] / t_cu:5.2f}x) {best}")
             if args.retime:
-                fns = {key: (lambda lc=launches[key]: matmul(xm, w, row_parallel=rp, launch=lc))
-                       for key in sorted(times, key=times.get)[:args.retime]}
-                fns |= {"default": lambda: matmul(xm, w, row_parallel=rp), "cublas": lambda: F.linear(xm, w)}
+                fns = {key: ours_of(launches[key]) for key in sorted(times, key=times.get)[:args.retime]}
+                fns |= {"default": ours_of(None), "cublas": cublas_fn}
                 runs = retime(fns, args.rounds)
                 med = {key: median(v) for key, v in runs.items()}
                 top = min((key for key in med if key not in ("default", "cublas")), key=med.get)

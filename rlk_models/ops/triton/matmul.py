@@ -972,12 +972,13 @@ def matmul(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, o
     return mm(x, w, bias, out_dtype, groups=k_groups(x.shape[1]) if row_parallel else 1, launch=launch, tma=tma)
 
 
-def linear_unfolded(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor | Partials:
+def linear_unfolded(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+                    launch: Launch | None = None) -> torch.Tensor | Partials:
     """The row-parallel ``linear`` (inference, TP=1), its fold left to the next op where the launch for M splits K
     (the decode sizes): ``Partials`` whose ``add_rms_norm`` gives the bits of this linear's output added and normed;
-    where the launch does not split, that output itself."""
+    where the launch does not split, that output itself. ``launch``: as ``mm``'s (a benchmark's search)."""
     x2 = x.reshape(-1, x.shape[-1])
-    out = mm(x2, w, bias, groups=k_groups(x.shape[-1]), fold=False)
+    out = mm(x2, w, bias, groups=k_groups(x.shape[-1]), launch=launch, fold=False)
     if isinstance(out, Partials):
         return out._replace(parts=out.parts.view(out.parts.shape[0], *x.shape[:-1], w.shape[0]))
     return out.view(*x.shape[:-1], w.shape[0])
