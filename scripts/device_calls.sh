@@ -1309,14 +1309,14 @@ s59prove)
     # test_rlk_verify_on_cuda_at_the_tuned_layer_shapes), the dense ops' bits natively, every layer's rows at its table
     # edges, then the graphed forward-only log-prob pass (cuda_graphs=True) against the eager one (carry .vllm-cuda;
     # ~500 s)
-    part tuned_vllm 220 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="tuned_layer_shapes and 8b" TEST_TIMEOUT=200
-    test_summary tuned_vllm 12
-    part dense 90 PART=tests TEST_TIMEOUT=80 XDIST=8 TESTS="tests/ops/triton/test_kernels.py tests/ops/test_contract.py" \
-        K="linear or mm or matmul or outside or plan or embedding or silu"
-    test_summary dense 8
-    table_edges 90 XDIST=8
     part graphs 120 PART=tests TEST_TIMEOUT=110 TESTS=tests/gpu/test_logprob_graphs_cuda.py
     test_summary graphs 16
+    part tuned_vllm 200 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="tuned_layer_shapes and 8b" TEST_TIMEOUT=190
+    test_summary tuned_vllm 12
+    part dense 80 PART=tests TEST_TIMEOUT=70 XDIST=8 TESTS="tests/ops/triton/test_kernels.py tests/ops/test_contract.py" \
+        K="linear or mm or matmul or outside or plan or embedding or silu"
+    test_summary dense 8
+    table_edges 60 XDIST=8
     ;;
 s59layer)
     # o / down 8B at 768 rows, every candidate timed as the layer runs it (matmul_sweep.py --search --layer: the

@@ -7,13 +7,14 @@ queued 350 kernels (6.8 ms of GPU time) in ~66 ms of host time on an H100 (sessi
 stock transformers' forward-only tokens/s). A graph replays the same kernels with one launch.
 
 How the bits stay the eager pass's: the graph runs the same ops on a padded batch -- the real
-tokens, then one pad sequence (at least one token, position 0, id 0) up to a multiple of
-``token_step`` -- and every op of the contract computes a token's row independently of the other
-rows and of their number (batch invariance: what lets vLLM's padded decode graphs give the
-training class's bits). The varlen attention's grid is fixed at capture by the longest sequence,
-rounded up to ``token_step``; tiles past a sequence's end do nothing. A graph is kept per (padded
-tokens, sequences, padded longest sequence, entropy or not) and reused for any batch with that
-key; captures go in one memory pool, up to ``max_graphs`` (least recently used dropped).
+tokens, then one pad sequence (at least one token, position 0, id 0) up to the batch's padded
+size (``buckets``: eight sizes an octave, multiples of ``token_step``) -- and every op of the
+contract computes a token's row independently of the other rows and of their number (batch
+invariance: what lets vLLM's padded decode graphs give the training class's bits). The varlen
+attention's grid is fixed at capture by the longest sequence, rounded up to a power of two; tiles
+past a sequence's end do nothing. A graph is kept per (padded tokens, sequences, padded longest
+sequence, entropy or not) and reused for any batch with that key; captures go in one memory pool,
+up to ``max_graphs`` (least recently used dropped).
 
 Limits: parameters must stay where they are (an optimizer's in-place update is fine: a replay reads
 the live weights; a parameter moved to other memory -- ``.to()``, a reload that replaces tensors
@@ -32,18 +33,22 @@ import torch
 
 from ..ops.checks import cu_seqlens_read_as
 
-TOKEN_STEP = 256  # padded token counts and attention grids are multiples of this
+TOKEN_STEP = 256  # padded token counts are multiples of this, attention grids at least this many rows
 MAX_GRAPHS = 32
 
 
 def buckets(lengths: list[int], step: int = TOKEN_STEP) -> tuple[int, int, int]:
-    """(padded tokens, sequences, padded longest) of a packed batch of sequence ``lengths``: the
-    tokens padded to the next multiple of ``step`` above their count (the pad sequence is never
-    empty), the longest sequence (the pad one included) rounded up to a multiple of ``step``."""
+    """(padded tokens, sequences, padded longest) of a packed batch of sequence ``lengths``, which
+    keys its graph. The tokens are padded to the next multiple above their count (the pad sequence
+    is never empty) of ``step`` or of an eighth of their power of two, whichever is larger: eight
+    sizes an octave, at most 12.5% (or ``step`` tokens) of padding. The attention grid's rows are
+    the longest sequence (the pad one included) rounded up to a power of two, at least ``step``, at
+    most the padded tokens: a grid of more rows only adds programs that find no tokens and exit."""
     t = sum(lengths)
-    t_pad = (t // step + 1) * step
+    unit = max(step, 1 << max(t.bit_length() - 4, 0))
+    t_pad = (t // unit + 1) * unit
     longest = max([*lengths, t_pad - t])
-    return t_pad, len(lengths), -(-longest // step) * step
+    return t_pad, len(lengths), min(t_pad, max(step, 1 << (longest - 1).bit_length()))
 
 
 def template_lengths(t_pad: int, n_seq: int, longest: int) -> list[int]:
@@ -119,8 +124,9 @@ class LogprobGraphs:
     memory pool. A copy (``copy.deepcopy(model)``, e.g. a reference model) starts with none."""
 
     def __init__(self, token_step: int = TOKEN_STEP, max_graphs: int = MAX_GRAPHS):
-        if token_step < 1 or max_graphs < 1:
-            raise ValueError(f"LogprobGraphs: token_step and max_graphs must be >= 1, got {token_step}, {max_graphs}")
+        if token_step < 1 or token_step & (token_step - 1) or max_graphs < 1:
+            raise ValueError(f"LogprobGraphs: token_step must be a power of two and max_graphs >= 1, got {token_step}, "
+                             f"{max_graphs}")
         self.token_step, self.max_graphs = token_step, max_graphs
         self.graphs: OrderedDict[tuple, _Graph] = OrderedDict()
         self.params: tuple | None = None

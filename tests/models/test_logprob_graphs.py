@@ -15,12 +15,21 @@ from rlk_models.modeling.logprob_graphs import LogprobGraphs, buckets, template_
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(0, 3000), min_size=1, max_size=40), st.sampled_from([1, 16, 256]))
 def test_a_batch_fits_the_template_its_graph_was_captured_on(lengths, step):
+    """Padding stays under an eighth of the tokens (or one step), and the padded batch, its pad sequence included,
+    fits the attention grid of the template its graph was captured on."""
     t_pad, n_seq, longest = buckets(lengths, step)
     t = sum(lengths)
-    assert n_seq == len(lengths) and t_pad % step == 0 and t < t_pad <= t + step  # a non-empty pad sequence
-    assert longest % step == 0 and max(lengths) <= longest and t_pad - t <= longest  # every sequence fits the grid
+    assert n_seq == len(lengths) and t_pad % step == 0 and t < t_pad <= t + max(step, t // 8)  # a pad sequence
+    assert max(lengths) <= longest and t_pad - t <= longest <= t_pad  # every sequence fits the grid
+    assert longest & (longest - 1) == 0 or longest == t_pad
     template = template_lengths(t_pad, n_seq, longest)
     assert len(template) == n_seq + 1 and sum(template) == t_pad and max(template) == longest and min(template) >= 0
+
+
+def test_bucket_sizes():
+    assert buckets([5]) == (256, 1, 256) and buckets([255, 1]) == (512, 2, 256)
+    assert buckets([500, 100]) == (768, 2, 512) and buckets([3000, 1000]) == (4096, 2, 4096)
+    assert buckets([1000] * 9) == (9216, 9, 1024)  # 9000 tokens: multiples of 1024 from 8192
 
 
 def test_template_lengths_refuses_what_no_batch_fits():
@@ -37,8 +46,9 @@ def test_cuda_graphs_refuse_gradients_and_the_cpu(checkpoints):
         model.token_logprobs(ids, cuda_graphs=True)
     with torch.no_grad(), pytest.raises(ValueError, match="needs the model and input_ids on a CUDA device, got cpu"):
         model.packed_token_logprobs(ids.reshape(-1), torch.tensor([0, 9, 18]), cuda_graphs=True)
-    with pytest.raises(ValueError, match="token_step and max_graphs must be >= 1"):
-        LogprobGraphs(token_step=0)
+    for bad in ({"token_step": 0}, {"token_step": 96}, {"max_graphs": 0}):
+        with pytest.raises(ValueError, match="token_step must be a power of two and max_graphs >= 1"):
+            LogprobGraphs(**bad)
 
 
 def test_a_copy_of_the_model_starts_with_no_graphs(checkpoints):
