@@ -1307,8 +1307,8 @@ s59prove)
     # session 58's host-path changes (mm's cached launch plan, autograd skipped where nothing is recorded), which no
     # device call had run: rlk-verify inside CUDA vLLM at the 8B's tuned layer shapes (both rows of
     # test_rlk_verify_on_cuda_at_the_tuned_layer_shapes), the dense ops' bits natively, every layer's rows at its table
-    # edges, then the graphed forward-only log-prob pass (cuda_graphs=True) against the eager one (carry .vllm-cuda;
-    # ~500 s)
+    # edges, then the graphed forward-only log-prob pass (cuda_graphs=True) against the eager one: its tests first, its
+    # speed over 24 varied 1.7B micro-batches last (benchmarks/logprob_graphs.py) (carry .vllm-cuda; ~550 s)
     part graphs 120 PART=tests TEST_TIMEOUT=110 TESTS=tests/gpu/test_logprob_graphs_cuda.py
     test_summary graphs 16
     part tuned_vllm 200 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="tuned_layer_shapes and 8b" TEST_TIMEOUT=190
@@ -1317,6 +1317,8 @@ s59prove)
         K="linear or mm or matmul or outside or plan or embedding or silu"
     test_summary dense 8
     table_edges 60 XDIST=8
+    bench graphs17 90 benchmarks/logprob_graphs.py --shape 1.7b --seqs 1
+    grep -hE "eager|graphs" "$ROOT_OUT"/graphs17.log | cut -c1-300
     ;;
 s59layer)
     # o / down 8B at 768 rows, every candidate timed as the layer runs it (matmul_sweep.py --search --layer: the
@@ -1327,8 +1329,11 @@ s59layer)
     search_summary "$ROOT_OUT/layer768.log"
     ;;
 s59step)
-    # the graphed forward-only pass's speed: the 1.7B step at 1 x 1024 tokens (rlk with and without graphs, stock,
-    # Liger), then CALL=s58ab's host times in 2 rounds (carry .wheels and .probe_old; ~350 s)
+    # the graphed forward-only pass's speed: 24 varied micro-batches of 8 sequences at 1.7B, the 1.7B step at 1 x 1024
+    # tokens (rlk with and without graphs, stock, Liger), then CALL=s58ab's host times in 2 rounds (carry .wheels and
+    # .probe_old; ~450 s)
+    bench graphs8 120 benchmarks/logprob_graphs.py --shape 1.7b --seqs 8
+    grep -hE "eager|graphs" "$ROOT_OUT"/graphs8.log | cut -c1-300
     part train_small 220 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,stock,liger --batch 1 --seq 1024"
     tail -40 "$ROOT_OUT/train_small.log" | cut -c1-220
     ROUNDS=2 NO_TAR=1 CALL=s58ab bash "$0"

@@ -1,0 +1,101 @@
+"""The forward-only log-prob pass of an RL run, eager against CUDA graphs (``token_logprobs(..., cuda_graphs=True)``),
+on a random-init Qwen3-shaped checkpoint (bf16, Triton backend): ``--steps`` micro-batches of ``--seqs`` sequences,
+each a ``--prompt``-token prompt and a response of a random length in ``--response`` (lo,hi), right-padded -- the
+old-policy / reference pass of a GRPO step, whose shapes change every micro-batch. Both sides run the same batches
+in the same order; the graphed side's time includes its captures (a new padded size captures its graph on first
+sight). Per side: tokens/s over the run (wall time, synchronized), and after the run the same batches again (every
+graph captured: the steady state). Every graphed log-prob is compared with the eager one: ``mismatch`` counts those
+that differ (the contract: 0). Results: ``$OUT/logprob_graphs_<shape>.json``.
+
+    python benchmarks/logprob_graphs.py --shape 1.7b --seqs 1 --prompt 256 --response 512,1024
+    python benchmarks/logprob_graphs.py --shape 8b --layers 8 --seqs 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import info, log, save  # noqa: E402
+from vllm_cuda import COMMON, SHAPES  # noqa: E402
+
+
+def batches(a, vocab: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    lo, hi = map(int, a.response.split(","))
+    out = []
+    for _ in range(a.steps):
+        lengths = [a.prompt + int(torch.randint(lo, hi + 1, (1,), generator=g)) for _ in range(a.seqs)]
+        ids = torch.randint(0, vocab, (a.seqs, max(lengths)), generator=g)
+        mask = (torch.arange(max(lengths))[None] < torch.tensor(lengths)[:, None]).long()
+        out.append((ids.cuda(), mask.cuda()))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", default="1.7b", choices=sorted(SHAPES))
+    ap.add_argument("--layers", type=int, default=0, help="override the shape's layer count (0: keep)")
+    ap.add_argument("--seqs", type=int, default=1)
+    ap.add_argument("--prompt", type=int, default=256)
+    ap.add_argument("--response", default="512,1024", help="lo,hi: each response's length, uniform")
+    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    a = ap.parse_args()
+    from transformers import AutoModelForCausalLM
+
+    import rlk_models  # noqa: F401
+    from rlk_models.conversion import convert
+    from rlk_models.testing.tiny import make_sized_hf_checkpoint
+
+    shape = {**SHAPES[a.shape], **COMMON}
+    if a.layers:
+        shape["num_hidden_layers"] = a.layers
+    with tempfile.TemporaryDirectory() as tmp:
+        with torch.device("cuda"):
+            hf = make_sized_hf_checkpoint(Path(tmp) / "hf", "qwen3", shape)
+        ckpt = convert(hf, Path(tmp) / "rlk", rlk_backend="triton", force=True, progress=False)
+        model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16).cuda().eval()
+    data = batches(a, model.config.vocab_size)
+    tokens = sum(int(m.sum()) for _, m in data)
+    res = {"info": info(), "args": vars(a), "layers": shape["num_hidden_layers"], "tokens": tokens}
+
+    def run(graphs: bool) -> tuple[float, list[torch.Tensor]]:
+        outs = []
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for ids, mask in data:
+                outs.append(model.token_logprobs(ids, mask, cuda_graphs=graphs))
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0, outs
+
+    run(False)  # the kernels compile for the eager sizes
+    for label, graphs in (("eager", False), ("graphs", True), ("eager_again", False), ("graphs_again", True)):
+        secs, outs = run(graphs)
+        if label == "eager":
+            want = outs
+        row = res[label] = {"s": round(secs, 4), "tok_per_s": round(tokens / secs)}
+        if graphs:
+            row["mismatch"] = sum(int((o != w).sum()) for o, w in zip(outs, want))
+            row["graphs_held"] = len(model.logprob_graphs.graphs)
+            row["captures_so_far"] = model.logprob_graphs.captures
+        log(f"{label:12} {row}")
+    res["speedup_first_run"] = round(res["eager"]["s"] / res["graphs"]["s"], 3)
+    res["speedup_steady"] = round(res["eager_again"]["s"] / res["graphs_again"]["s"], 3)
+    log(f"graphs / eager tokens/s: first run (captures included) {res['speedup_first_run']}x, "
+        f"steady {res['speedup_steady']}x; {res['graphs']['captures_so_far']} captures for {a.steps} micro-batches")
+    os.makedirs(a.out, exist_ok=True)
+    os.environ["OUT"] = a.out
+    save(f"logprob_graphs_{a.shape}", res)
+
+
+if __name__ == "__main__":
+    main()
