@@ -1307,8 +1307,9 @@ s59prove)
     # session 58's host-path changes (mm's cached launch plan, autograd skipped where nothing is recorded), which no
     # device call had run: rlk-verify inside CUDA vLLM at the 8B's tuned layer shapes (budget_768_decode_512 of
     # test_rlk_verify_on_cuda_at_the_tuned_layer_shapes), the dense ops' bits natively (EDGES_TOO=1: every layer's rows
-    # at its table edges, 60 s more), and the graphed forward-only log-prob pass (cuda_graphs=True) against the eager one: its tests first, its
-    # speed over 24 varied 1.7B micro-batches last (benchmarks/logprob_graphs.py) (carry .vllm-cuda; ~430 s)
+    # at its table edges, 60 s more), and the graphed forward-only log-prob pass (cuda_graphs=True) against the eager
+    # one: its tests first, its speed over 24 varied 1.7B micro-batches last (benchmarks/logprob_graphs.py) (carry
+    # .vllm-cuda; ~430 s)
     part graphs 120 PART=tests TEST_TIMEOUT=110 TESTS=tests/gpu/test_logprob_graphs_cuda.py
     test_summary graphs 16
     part tuned_vllm 140 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="tuned_layer_shapes and 8b and budget_768" \
