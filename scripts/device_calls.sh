@@ -1309,17 +1309,17 @@ s59prove)
     # test_rlk_verify_on_cuda_at_the_tuned_layer_shapes), the dense ops' bits natively (EDGES_TOO=1: every layer's rows
     # at its table edges, 60 s more), and the graphed forward-only log-prob pass (cuda_graphs=True) against the eager
     # one: its tests first, its speed over 24 varied 1.7B micro-batches last (benchmarks/logprob_graphs.py) (carry
-    # .vllm-cuda; ~430 s)
-    part graphs 120 PART=tests TEST_TIMEOUT=110 TESTS=tests/gpu/test_logprob_graphs_cuda.py
+    # .vllm-cuda; ~370 s)
+    part graphs 100 PART=tests TEST_TIMEOUT=95 TESTS=tests/gpu/test_logprob_graphs_cuda.py
     test_summary graphs 16
-    part tuned_vllm 140 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="tuned_layer_shapes and 8b and budget_768" \
-        TEST_TIMEOUT=130
+    part tuned_vllm 130 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="tuned_layer_shapes and 8b and budget_768" \
+        TEST_TIMEOUT=125
     test_summary tuned_vllm 12
-    part dense 80 PART=tests TEST_TIMEOUT=70 XDIST=8 TESTS="tests/ops/triton/test_kernels.py tests/ops/test_contract.py" \
+    part dense 60 PART=tests TEST_TIMEOUT=55 XDIST=8 TESTS="tests/ops/triton/test_kernels.py tests/ops/test_contract.py" \
         K="linear or mm or matmul or outside or plan or embedding or silu"
     test_summary dense 8
     [ "${EDGES_TOO:-0}" = 1 ] && table_edges 60 XDIST=8
-    bench graphs17 90 benchmarks/logprob_graphs.py --shape 1.7b --seqs 1
+    bench graphs17 80 benchmarks/logprob_graphs.py --shape 1.7b --seqs 1
     grep -hE "eager|graphs" "$ROOT_OUT"/graphs17.log | cut -c1-300
     ;;
 s59layer)
