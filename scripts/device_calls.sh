@@ -1310,7 +1310,7 @@ s59prove)
     # at its table edges, 60 s more), and the graphed forward-only log-prob pass (cuda_graphs=True) against the eager
     # one: its tests first, its speed over 24 varied 1.7B micro-batches last (benchmarks/logprob_graphs.py) (carry
     # .vllm-cuda; ~370 s)
-    part graphs 100 PART=tests TEST_TIMEOUT=95 TESTS=tests/gpu/test_logprob_graphs_cuda.py
+    part graphs 100 PART=tests TEST_TIMEOUT=95 XDIST=3 TESTS=tests/gpu/test_logprob_graphs_cuda.py
     test_summary graphs 16
     part tuned_vllm 130 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="tuned_layer_shapes and 8b and budget_768" \
         TEST_TIMEOUT=125
