@@ -89,12 +89,13 @@ def pack(input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
     return Packed(ids, positions, cu, flat_index, (b, s))
 
 
-def packed_positions(cu_seqlens: torch.Tensor) -> torch.Tensor:
-    """Positions 0..len-1 within each sequence of a packed batch."""
+def packed_positions(cu_seqlens: torch.Tensor, total: int | None = None) -> torch.Tensor:
+    """Positions 0..len-1 within each sequence of a packed batch; ``total``: its token count, where the caller
+    knows it (no host read of ``cu_seqlens[-1]``)."""
     cu = cu_seqlens.long()
-    lengths = cu[1:] - cu[:-1]
-    starts = torch.repeat_interleave(cu[:-1], lengths)
-    return torch.arange(int(cu[-1]), device=cu.device) - starts
+    t = int(cu[-1]) if total is None else total
+    starts = torch.repeat_interleave(cu[:-1], cu[1:] - cu[:-1], output_size=t)
+    return torch.arange(t, device=cu.device) - starts
 
 
 def next_token_targets(input_ids: torch.Tensor, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -88,12 +88,11 @@ class PaddedBatch:
     def fill(self, input_ids: torch.Tensor, cu: torch.Tensor) -> torch.Tensor:
         """Writes the batch ``input_ids [T]`` split at ``cu [n_seq + 1]`` (int64) into the first T rows and the pad
         sequence (ids 0, positions 0) after them; returns ``valid [T]``, the tokens with a successor."""
-        from .hf import next_token_targets  # hf imports this module
+        from .hf import next_token_targets, packed_positions  # hf imports this module
         t = input_ids.numel()
         self.ids[:t].copy_(input_ids)
         self.ids[t:].zero_()
-        starts = torch.repeat_interleave(cu[:-1], cu[1:] - cu[:-1], output_size=t)
-        self.positions[:t].copy_(torch.arange(t, device=cu.device) - starts)
+        self.positions[:t].copy_(packed_positions(cu, t))
         self.positions[t:].zero_()
         self.cu[:-1].copy_(cu)
         self.cu[-1:].fill_(self.ids.numel())
