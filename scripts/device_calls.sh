@@ -207,6 +207,9 @@
 #   CALL=s58host2 bash scripts/device_calls.sh  # each op's host time by stage of Triton's launch path, this tree's
 #                                              # package against .probe_old's, then the 1.7B step at 1 x 1024 tokens
 #                                              # under each (rlk; stock once) (carry .probe_old; ~250 s)
+#   CALL=s60 bash scripts/device_calls.sh       # by the card: an H200 runs CALL=s57search; any other card the two
+#                                              # test_kernels tests fixed in session 59, CALL=s59layer and the graphed
+#                                              # pass at 8 sequences (no carry; ~480 s)
 #   CALL=s58ab bash scripts/device_calls.sh     # host time per op, this tree's package and .probe_old's alternately,
 #                                              # 3 processes each (carry .probe_old; ~150 s)
 #   CALL=s57layer bash scripts/device_calls.sh  # o/down 8B at 384-1024 rows as the engine runs them, 3 rounds,
@@ -1339,6 +1342,21 @@ s59step)
     part train_small 220 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,stock,liger --batch 1 --seq 1024"
     tail -40 "$ROOT_OUT/train_small.log" | cut -c1-220
     ROUNDS=2 NO_TAR=1 CALL=s58ab bash "$0"
+    ;;
+s60)
+    # by the card: on an H200, CALL=s57search (qkv 8B at 128 / 192 rows searched, winners proven; ~400 s); on any other
+    # card, the two test_kernels tests session 59 fixed for native runs (never run since), CALL=s59layer (o / down 8B
+    # at 768 rows searched by layer timings) and the graphed forward-only pass at 8 sequences (no carry; ~480 s)
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        NO_TAR=1 CALL=s57search bash "$0"
+    else
+        part kfix 70 PART=tests TEST_TIMEOUT=65 XDIST=4 TESTS=tests/ops/triton/test_kernels.py \
+            K="constexprs_follow_the_launch_not_m or block_k_runs_on_the_gpu_only"
+        test_summary kfix 10
+        NO_TAR=1 CALL=s59layer bash "$0"
+        bench graphs8 120 benchmarks/logprob_graphs.py --shape 1.7b --seqs 8
+        grep -hE "eager|graphs" "$ROOT_OUT"/graphs8.log | cut -c1-300
+    fi
     ;;
 s58ab)
     # session 58's host-time change against .probe_old (main at 0d2b254) by alternate processes, as session 58's
