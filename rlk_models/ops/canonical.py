@@ -10,7 +10,7 @@ a backend computes inside a piece:
   ``VOCAB_TILE`` entries, padded to a multiple of both (a function of the vocab size only),
   and each rank's contiguous slice of whole groups (``vocab_shard``);
 - ``one_shard_stats``: TP=1 is one shard, reduced by the same two calls every TP size uses;
-- ``embedding_order``: the token order in which an embedding's backward sums a shared id.
+- ``embedding_runs`` / ``embedding_order``: the token order in which an embedding's backward sums a shared id.
 """
 
 from __future__ import annotations
@@ -95,10 +95,27 @@ def one_shard_stats(shard_stats, combine_shards, h: torch.Tensor, w: torch.Tenso
     return HeadStats(lse, mean_l, target, st.logits, st.probs)
 
 
+def embedding_runs(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(order, sorted ids, runs): token indices sorted stably by id, so the tokens sharing an id
+    are adjacent and in token order; ``runs[i]`` is the number of tokens holding ``sorted[i]`` where
+    position i starts that id's run, else 0. Every output has ``ids``' size and is computed without
+    a host read (a CUDA graph can capture it): what the Triton backward's grid walks."""
+    ids = ids.reshape(-1)
+    sorted_ids, order = torch.sort(ids, stable=True)
+    t = ids.numel()
+    idx = torch.arange(t, device=ids.device)
+    start = torch.ones(t, dtype=torch.bool, device=ids.device)
+    start[1:] = sorted_ids[1:] != sorted_ids[:-1]
+    # each position's next run start after it (t past the last): a suffix minimum of the starts' indices
+    starts_after = torch.cat([torch.where(start, idx, t)[1:], idx.new_full((min(t, 1),), t)])
+    end = starts_after.flip(0).cummin(0).values.flip(0)
+    return order, sorted_ids, torch.where(start, end - idx, 0)
+
+
 def embedding_order(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(order, distinct ids, counts, starts): token indices sorted stably by id, so the tokens
-    sharing an id are adjacent and in token order; ``order[starts[u]:starts[u] + counts[u]]``
-    hold id ``uniq[u]``."""
-    order = torch.sort(ids, stable=True).indices
-    uniq, counts = torch.unique_consecutive(ids[order], return_counts=True)
-    return order, uniq, counts, torch.cumsum(counts, 0) - counts
+    """(order, distinct ids, counts, starts): ``embedding_runs``' order with its runs listed
+    (a host read: the distinct ids' count); ``order[starts[u]:starts[u] + counts[u]]`` hold id
+    ``uniq[u]``."""
+    order, sorted_ids, runs = embedding_runs(ids)
+    starts = torch.nonzero(runs)[:, 0]
+    return order, sorted_ids[starts], runs[starts], starts

@@ -72,3 +72,27 @@ def test_matmul_nt_matches_float64_and_rejects_bad_shapes():
         assert "do not contract" in str(e)
     else:
         raise AssertionError("expected ValueError")
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids=st.lists(st.integers(0, 9), max_size=40))
+def test_embedding_runs_list_each_ids_tokens_in_token_order(ids):
+    """canonical.embedding_runs (the Triton embedding backward's grid, no host read): each id's
+    run starts at its first sorted position, lists its tokens in token order, and is counted
+    there only; embedding_order (the reference's) lists the same runs."""
+    from rlk_models.ops.canonical import embedding_order, embedding_runs
+
+    order, sorted_ids, runs = embedding_runs(torch.tensor(ids, dtype=torch.int64))
+    assert order.shape == sorted_ids.shape == runs.shape == (len(ids),)
+    i, seen = 0, []
+    while i < len(ids):
+        n = int(runs[i])
+        assert n > 0 and not runs[i + 1:i + n].any(), (ids, runs)
+        v = int(sorted_ids[i])
+        assert order[i:i + n].tolist() == [t for t, x in enumerate(ids) if x == v]
+        seen.append(v)
+        i += n
+    assert seen == sorted(set(ids))
+    o, uniq, counts, starts = embedding_order(torch.tensor(ids, dtype=torch.int64))
+    assert torch.equal(o, order) and uniq.tolist() == seen and counts.tolist() == [ids.count(v) for v in seen]
+    assert starts.tolist() == [sum(ids.count(u) for u in seen[:k]) for k in range(len(seen))]
