@@ -20,7 +20,9 @@ Stacks (each in its own process, so that peak memory and Liger's monkey-patching
 Per stack: tokens/s of forward+backward and of a forward-only log-prob pass (median of
 ``--steps`` timed steps after warm-up), peak GPU memory of the step; for the rlk stacks on CUDA
 also the forward-only pass by graph replays (``token_logprobs(..., cuda_graphs=True)``) and the
-count of its log-probs that differ from the eager pass's (``forward_graphs_mismatch``); ratios against the fastest
+count of its log-probs that differ from the eager pass's (``forward_graphs_mismatch``), and the step by graph
+replays with gradients (``train_graphs_*``: tokens/s, peak memory with the graphs' pools, log-probs and gradient
+entries that differ from the eager step's); ratios against the fastest
 non-rlk stack of the same run; ``--profile``: also one step's kernels per stack, by time, the
 GPU's idle time within it (``harness.idle_gaps``: the longest gaps and their neighbours) and the
 step's wall time split by CUDA events (``step_split``). Results:
@@ -155,11 +157,43 @@ def stage_stack(a) -> dict:
         timed(forward_graphs, 2)
         res["forward_graphs_tok_per_s"] = round(tokens / sorted(timed(forward_graphs, a.steps))[a.steps // 2])
         res["forward_graphs_mismatch"] = int((eager != graphed).sum())
+        res.update(train_graphs(model, ids, timed, a.steps, tokens))
     if a.profile and cuda:
         res["kernels"] = step_kernels(train_step)
         res["forward_kernels"] = step_kernels(forward_only)  # the RL "old policy" pass
         res["split"] = step_split(model, loss_fn, ids)
     return res
+
+
+def train_graphs(model, ids, timed, steps: int, tokens: int) -> dict:
+    """The rlk step by graph replays (``token_logprobs(..., cuda_graphs=True)`` with gradients: forward and backward
+    graphs): its tokens/s, its peak memory (the graphs' pools included), and how many log-probs and gradient entries
+    differ from the eager step's (the gradients are the padded batch's: ``modeling.logprob_graphs``)."""
+    import torch
+
+    def step(graphs: bool):
+        model.zero_grad(set_to_none=True)
+        logp = model.token_logprobs(ids, cuda_graphs=graphs)
+        (-logp.sum()).backward()
+        return logp.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    def graphed():
+        model.zero_grad(set_to_none=True)
+        (-model.token_logprobs(ids, cuda_graphs=True).sum()).backward()
+
+    eager_lp, eager_g = step(False)
+    torch.cuda.reset_peak_memory_stats()
+    graph_lp, graph_g = step(True)  # the capture
+    timed(graphed, 2)
+    step_s = sorted(timed(graphed, steps))[steps // 2]
+    out = {"train_graphs_tok_per_s": round(tokens / step_s), "train_graphs_step_ms": round(step_s * 1e3, 2),
+           "train_graphs_peak_gib": round(torch.cuda.max_memory_allocated() / 2 ** 30, 2),
+           "train_graphs_logp_mismatch": int((eager_lp != graph_lp).sum()),
+           "train_graphs_grad_mismatch": sum(int((x != y).sum()) for x, y in zip(eager_g, graph_g)),
+           "train_graphs_grad_entries": sum(x.numel() for x in eager_g)}
+    model.logprob_graphs.clear()
+    model.zero_grad(set_to_none=True)
+    return out
 
 
 def step_split(model, loss_fn, ids, reps: int = 3) -> dict:
@@ -257,6 +291,7 @@ def main() -> None:
             "train": round(rlk["train_tok_per_s"] / best["train_tok_per_s"], 3),
             "forward": round(rlk["forward_tok_per_s"] / best_fwd, 3),
             "forward_graphs": round(rlk.get("forward_graphs_tok_per_s", 0) / best_fwd, 3),
+            "train_graphs": round(rlk.get("train_graphs_tok_per_s", 0) / best["train_tok_per_s"], 3),
             "peak_memory": round(rlk["peak_gib"] / best["peak_gib"], 3) if best["peak_gib"] else None}
     stages.save()
     print(json.dumps({k: v for k, v in summary.items() if k != "ckpt"}, indent=1), flush=True)

@@ -210,6 +210,8 @@
 #   CALL=s60 bash scripts/device_calls.sh       # by the card: an H200 runs CALL=s57search; any other card the two
 #                                              # test_kernels tests fixed in session 59, CALL=s59layer and the graphed
 #                                              # pass at 8 sequences (no carry; ~480 s)
+#   CALL=s60train bash scripts/device_calls.sh  # the graphed training pass: its GPU tests, then the 1.7B step at
+#                                              # 1 x 1024 tokens against stock and Liger (carry .wheels; ~400 s)
 #   CALL=s58ab bash scripts/device_calls.sh     # host time per op, this tree's package and .probe_old's alternately,
 #                                              # 3 processes each (carry .probe_old; ~150 s)
 #   CALL=s57layer bash scripts/device_calls.sh  # o/down 8B at 384-1024 rows as the engine runs them, 3 rounds,
@@ -1357,6 +1359,15 @@ s60)
         bench graphs8 120 benchmarks/logprob_graphs.py --shape 1.7b --seqs 8
         grep -hE "eager|graphs" "$ROOT_OUT"/graphs8.log | cut -c1-300
     fi
+    ;;
+s60train)
+    # the graphed training pass (cuda_graphs=True with gradients: forward and backward graphs): its GPU tests (the
+    # eager log-probs and padded-batch gradients bitwise, accumulation, the activations' guard), then the 1.7B step
+    # at 1 x 1024 tokens, rlk (eager, forward graphs, training graphs) against stock and Liger (carry .wheels; ~400 s)
+    part graphs 170 PART=tests TEST_TIMEOUT=165 XDIST=3 TESTS=tests/gpu/test_logprob_graphs_cuda.py
+    test_summary graphs 30
+    part train_small 220 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,stock,liger --batch 1 --seq 1024"
+    tail -40 "$ROOT_OUT/train_small.log" | cut -c1-220
     ;;
 s58ab)
     # session 58's host-time change against .probe_old (main at 0d2b254) by alternate processes, as session 58's

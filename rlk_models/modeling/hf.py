@@ -220,10 +220,13 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         sequences ``input_ids [T]`` split at ``cu_seqlens [B+1]``; the last token of each
         sequence has no successor and gets 0. With ``return_entropy`` also the entropy [T].
 
-        ``cuda_graphs=True`` (CUDA, no gradient: an RL step's old-policy and reference passes):
-        the same bits by a CUDA graph replay of the whole pass, captured once per padded batch
-        size (``modeling.logprob_graphs``) -- one launch where the eager pass queues a few hundred,
-        whose host time bounds small micro-batches."""
+        ``cuda_graphs=True`` (CUDA): the same bits by a CUDA graph replay of the whole pass,
+        captured once per padded batch size (``modeling.logprob_graphs``) -- one launch where the
+        eager pass queues a few hundred, whose host time bounds small micro-batches. With no
+        gradient (an RL step's old-policy and reference passes) one forward graph; with gradients
+        (the policy's pass) a forward graph whose backward is a graph too, the parameters'
+        gradients accumulating into ``.grad`` (log-probs only; backpropagate each output before the
+        next forward of its padded size)."""
         if input_ids.dim() != 1:
             raise ValueError(f"packed_token_logprobs: input_ids must be flat [T], got {tuple(input_ids.shape)}")
         if cuda_graphs:
@@ -246,7 +249,7 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         """float32 [B, S-1]: entry [b, t] = log p(input_ids[b, t+1] | input_ids[b, :t+1]) for
         right-padded batches (entries at padding are 0). Same bits as ``packed_token_logprobs``
         and as the vLLM class for the same sequence, whatever else is in the batch.
-        ``cuda_graphs``: as ``packed_token_logprobs``'s (forward-only, CUDA)."""
+        ``cuda_graphs``: as ``packed_token_logprobs``'s (CUDA)."""
         p = pack(input_ids, attention_mask)
         out = self.packed_token_logprobs(p.input_ids, p.cu_seqlens, return_entropy, cuda_graphs)
         b, s = p.shape

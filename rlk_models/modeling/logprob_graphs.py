@@ -1,10 +1,25 @@
-"""CUDA graphs of the training class's forward-only log-prob pass (``LogprobGraphs``): what
+"""CUDA graphs of the training class's log-prob pass (``LogprobGraphs``): what
 ``packed_token_logprobs(..., cuda_graphs=True)`` and ``token_logprobs(..., cuda_graphs=True)`` run.
 
-Why: an RL step computes the old policy's and the reference model's log-probs with no gradient,
-and at small micro-batches that pass is host-bound: a 1.7B forward of one 1,024-token sequence
-queued 350 kernels (6.8 ms of GPU time) in ~66 ms of host time on an H100 (session 58, 0.47x
-stock transformers' forward-only tokens/s). A graph replays the same kernels with one launch.
+Why: at small micro-batches the pass is host-bound. A 1.7B forward of one 1,024-token sequence
+queued 350 kernels (6.8 ms of GPU time) in ~66 ms of host time on an H100, and its training step
+(forward and backward, 1,051 kernels, 26.6 ms of GPU time) took 174 ms (session 58: 0.47x stock
+transformers' forward-only tokens/s, 0.87x its training tokens/s). A graph replays the same
+kernels with one launch.
+
+Two kinds of graph. With gradients off (an RL step's old-policy and reference passes) one graph
+runs the forward. With gradients on and parameters that require them (the policy's own pass),
+two graphs do, as ``torch.cuda.make_graphed_callables`` builds them: the forward (its saved
+activations stay in the graph's memory) and the backward of the log-probs into every parameter,
+replayed by the autograd node the forward returns; the parameters' gradients then accumulate
+into ``.grad`` as an eager backward's do. A training graph keeps its own memory pool (its
+activations and its parameters' gradients: about an eager step's peak less the weights), so at
+most ``max_train_graphs`` are kept, and a forward of one padded size must be backpropagated (or
+dropped) before the next forward of that size, which would overwrite its activations: refused
+with an error otherwise. The entropy is not offered there (its gradient takes another backward).
+The gradients are the eager backward's of the padded batch, the pad tokens' log-probs given zero
+gradient (the tests compare them bitwise): the backward's sums over tokens are not batch-invariant
+(``ops/CONTRACT.md``), so they need not be the unpadded batch's bits.
 
 How the bits stay the eager pass's: the graph runs the same ops on a padded batch -- the real
 tokens, then one pad sequence (at least one token, position 0, id 0) up to the batch's padded
@@ -26,6 +41,7 @@ before the replay, with one host read of ``cu_seqlens`` and the ids' range.
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -35,6 +51,7 @@ from ..ops.checks import cu_seqlens_read_as
 
 TOKEN_STEP = 256  # padded token counts are multiples of this, attention grids at least this many rows
 MAX_GRAPHS = 32
+MAX_TRAIN_GRAPHS = 4
 
 
 def buckets(lengths: list[int], step: int = TOKEN_STEP) -> tuple[int, int, int]:
@@ -118,64 +135,104 @@ class _Graph:
     entropy: torch.Tensor | None
 
 
+class _Ticket:
+    """One training forward's claim on its graph's activations (weakly held by the graph: a dropped output frees
+    the claim)."""
+    done = False
+
+
+@dataclass
+class _TrainGraph:
+    forward: torch.cuda.CUDAGraph
+    backward: torch.cuda.CUDAGraph
+    batch: PaddedBatch
+    logp: torch.Tensor                   # [t_pad] float32, the forward's output
+    grad_logp: torch.Tensor              # [t_pad] float32, the backward's input (outside the pool)
+    grads: tuple                         # the backward's outputs, one a parameter (None: unused)
+    pool: tuple
+    pending: weakref.ref | None = None   # the last forward's _Ticket
+
+    def waiting(self) -> bool:
+        ticket = self.pending() if self.pending is not None else None
+        return ticket is not None and not ticket.done
+
+
+class _Replay(torch.autograd.Function):
+    """A training graph's forward replay; its backward replays the backward graph and hands its parameter
+    gradients to autograd (which accumulates them into ``.grad``: copies, not the graph's buffers)."""
+
+    @staticmethod
+    def forward(ctx, g: _TrainGraph, *params):
+        g.forward.replay()
+        ctx.g, ctx.ticket = g, _Ticket()
+        g.pending = weakref.ref(ctx.ticket)
+        return g.logp.clone()  # the next replay writes the static output
+
+    @staticmethod
+    def backward(ctx, grad_logp):
+        g = ctx.g
+        if g.pending is None or g.pending() is not ctx.ticket:
+            raise RuntimeError("cuda_graphs=True: this padded size's graph ran another forward after this output's, "
+                               "so its saved activations are gone: backpropagate each output before the next forward")
+        g.grad_logp.copy_(grad_logp)
+        g.backward.replay()
+        ctx.ticket.done = True
+        return (None, *g.grads)
+
+
 class LogprobGraphs:
     """The graphs of one model (``RLKForCausalLM.logprob_graphs``); ``clear()`` drops them and their
-    memory pool. A copy (``copy.deepcopy(model)``, e.g. a reference model) starts with none."""
+    memory pools. A copy (``copy.deepcopy(model)``, e.g. a reference model) starts with none."""
 
-    def __init__(self, token_step: int = TOKEN_STEP, max_graphs: int = MAX_GRAPHS):
-        if token_step < 1 or token_step & (token_step - 1) or max_graphs < 1:
-            raise ValueError(f"LogprobGraphs: token_step must be a power of two and max_graphs >= 1, got {token_step}, "
-                             f"{max_graphs}")
-        self.token_step, self.max_graphs = token_step, max_graphs
+    def __init__(self, token_step: int = TOKEN_STEP, max_graphs: int = MAX_GRAPHS,
+                 max_train_graphs: int = MAX_TRAIN_GRAPHS):
+        if token_step < 1 or token_step & (token_step - 1) or max_graphs < 1 or max_train_graphs < 1:
+            raise ValueError(f"LogprobGraphs: token_step must be a power of two, max_graphs and max_train_graphs >= "
+                             f"1, got {token_step}, {max_graphs}, {max_train_graphs}")
+        self.token_step, self.max_graphs, self.max_train_graphs = token_step, max_graphs, max_train_graphs
         self.graphs: OrderedDict[tuple, _Graph] = OrderedDict()
+        self.train_graphs: OrderedDict[tuple, _TrainGraph] = OrderedDict()
         self.params: tuple | None = None
         self.pool = None
         self.captures = 0  # graphs captured so far (a test's and a benchmark's count of cache misses)
 
     def __deepcopy__(self, memo):
-        return LogprobGraphs(self.token_step, self.max_graphs)
+        return LogprobGraphs(self.token_step, self.max_graphs, self.max_train_graphs)
 
     def __getstate__(self):
-        return {"token_step": self.token_step, "max_graphs": self.max_graphs}
+        return {"token_step": self.token_step, "max_graphs": self.max_graphs,
+                "max_train_graphs": self.max_train_graphs}
 
     def __setstate__(self, state):
         self.__init__(**state)
 
     def clear(self) -> None:
         self.graphs.clear()
+        self.train_graphs.clear()
         self.params, self.pool = None, None
 
     def __call__(self, model, input_ids: torch.Tensor, cu_seqlens: torch.Tensor, return_entropy: bool):
-        """``model.packed_token_logprobs(input_ids, cu_seqlens, return_entropy)`` by a graph replay:
-        (log-probs [T] float32, entropy [T] or None); the last token of each sequence gets 0."""
-        if torch.is_grad_enabled():
-            raise RuntimeError("cuda_graphs=True runs the forward-only pass (a graph records no autograd graph): call "
-                               "it under torch.no_grad() or torch.inference_mode(), or leave cuda_graphs off to train")
+        """``model.packed_token_logprobs(input_ids, cu_seqlens, return_entropy)`` by graph replays:
+        (log-probs [T] float32, entropy [T] or None); the last token of each sequence gets 0. With
+        gradients on and parameters that require them, the log-probs carry an autograd node whose
+        backward is a graph too."""
+        params = [p for p in model.parameters() if p.requires_grad] if torch.is_grad_enabled() else []
+        if params and return_entropy:
+            raise ValueError("cuda_graphs=True with gradients returns the log-probs only (the entropy's gradient "
+                             "takes another backward graph): call it with return_entropy=False, compute the entropy "
+                             "under torch.no_grad(), or leave cuda_graphs off")
         if not input_ids.is_cuda:
             raise ValueError(f"cuda_graphs=True needs the model and input_ids on a CUDA device, got {input_ids.device}")
         t = input_ids.numel()
         cu = cu_seqlens.to(device=input_ids.device, dtype=torch.int64)
-        if cu.dim() != 1 or cu.numel() < 2:
-            raise ValueError(f"cu_seqlens must rise from 0 to T={t}, got {cu.tolist()}")
-        # one host read: the boundaries (grid and padding) and the ids' range (the eager ops' check)
-        ids_range = torch.stack(torch.aminmax(input_ids)) if t else cu.new_zeros(2)
-        host = torch.cat([cu, ids_range.to(torch.int64)]).tolist()
-        bounds, (lo, hi) = host[:-2], host[-2:]
-        lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
-        if bounds[0] != 0 or bounds[-1] != t or min(lengths) < 0:
-            raise ValueError(f"cu_seqlens must rise from 0 to T={t}, got {bounds}")
-        vocab = model.model.embed_tokens.weight.shape[0]
-        if t and (lo < 0 or hi >= vocab):
-            raise IndexError(f"embedding: token ids must lie in [0, {vocab}), got range [{lo}, {hi}]")
-        table = model.config.max_position_embeddings
-        if max(lengths) > table:
-            raise IndexError(f"rope: position {max(lengths) - 1} is past the table ({table} positions = "
-                             "max_position_embeddings)")
+        lengths = self._checked_lengths(model, input_ids, cu)
         t_pad, n_seq, longest = buckets(lengths, self.token_step)
-        params = tuple(p.data_ptr() for p in model.parameters())
-        if params != self.params:  # weights moved: every graph reads the old addresses
+        now = tuple((p.data_ptr(), p.requires_grad) for p in model.parameters())
+        if now != self.params:  # weights moved: every graph reads the old addresses
             self.clear()
-            self.params = params
+            self.params = now
+        if params:
+            return self._train(model, input_ids, cu, (t_pad, n_seq, longest), params), None
         key = (t_pad, n_seq, longest, bool(return_entropy))
         g = self.graphs.get(key)
         if g is None:
@@ -191,6 +248,53 @@ class LogprobGraphs:
             entropy = g.entropy[:t].clone() if g.entropy is not None else None
         return logp, entropy
 
+    @staticmethod
+    def _checked_lengths(model, input_ids: torch.Tensor, cu: torch.Tensor) -> list[int]:
+        """The sequences' lengths, after the eager pass's checks of ``cu_seqlens``, the ids' range and the positions,
+        in one host read."""
+        t = input_ids.numel()
+        if cu.dim() != 1 or cu.numel() < 2:
+            raise ValueError(f"cu_seqlens must rise from 0 to T={t}, got {cu.tolist()}")
+        ids_range = torch.stack(torch.aminmax(input_ids)) if t else cu.new_zeros(2)
+        host = torch.cat([cu, ids_range.to(torch.int64)]).tolist()
+        bounds, (lo, hi) = host[:-2], host[-2:]
+        lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
+        if bounds[0] != 0 or bounds[-1] != t or min(lengths) < 0:
+            raise ValueError(f"cu_seqlens must rise from 0 to T={t}, got {bounds}")
+        vocab = model.model.embed_tokens.weight.shape[0]
+        if t and (lo < 0 or hi >= vocab):
+            raise IndexError(f"embedding: token ids must lie in [0, {vocab}), got range [{lo}, {hi}]")
+        table = model.config.max_position_embeddings
+        if max(lengths) > table:
+            raise IndexError(f"rope: position {max(lengths) - 1} is past the table ({table} positions = "
+                             "max_position_embeddings)")
+        return lengths
+
+    def _train(self, model, input_ids: torch.Tensor, cu: torch.Tensor, key: tuple, params: list) -> torch.Tensor:
+        g = self.train_graphs.get(key)
+        if g is None:
+            g = self._capture_train(model, key, params)
+        self.train_graphs.move_to_end(key)
+        if g.waiting():
+            raise RuntimeError(f"cuda_graphs=True: a forward of this padded size ({key[0]} tokens, {key[1]} sequences) "
+                               "still waits for its backward, and its saved activations live in the graph's memory, "
+                               "which this forward would overwrite: backpropagate (or drop) that output first, or "
+                               "leave cuda_graphs off")
+        t = input_ids.numel()
+        with torch.no_grad():
+            valid = g.batch.fill(input_ids, cu)
+        logp = _Replay.apply(g, *params)
+        return torch.where(valid, logp[:t], torch.zeros_like(logp[:t]))
+
+    def _warm_up(self, device, run) -> None:
+        """``run()`` once on a side stream: the kernels compile (and the ops cache their launch plans) outside a
+        capture."""
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            run()
+        torch.cuda.current_stream(device).wait_stream(side)
+
     def _capture(self, model, key: tuple) -> _Graph:
         t_pad, n_seq, longest, entropy = key
         while len(self.graphs) >= self.max_graphs:
@@ -200,15 +304,40 @@ class LogprobGraphs:
             self.pool = torch.cuda.graph_pool_handle()
         with torch.inference_mode(False), torch.no_grad():
             batch = PaddedBatch.empty(t_pad, n_seq, longest, device)
-            side = torch.cuda.Stream(device)
-            side.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(side):  # the warm-up: the kernels compile outside the capture
-                batch.run(model, entropy)
-            torch.cuda.current_stream(device).wait_stream(side)
+            self._warm_up(device, lambda: batch.run(model, entropy))
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                 logp, ent = batch.run(model, entropy)
         self.captures += 1
         g = _Graph(graph, batch, logp, ent if entropy else None)
         self.graphs[key] = g
+        return g
+
+    def _capture_train(self, model, key: tuple, params: list) -> _TrainGraph:
+        """The forward and backward graphs of one padded size, in a memory pool of their own (another size's
+        forward may run between this size's forward and backward)."""
+        t_pad, n_seq, longest = key
+        while len(self.train_graphs) >= self.max_train_graphs:
+            self.train_graphs.popitem(last=False)
+        device = model.model.embed_tokens.weight.device
+        # thread_local: a colocated vLLM engine's threads may wait on events while this thread captures; the autograd
+        # engine's device thread queues the backward's kernels on the forward's (capture) stream either way
+        with torch.inference_mode(False), torch.enable_grad():
+            batch = PaddedBatch.empty(t_pad, n_seq, longest, device)
+
+            def step():
+                logp = batch.run(model, False)[0]
+                torch.autograd.grad(logp, params, torch.ones_like(logp), allow_unused=True)
+            self._warm_up(device, step)
+            pool = torch.cuda.graph_pool_handle()
+            forward = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(forward, pool=pool, capture_error_mode="thread_local"):
+                logp = batch.run(model, False)[0]
+            grad_logp = torch.zeros_like(logp)
+            backward = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(backward, pool=pool, capture_error_mode="thread_local"):
+                grads = torch.autograd.grad(logp, params, grad_logp, allow_unused=True)
+        self.captures += 1
+        g = _TrainGraph(forward, backward, batch, logp.detach(), grad_logp, grads, pool)
+        self.train_graphs[key] = g
         return g

@@ -1,8 +1,11 @@
 """``cuda_graphs=True`` on a CUDA GPU (Triton backend, bf16): the graphed forward-only log-prob pass gives the eager
 pass's log-probs and entropies bit for bit, for batches of every padding case, graphs reused across batches of one
-key, after an in-place weight update and after a parameter moved (captured again); the tiny Qwen3 and Llama (the
-Triton attention kernel) and 2 layers of the 1.7B's shapes (head_dim 128: the Gluon attention on sm_90). The CPU's
-side (padding arithmetic, refusals): tests/models/test_logprob_graphs.py. Marked ``gpu``."""
+key, after an in-place weight update and after a parameter moved (captured again); the graphed training pass
+(forward and backward graphs) gives the eager log-probs and the eager backward's gradients of the padded batch bit
+for bit, accumulates into ``.grad`` across micro-batches as eager does, and refuses a forward that would overwrite
+activations a backward still needs; the tiny Qwen3 and Llama (the Triton attention kernel) and 2 layers of the
+1.7B's shapes (head_dim 128: the Gluon attention on sm_90). The CPU's side (padding arithmetic, refusals):
+tests/models/test_logprob_graphs.py. Marked ``gpu``."""
 
 import sys
 from pathlib import Path
@@ -95,3 +98,84 @@ def test_graphed_token_logprobs_of_a_padded_batch_under_inference_mode(model):
     with torch.no_grad(), pytest.raises(IndexError, match="token ids must lie in"):
         model.packed_token_logprobs(ids.reshape(-1) + model.config.vocab_size, torch.tensor([0, 280]),
                                     cuda_graphs=True)
+
+
+def _grads(model):
+    out = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return out
+
+
+def _differing(a, b, model):
+    return [(name, None if x is None or y is None else int((x != y).sum()))
+            for (name, _), x, y in zip(model.named_parameters(), a, b)
+            if (x is None) != (y is None) or (x is not None and not torch.equal(x, y))]
+
+
+def test_graphed_training_pass_gives_the_eager_log_probs_and_gradients(model):
+    """Per batch: the graphed pass's log-probs equal the eager pass's bitwise, and its gradients (a weighted sum of
+    the log-probs, backpropagated) the eager backward's of the same padded batch; then, as information the assert
+    names, which parameters' gradients differ from the unpadded batch's (the backward is not batch-invariant)."""
+    from rlk_models.modeling.logprob_graphs import PaddedBatch, buckets
+
+    graphs = model.logprob_graphs
+    graphs.clear()
+    model.zero_grad(set_to_none=True)
+    batches = [[5], [17, 3, 40], [7, 0, 9, 1], [20, 20, 20]]  # the second's key again in the fourth: a replay
+    unpadded = []
+    for i, lengths in enumerate(batches):
+        ids, cu = _batch(lengths, model.config.vocab_size, seed=20 + i)
+        t = ids.numel()
+        w = torch.randn(t, device="cuda", generator=torch.Generator(device="cuda").manual_seed(i))
+        want = model.packed_token_logprobs(ids, cu)
+        (want * w).sum().backward()
+        want_grads = _grads(model)
+        batch = PaddedBatch.empty(*buckets(lengths), "cuda")
+        with torch.no_grad():
+            valid = batch.fill(ids, cu)
+        padded = batch.run(model, False)[0]
+        (torch.where(valid, padded[:t], torch.zeros_like(padded[:t])) * w).sum().backward()
+        padded_grads = _grads(model)
+        got = model.packed_token_logprobs(ids, cu, cuda_graphs=True)
+        assert got.requires_grad and torch.equal(got.detach(), want.detach()), (lengths, (got != want).sum().item())
+        (got * w).sum().backward()
+        got_grads = _grads(model)
+        assert not _differing(got_grads, padded_grads, model), (lengths, _differing(got_grads, padded_grads, model))
+        unpadded.append((lengths, _differing(got_grads, want_grads, model)))
+    assert len(graphs.train_graphs) == 3 and not graphs.graphs
+    assert all(not d for _, d in unpadded), f"gradients that differ from the unpadded batch's: {unpadded}"
+
+
+def test_graphed_training_accumulates_follows_updates_and_guards_its_activations(model):
+    graphs = model.logprob_graphs
+    graphs.clear()
+    model.zero_grad(set_to_none=True)
+    a, b = _batch([33, 64], model.config.vocab_size, 30), _batch([300], model.config.vocab_size, 31)
+    for step in range(2):  # two micro-batches accumulated, an in-place update, again: the same graphs
+        for ids, cu in (a, b):
+            model.packed_token_logprobs(ids, cu).sum().backward()
+        want = _grads(model)
+        for ids, cu in (a, b):
+            model.packed_token_logprobs(ids, cu, cuda_graphs=True).sum().backward()
+        assert not _differing(_grads(model), want, model), step
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(0.96875)
+    assert graphs.captures == 2 and len(graphs.train_graphs) == 2
+    # two sizes' forwards before one backward: their activations are in separate pools
+    la = model.packed_token_logprobs(*a, cuda_graphs=True)
+    lb = model.packed_token_logprobs(*b, cuda_graphs=True)
+    with pytest.raises(RuntimeError, match="still waits for its backward"):
+        model.packed_token_logprobs(*a, cuda_graphs=True)
+    (la.sum() + lb.sum()).backward(retain_graph=True)
+    both = _grads(model)
+    (model.packed_token_logprobs(*a).sum() + model.packed_token_logprobs(*b).sum()).backward()
+    assert not _differing(both, _grads(model), model)
+    model.packed_token_logprobs(*a, cuda_graphs=True)  # la's backward ran: a new forward may overwrite its activations
+    with pytest.raises(RuntimeError, match="ran another forward after this output's"):
+        la.sum().backward()
+    del la
+    model.zero_grad(set_to_none=True)
+    out = model.packed_token_logprobs(*a, cuda_graphs=True)  # the previous output, never backpropagated, was dropped
+    with torch.no_grad():
+        assert torch.equal(out, model.packed_token_logprobs(*a))

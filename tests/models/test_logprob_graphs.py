@@ -37,17 +37,21 @@ def test_template_lengths_refuses_what_no_batch_fits():
         template_lengths(1024, 2, 256)
 
 
-def test_cuda_graphs_refuse_gradients_and_the_cpu(checkpoints):
+def test_cuda_graphs_refuse_a_gradient_entropy_and_the_cpu(checkpoints):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(checkpoints["qwen3"][1], dtype=torch.float32)
     ids = torch.randint(0, model.config.vocab_size, (2, 9))
-    with pytest.raises(RuntimeError, match=r"forward-only pass .* torch.no_grad\(\)"):
-        model.token_logprobs(ids, cuda_graphs=True)
-    with torch.no_grad(), pytest.raises(ValueError, match="needs the model and input_ids on a CUDA device, got cpu"):
-        model.packed_token_logprobs(ids.reshape(-1), torch.tensor([0, 9, 18]), cuda_graphs=True)
-    for bad in ({"token_step": 0}, {"token_step": 96}, {"max_graphs": 0}):
-        with pytest.raises(ValueError, match="token_step must be a power of two and max_graphs >= 1"):
+    with pytest.raises(ValueError, match=r"with gradients returns the log-probs only .* return_entropy=False"):
+        model.token_logprobs(ids, return_entropy=True, cuda_graphs=True)
+    with torch.no_grad():  # the entropy without gradients: refused here for the CPU only
+        with pytest.raises(ValueError, match="needs the model and input_ids on a CUDA device, got cpu"):
+            model.token_logprobs(ids, return_entropy=True, cuda_graphs=True)
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad), pytest.raises(ValueError, match="on a CUDA device, got cpu"):
+            model.packed_token_logprobs(ids.reshape(-1), torch.tensor([0, 9, 18]), cuda_graphs=True)
+    for bad in ({"token_step": 0}, {"token_step": 96}, {"max_graphs": 0}, {"max_train_graphs": 0}):
+        with pytest.raises(ValueError, match="token_step must be a power of two, max_graphs and max_train_graphs >= 1"):
             LogprobGraphs(**bad)
 
 
@@ -61,8 +65,8 @@ def test_a_copy_of_the_model_starts_with_no_graphs(checkpoints):
     ref = copy.deepcopy(model)
     assert model.logprob_graphs is graphs and ref.logprob_graphs is not graphs
     assert not ref.logprob_graphs.graphs and ref.logprob_graphs.params is None
-    back = pickle.loads(pickle.dumps(LogprobGraphs(token_step=64, max_graphs=3)))
-    assert (back.token_step, back.max_graphs, len(back.graphs)) == (64, 3, 0)
+    back = pickle.loads(pickle.dumps(LogprobGraphs(token_step=64, max_graphs=3, max_train_graphs=2)))
+    assert (back.token_step, back.max_graphs, back.max_train_graphs, len(back.graphs)) == (64, 3, 2, 0)
 
 
 @pytest.mark.parametrize("lengths", [[5, 17, 3], [255, 1], [7, 0, 40]])
@@ -92,3 +96,37 @@ def test_a_padded_batch_gives_each_token_its_unpadded_bits(tmp_path, lengths):
     t = ids.numel()
     assert torch.equal(torch.where(valid, logp[:t], 0.0), want[0]) and torch.equal(ent[:t], want[1])
     assert batch.cu.tolist() == [*cu.tolist(), t_pad] and batch.positions[t:].eq(0).all()
+
+
+@pytest.mark.parametrize("lengths", [[5, 17, 3], [40, 0, 7]])
+def test_a_padded_batchs_gradients(tmp_path, lengths):
+    """What a training graph replays, eagerly on the CPU by the Triton backend's kernels (interpreter, float32): the
+    padded batch's backward, the pad tokens' log-probs given zero gradient, against the unpadded backward -- the
+    log-probs bitwise, and every parameter's gradient (the backward's sums over tokens are not batch-invariant, so
+    this records what this backend's kernels give; the GPU test compares the graph with the padded eager pass)."""
+    from transformers import AutoModelForCausalLM
+
+    from rlk_models.conversion import convert
+    from rlk_models.modeling.logprob_graphs import PaddedBatch
+    from rlk_models.testing.tiny import make_tiny_hf_checkpoint
+
+    hf = make_tiny_hf_checkpoint(tmp_path / "hf", "qwen3", seed=2)
+    model = AutoModelForCausalLM.from_pretrained(convert(hf, tmp_path / "rlk", rlk_backend="triton", progress=False),
+                                                 dtype=torch.float32)
+    g = torch.Generator().manual_seed(sum(lengths))
+    ids = torch.randint(0, model.config.vocab_size, (sum(lengths),), generator=g)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    t = ids.numel()
+    weights = torch.randn(t, generator=g)
+    params = list(model.parameters())
+    want = model.packed_token_logprobs(ids, cu)
+    want_grads = torch.autograd.grad((want * weights).sum(), params)
+    batch = PaddedBatch.empty(*buckets(lengths, 64), "cpu")
+    with torch.no_grad():
+        valid = batch.fill(ids, cu)
+    logp = batch.run(model, False)[0]
+    got = torch.where(valid, logp[:t], torch.zeros_like(logp[:t]))
+    grads = torch.autograd.grad((got * weights).sum(), params)
+    assert torch.equal(got, want)
+    differ = [name for (name, _), a, b in zip(model.named_parameters(), grads, want_grads) if not torch.equal(a, b)]
+    assert not differ, differ
