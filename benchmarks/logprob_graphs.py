@@ -5,10 +5,15 @@ old-policy / reference pass of a GRPO step, whose shapes change every micro-batc
 in the same order; the graphed side's time includes its captures (a new padded size captures its graph on first
 sight). Per side: tokens/s over the run (wall time, synchronized), and after the run the same batches again (every
 graph captured: the steady state). Every graphed log-prob is compared with the eager one: ``mismatch`` counts those
-that differ (the contract: 0). Results: ``$OUT/logprob_graphs_<shape>.json``.
+that differ (the contract: 0). ``--train``: the policy's pass instead, with gradients -- each micro-batch's weighted
+log-prob sum backpropagated, the gradients accumulated over the run as in one optimizer step -- by training graphs
+(forward and backward, ``max_train_graphs`` kept) against eager; ``grad_mismatch`` counts the accumulated gradient
+entries that differ (the graphs give the padded batches' gradients). Results: ``$OUT/logprob_graphs_<shape>.json``
+(``..._train.json``).
 
     python benchmarks/logprob_graphs.py --shape 1.7b --seqs 1 --prompt 256 --response 512,1024
     python benchmarks/logprob_graphs.py --shape 8b --layers 8 --seqs 8
+    python benchmarks/logprob_graphs.py --shape 1.7b --seqs 1 --train --steps 12
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=256)
     ap.add_argument("--response", default="512,1024", help="lo,hi: each response's length, uniform")
     ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--train", action="store_true", help="the pass with gradients and a backward (training graphs)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     from transformers import AutoModelForCausalLM
@@ -67,25 +73,42 @@ def main() -> None:
     tokens = sum(int(m.sum()) for _, m in data)
     res = {"info": info(), "args": vars(a), "layers": shape["num_hidden_layers"], "tokens": tokens}
 
-    def run(graphs: bool) -> tuple[float, list[torch.Tensor]]:
+    weights = [torch.randn(ids.shape[0], ids.shape[1] - 1, device="cuda",
+                           generator=torch.Generator(device="cuda").manual_seed(i)) for i, (ids, _) in enumerate(data)]
+
+    def run(graphs: bool) -> tuple[float, list[torch.Tensor], list]:
         outs = []
+        model.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.no_grad():
-            for ids, mask in data:
-                outs.append(model.token_logprobs(ids, mask, cuda_graphs=graphs))
+        with torch.set_grad_enabled(a.train):
+            for (ids, mask), w in zip(data, weights):
+                logp = model.token_logprobs(ids, mask, cuda_graphs=graphs)
+                if a.train:
+                    (logp * w).sum().backward()
+                outs.append(logp.detach())
         torch.cuda.synchronize()
-        return time.perf_counter() - t0, outs
+        secs = time.perf_counter() - t0
+        grads = [p.grad for p in model.parameters()] if a.train else []
+        model.zero_grad(set_to_none=True)
+        return secs, outs, grads
 
     run(False)  # the kernels compile for the eager sizes
+    torch.cuda.reset_peak_memory_stats()
     for label, graphs in (("eager", False), ("graphs", True), ("eager_again", False), ("graphs_again", True)):
-        secs, outs = run(graphs)
+        secs, outs, grads = run(graphs)
         if label == "eager":
-            want = outs
-        row = res[label] = {"s": round(secs, 4), "tok_per_s": round(tokens / secs)}
+            want, want_grads = outs, grads
+        row = res[label] = {"s": round(secs, 4), "tok_per_s": round(tokens / secs),
+                            "peak_gib": round(torch.cuda.max_memory_allocated() / 2 ** 30, 2)}
+        torch.cuda.reset_peak_memory_stats()
         if graphs:
             row["mismatch"] = sum(int((o != w).sum()) for o, w in zip(outs, want))
-            row["graphs_held"] = len(model.logprob_graphs.graphs)
+            if a.train:
+                row["grad_mismatch"] = sum(int((x != y).sum()) for x, y in zip(grads, want_grads))
+                row["grad_entries"] = sum(x.numel() for x in want_grads)
+            held = model.logprob_graphs.train_graphs if a.train else model.logprob_graphs.graphs
+            row["graphs_held"] = len(held)
             row["captures_so_far"] = model.logprob_graphs.captures
         log(f"{label:12} {row}")
     res["speedup_first_run"] = round(res["eager"]["s"] / res["graphs"]["s"], 3)
@@ -94,7 +117,7 @@ def main() -> None:
         f"steady {res['speedup_steady']}x; {res['graphs']['captures_so_far']} captures for {a.steps} micro-batches")
     os.makedirs(a.out, exist_ok=True)
     os.environ["OUT"] = a.out
-    save(f"logprob_graphs_{a.shape}", res)
+    save(f"logprob_graphs_{a.shape}" + "_train" * a.train, res)
 
 
 if __name__ == "__main__":

@@ -1368,6 +1368,10 @@ s60train)
     test_summary graphs 30
     part train_small 220 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,stock,liger --batch 1 --seq 1024"
     tail -40 "$ROOT_OUT/train_small.log" | cut -c1-220
+    if ((SECONDS < 420)); then
+        bench graphs_train 120 benchmarks/logprob_graphs.py --shape 1.7b --seqs 1 --train --steps 12
+        grep -hE "eager|graphs" "$ROOT_OUT"/graphs_train.log | cut -c1-300
+    fi
     ;;
 s58ab)
     # session 58's host-time change against .probe_old (main at 0d2b254) by alternate processes, as session 58's
