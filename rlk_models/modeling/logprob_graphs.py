@@ -22,7 +22,7 @@ gradient (the tests compare them bitwise): the backward's sums over tokens are n
 (``ops/CONTRACT.md``), so they need not be the unpadded batch's bits.
 
 How the bits stay the eager pass's: the graph runs the same ops on a padded batch -- the real
-tokens, then one pad sequence (at least one token, position 0, id 0) up to the batch's padded
+tokens, then one pad sequence (ids 0, positions 0; empty where the tokens fill the size) up to the batch's padded
 size (``buckets``: eight sizes an octave, multiples of ``token_step``) -- and every op of the
 contract computes a token's row independently of the other rows and of their number (batch
 invariance: what lets vLLM's padded decode graphs give the training class's bits). The varlen
@@ -56,14 +56,14 @@ MAX_TRAIN_GRAPHS = 4
 
 def buckets(lengths: list[int], step: int = TOKEN_STEP) -> tuple[int, int, int]:
     """(padded tokens, sequences, padded longest) of a packed batch of sequence ``lengths``, which
-    keys its graph. The tokens are padded to the next multiple above their count (the pad sequence
-    is never empty) of ``step`` or of an eighth of their power of two, whichever is larger: eight
+    keys its graph. The tokens are padded to the next multiple (at least one; the pad sequence is
+    empty at an exact multiple) of ``step`` or of an eighth of their power of two, whichever is larger: eight
     sizes an octave, at most 12.5% (or ``step`` tokens) of padding. The attention grid's rows are
     the longest sequence (the pad one included) rounded up to a power of two, at least ``step``, at
     most the padded tokens: a grid of more rows only adds programs that find no tokens and exit."""
     t = sum(lengths)
     unit = max(step, 1 << max(t.bit_length() - 4, 0))
-    t_pad = (t // unit + 1) * unit
+    t_pad = max(unit, -(-t // unit) * unit)
     longest = max([*lengths, t_pad - t])
     return t_pad, len(lengths), min(t_pad, max(step, 1 << (longest - 1).bit_length()))
 

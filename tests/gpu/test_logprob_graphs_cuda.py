@@ -15,9 +15,9 @@ import torch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-# (sequence lengths): one sequence; several, short; a padded count at a multiple of 256 (256 pad tokens); the pad
-# sequence as the longest (grid of 256 rows from it); a 600-token sequence (grid of 768 rows); an empty sequence;
-# the key of the second batch again with other lengths and ids (a replay of the same graph)
+# (sequence lengths): one sequence; several, short; a count at a multiple of 256 (an empty pad sequence); the pad
+# sequence as the longest (grid of 256 rows from it); 768 padded tokens with a 500-token sequence (grid of 512
+# rows); an empty sequence; the second batch's key again with other lengths and ids (replays of one graph)
 BATCHES = [[5], [17, 3, 40], [255, 1], [300, 2, 2, 2], [1], [500, 100], [7, 0, 9], [20, 20, 20]]
 
 

@@ -19,7 +19,7 @@ def test_a_batch_fits_the_template_its_graph_was_captured_on(lengths, step):
     fits the attention grid of the template its graph was captured on."""
     t_pad, n_seq, longest = buckets(lengths, step)
     t = sum(lengths)
-    assert n_seq == len(lengths) and t_pad % step == 0 and t < t_pad <= t + max(step, t // 8)  # a pad sequence
+    assert n_seq == len(lengths) and t_pad % step == 0 and 0 < t_pad and 0 <= t_pad - t <= max(step, t // 8)
     assert max(lengths) <= longest and t_pad - t <= longest <= t_pad  # every sequence fits the grid
     assert longest & (longest - 1) == 0 or longest == t_pad
     template = template_lengths(t_pad, n_seq, longest)
@@ -27,7 +27,8 @@ def test_a_batch_fits_the_template_its_graph_was_captured_on(lengths, step):
 
 
 def test_bucket_sizes():
-    assert buckets([5]) == (256, 1, 256) and buckets([255, 1]) == (512, 2, 256)
+    assert buckets([5]) == (256, 1, 256) and buckets([255, 1]) == (256, 2, 256) and buckets([0]) == (256, 1, 256)
+    assert buckets([1024]) == (1024, 1, 1024) and buckets([1025]) == (1280, 1, 1280)  # no pad sequence at 1024
     assert buckets([500, 100]) == (768, 2, 512) and buckets([3000, 1000]) == (4096, 2, 4096)
     assert buckets([1000] * 9) == (9216, 9, 1024)  # 9000 tokens: multiples of 1024 from 8192
 
@@ -69,7 +70,7 @@ def test_a_copy_of_the_model_starts_with_no_graphs(checkpoints):
     assert (back.token_step, back.max_graphs, back.max_train_graphs, len(back.graphs)) == (64, 3, 2, 0)
 
 
-@pytest.mark.parametrize("lengths", [[5, 17, 3], [255, 1], [7, 0, 40]])
+@pytest.mark.parametrize("lengths", [[5, 17, 3], [255, 1], [7, 0, 40], [40, 24]])
 def test_a_padded_batch_gives_each_token_its_unpadded_bits(tmp_path, lengths):
     """What a graph replays, run eagerly on the CPU by the Triton backend's kernels (``TRITON_INTERPRET=1``): the
     batch padded to ``buckets``' size, with a pad sequence and the attention's grid at the padded longest sequence
@@ -98,7 +99,7 @@ def test_a_padded_batch_gives_each_token_its_unpadded_bits(tmp_path, lengths):
     assert batch.cu.tolist() == [*cu.tolist(), t_pad] and batch.positions[t:].eq(0).all()
 
 
-@pytest.mark.parametrize("lengths", [[5, 17, 3], [40, 0, 7]])
+@pytest.mark.parametrize("lengths", [[5, 17, 3], [40, 0, 7], [40, 24]])
 def test_a_padded_batchs_gradients(tmp_path, lengths):
     """What a training graph replays, eagerly on the CPU by the Triton backend's kernels (interpreter, float32): the
     padded batch's backward, the pad tokens' log-probs given zero gradient, against the unpadded backward -- the
