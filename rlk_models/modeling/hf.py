@@ -225,8 +225,8 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         eager pass queues a few hundred, whose host time bounds small micro-batches. With no
         gradient (an RL step's old-policy and reference passes) one forward graph; with gradients
         (the policy's pass) a forward graph whose backward is a graph too, the parameters'
-        gradients accumulating into ``.grad`` (log-probs only; backpropagate each output before the
-        next forward of its padded size)."""
+        gradients accumulating into ``.grad`` (the entropy is not differentiated there; backpropagate
+        each output before the next forward of its padded size)."""
         if input_ids.dim() != 1:
             raise ValueError(f"packed_token_logprobs: input_ids must be flat [T], got {tuple(input_ids.shape)}")
         if cuda_graphs:

@@ -16,7 +16,8 @@ into ``.grad`` as an eager backward's do. A training graph keeps its own memory 
 activations and its parameters' gradients: about an eager step's peak less the weights), so at
 most ``max_train_graphs`` are kept, and a forward of one padded size must be backpropagated (or
 dropped) before the next forward of that size, which would overwrite its activations: refused
-with an error otherwise. The entropy is not offered there (its gradient takes another backward).
+with an error otherwise. The entropy comes without a gradient there (the backward graph carries the
+log-probs'; a backward through the entropy raises).
 The gradients are the eager backward's of the padded batch, the pad tokens' log-probs given zero
 gradient (the tests compare them bitwise): the backward's sums over tokens are not batch-invariant
 (``ops/CONTRACT.md``), so they need not be the unpadded batch's bits.
@@ -147,6 +148,7 @@ class _TrainGraph:
     backward: torch.cuda.CUDAGraph
     batch: PaddedBatch
     logp: torch.Tensor                   # [t_pad] float32, the forward's output
+    entropy: torch.Tensor | None         # [t_pad] float32 where asked for (its gradient is not graphed)
     grad_logp: torch.Tensor              # [t_pad] float32, the backward's input (outside the pool)
     grads: tuple                         # the backward's outputs, one a parameter (None: unused)
     pool: tuple
@@ -165,16 +167,24 @@ class _Replay(torch.autograd.Function):
     def forward(ctx, g: _TrainGraph, *params):
         g.forward.replay()
         ctx.g, ctx.ticket = g, _Ticket()
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None (the entropy's, mostly)
         g.pending = weakref.ref(ctx.ticket)
-        return g.logp.clone()  # the next replay writes the static output
+        # copies: the next replay writes the static outputs
+        return g.logp.clone(), (g.entropy.clone() if g.entropy is not None else None)
 
     @staticmethod
-    def backward(ctx, grad_logp):
+    def backward(ctx, grad_logp, grad_entropy):
         g = ctx.g
+        if grad_entropy is not None:
+            raise RuntimeError("cuda_graphs=True: the entropy's gradient is not graphed (the graph backpropagates the "
+                               "log-probs only): detach the entropy, or leave cuda_graphs off to differentiate it")
         if g.pending is None or g.pending() is not ctx.ticket:
             raise RuntimeError("cuda_graphs=True: this padded size's graph ran another forward after this output's, "
                                "so its saved activations are gone: backpropagate each output before the next forward")
-        g.grad_logp.copy_(grad_logp)
+        if grad_logp is None:
+            g.grad_logp.zero_()
+        else:
+            g.grad_logp.copy_(grad_logp)
         g.backward.replay()
         ctx.ticket.done = True
         return (None, *g.grads)
@@ -217,10 +227,6 @@ class LogprobGraphs:
         gradients on and parameters that require them, the log-probs carry an autograd node whose
         backward is a graph too."""
         params = [p for p in model.parameters() if p.requires_grad] if torch.is_grad_enabled() else []
-        if params and return_entropy:
-            raise ValueError("cuda_graphs=True with gradients returns the log-probs only (the entropy's gradient "
-                             "takes another backward graph): call it with return_entropy=False, compute the entropy "
-                             "under torch.no_grad(), or leave cuda_graphs off")
         if not input_ids.is_cuda:
             raise ValueError(f"cuda_graphs=True needs the model and input_ids on a CUDA device, got {input_ids.device}")
         t = input_ids.numel()
@@ -231,9 +237,9 @@ class LogprobGraphs:
         if now != self.params:  # weights moved: every graph reads the old addresses
             self.clear()
             self.params = now
-        if params:
-            return self._train(model, input_ids, cu, (t_pad, n_seq, longest), params), None
         key = (t_pad, n_seq, longest, bool(return_entropy))
+        if params:
+            return self._train(model, input_ids, cu, key, params)
         g = self.graphs.get(key)
         if g is None:
             g = self._capture(model, key)
@@ -270,7 +276,7 @@ class LogprobGraphs:
                              "max_position_embeddings)")
         return lengths
 
-    def _train(self, model, input_ids: torch.Tensor, cu: torch.Tensor, key: tuple, params: list) -> torch.Tensor:
+    def _train(self, model, input_ids: torch.Tensor, cu: torch.Tensor, key: tuple, params: list):
         g = self.train_graphs.get(key)
         if g is None:
             g = self._capture_train(model, key, params)
@@ -283,8 +289,8 @@ class LogprobGraphs:
         t = input_ids.numel()
         with torch.no_grad():
             valid = g.batch.fill(input_ids, cu)
-        logp = _Replay.apply(g, *params)
-        return torch.where(valid, logp[:t], torch.zeros_like(logp[:t]))
+        logp, entropy = _Replay.apply(g, *params)
+        return torch.where(valid, logp[:t], torch.zeros_like(logp[:t])), (entropy[:t] if entropy is not None else None)
 
     def _warm_up(self, device, run) -> None:
         """``run()`` once on a side stream: the kernels compile (and the ops cache their launch plans) outside a
@@ -316,7 +322,7 @@ class LogprobGraphs:
     def _capture_train(self, model, key: tuple, params: list) -> _TrainGraph:
         """The forward and backward graphs of one padded size, in a memory pool of their own (another size's
         forward may run between this size's forward and backward)."""
-        t_pad, n_seq, longest = key
+        t_pad, n_seq, longest, entropy = key
         while len(self.train_graphs) >= self.max_train_graphs:
             self.train_graphs.popitem(last=False)
         device = model.model.embed_tokens.weight.device
@@ -326,18 +332,19 @@ class LogprobGraphs:
             batch = PaddedBatch.empty(t_pad, n_seq, longest, device)
 
             def step():
-                logp = batch.run(model, False)[0]
+                logp = batch.run(model, entropy)[0]
                 torch.autograd.grad(logp, params, torch.ones_like(logp), allow_unused=True)
             self._warm_up(device, step)
             pool = torch.cuda.graph_pool_handle()
             forward = torch.cuda.CUDAGraph()
             with torch.cuda.graph(forward, pool=pool, capture_error_mode="thread_local"):
-                logp = batch.run(model, False)[0]
+                logp, ent = batch.run(model, entropy)
             grad_logp = torch.zeros_like(logp)
             backward = torch.cuda.CUDAGraph()
             with torch.cuda.graph(backward, pool=pool, capture_error_mode="thread_local"):
                 grads = torch.autograd.grad(logp, params, grad_logp, allow_unused=True)
         self.captures += 1
-        g = _TrainGraph(forward, backward, batch, logp.detach(), grad_logp, grads, pool)
+        g = _TrainGraph(forward, backward, batch, logp.detach(), ent.detach() if entropy else None, grad_logp, grads,
+                        pool)
         self.train_graphs[key] = g
         return g

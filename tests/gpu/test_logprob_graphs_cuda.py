@@ -2,10 +2,10 @@
 pass's log-probs and entropies bit for bit, for batches of every padding case, graphs reused across batches of one
 key, after an in-place weight update and after a parameter moved (captured again); the graphed training pass
 (forward and backward graphs) gives the eager log-probs and the eager backward's gradients of the padded batch bit
-for bit, accumulates into ``.grad`` across micro-batches as eager does, and refuses a forward that would overwrite
-activations a backward still needs; the tiny Qwen3 and Llama (the Triton attention kernel) and 2 layers of the
-1.7B's shapes (head_dim 128: the Gluon attention on sm_90). The CPU's side (padding arithmetic, refusals):
-tests/models/test_logprob_graphs.py. Marked ``gpu``."""
+for bit (and the entropy, which it does not differentiate), accumulates into ``.grad`` across micro-batches as
+eager does, and refuses a forward that would overwrite activations a backward still needs; the tiny Qwen3 and
+Llama (the Triton attention kernel) and 2 layers of the 1.7B's shapes (head_dim 128: the Gluon attention on
+sm_90). The CPU's side (padding arithmetic, refusals): tests/models/test_logprob_graphs.py. Marked ``gpu``."""
 
 import sys
 from pathlib import Path
@@ -112,38 +112,41 @@ def _differing(a, b, model):
             if (x is None) != (y is None) or (x is not None and not torch.equal(x, y))]
 
 
-def test_graphed_training_pass_gives_the_eager_log_probs_and_gradients(model):
-    """Per batch: the graphed pass's log-probs equal the eager pass's bitwise, and its gradients (a weighted sum of
-    the log-probs, backpropagated) the eager backward's of the same padded batch; then, as information the assert
-    names, which parameters' gradients differ from the unpadded batch's (the backward is not batch-invariant)."""
+def _padded_eager(model, ids, cu):
+    """The eager pass over the batch a training graph runs (``PaddedBatch``: the same padding and attention grid),
+    masked as the graphed pass masks it: whose backward the graph's must equal bitwise (the backward's sums over
+    tokens are not batch-invariant, so the unpadded batch's gradients may differ in their last bits)."""
     from rlk_models.modeling.logprob_graphs import PaddedBatch, buckets
 
+    t = ids.numel()
+    lengths = (cu[1:] - cu[:-1]).tolist()
+    batch = PaddedBatch.empty(*buckets(lengths), "cuda")
+    with torch.no_grad():
+        valid = batch.fill(ids, cu)
+    logp = batch.run(model, False)[0]
+    return torch.where(valid, logp[:t], torch.zeros_like(logp[:t]))
+
+
+def test_graphed_training_pass_gives_the_eager_log_probs_and_gradients(model):
+    """Per batch: the graphed pass's log-probs equal the eager pass's bitwise, and its gradients (of a weighted sum of
+    the log-probs) the eager backward's of the same padded batch."""
     graphs = model.logprob_graphs
     graphs.clear()
     model.zero_grad(set_to_none=True)
-    batches = [[5], [17, 3, 40], [7, 0, 9, 1], [20, 20, 20]]  # the second's key again in the fourth: a replay
-    unpadded = []
+    batches = [[5], [17, 3, 40], [7, 0, 9, 1], [20, 20, 20], [255, 1]]  # the second's key again in the fourth
     for i, lengths in enumerate(batches):
         ids, cu = _batch(lengths, model.config.vocab_size, seed=20 + i)
-        t = ids.numel()
-        w = torch.randn(t, device="cuda", generator=torch.Generator(device="cuda").manual_seed(i))
-        want = model.packed_token_logprobs(ids, cu)
-        (want * w).sum().backward()
-        want_grads = _grads(model)
-        batch = PaddedBatch.empty(*buckets(lengths), "cuda")
+        w = torch.randn(ids.numel(), device="cuda", generator=torch.Generator(device="cuda").manual_seed(i))
         with torch.no_grad():
-            valid = batch.fill(ids, cu)
-        padded = batch.run(model, False)[0]
-        (torch.where(valid, padded[:t], torch.zeros_like(padded[:t])) * w).sum().backward()
-        padded_grads = _grads(model)
+            want = model.packed_token_logprobs(ids, cu)
+        (_padded_eager(model, ids, cu) * w).sum().backward()
+        want_grads = _grads(model)
         got = model.packed_token_logprobs(ids, cu, cuda_graphs=True)
-        assert got.requires_grad and torch.equal(got.detach(), want.detach()), (lengths, (got != want).sum().item())
+        assert got.requires_grad and torch.equal(got.detach(), want), (lengths, (got != want).sum().item())
         (got * w).sum().backward()
         got_grads = _grads(model)
-        assert not _differing(got_grads, padded_grads, model), (lengths, _differing(got_grads, padded_grads, model))
-        unpadded.append((lengths, _differing(got_grads, want_grads, model)))
-    assert len(graphs.train_graphs) == 3 and not graphs.graphs
-    assert all(not d for _, d in unpadded), f"gradients that differ from the unpadded batch's: {unpadded}"
+        assert not _differing(got_grads, want_grads, model), (lengths, _differing(got_grads, want_grads, model))
+    assert len(graphs.train_graphs) == 4 and not graphs.graphs
 
 
 def test_graphed_training_accumulates_follows_updates_and_guards_its_activations(model):
@@ -153,7 +156,7 @@ def test_graphed_training_accumulates_follows_updates_and_guards_its_activations
     a, b = _batch([33, 64], model.config.vocab_size, 30), _batch([300], model.config.vocab_size, 31)
     for step in range(2):  # two micro-batches accumulated, an in-place update, again: the same graphs
         for ids, cu in (a, b):
-            model.packed_token_logprobs(ids, cu).sum().backward()
+            _padded_eager(model, ids, cu).sum().backward()
         want = _grads(model)
         for ids, cu in (a, b):
             model.packed_token_logprobs(ids, cu, cuda_graphs=True).sum().backward()
@@ -169,7 +172,7 @@ def test_graphed_training_accumulates_follows_updates_and_guards_its_activations
         model.packed_token_logprobs(*a, cuda_graphs=True)
     (la.sum() + lb.sum()).backward(retain_graph=True)
     both = _grads(model)
-    (model.packed_token_logprobs(*a).sum() + model.packed_token_logprobs(*b).sum()).backward()
+    (_padded_eager(model, *a).sum() + _padded_eager(model, *b).sum()).backward()
     assert not _differing(both, _grads(model), model)
     model.packed_token_logprobs(*a, cuda_graphs=True)  # la's backward ran: a new forward may overwrite its activations
     with pytest.raises(RuntimeError, match="ran another forward after this output's"):
@@ -178,4 +181,20 @@ def test_graphed_training_accumulates_follows_updates_and_guards_its_activations
     model.zero_grad(set_to_none=True)
     out = model.packed_token_logprobs(*a, cuda_graphs=True)  # the previous output, never backpropagated, was dropped
     with torch.no_grad():
-        assert torch.equal(out, model.packed_token_logprobs(*a))
+        assert torch.equal(out.detach(), model.packed_token_logprobs(*a))
+
+
+def test_graphed_training_pass_gives_the_entropy_without_its_gradient(model):
+    ids, cu = _batch([40, 9], model.config.vocab_size, 40)
+    model.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        want_lp, want_ent = model.packed_token_logprobs(ids, cu, return_entropy=True)
+    _padded_eager(model, ids, cu).sum().backward()  # without the entropy: the head's backward from its kept probs
+    want = _grads(model)
+    logp, ent = model.packed_token_logprobs(ids, cu, return_entropy=True, cuda_graphs=True)
+    assert torch.equal(logp.detach(), want_lp) and torch.equal(ent.detach(), want_ent)
+    logp.sum().backward()
+    assert not _differing(_grads(model), want, model)
+    logp, ent = model.packed_token_logprobs(ids, cu, return_entropy=True, cuda_graphs=True)
+    with pytest.raises(RuntimeError, match="the entropy's gradient is not graphed"):
+        (logp.sum() + ent.sum()).backward()
