@@ -1366,7 +1366,8 @@ s60train)
     # at 1 x 1024 tokens, rlk (eager, forward graphs, training graphs) against stock and Liger (carry .wheels; ~400 s)
     part graphs 170 PART=tests TEST_TIMEOUT=165 XDIST=3 TESTS=tests/gpu/test_logprob_graphs_cuda.py
     test_summary graphs 30
-    part train_small 220 PART=train TRAIN_SHAPES=1.7b TRAIN_ARGS="--stacks rlk,stock,liger --batch 1 --seq 1024"
+    part train_small 220 PART=train TRAIN_SHAPES=1.7b \
+        TRAIN_ARGS="--stacks ${TRAIN_STACKS:-rlk,stock,liger} --batch 1 --seq 1024"
     tail -40 "$ROOT_OUT/train_small.log" | cut -c1-220
     if ((SECONDS < 420)); then
         bench graphs_train 120 benchmarks/logprob_graphs.py --shape 1.7b --seqs 1 --train --steps 12
