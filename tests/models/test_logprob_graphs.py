@@ -68,24 +68,30 @@ def test_a_copy_of_the_model_starts_with_no_graphs(checkpoints):
     assert (back.token_step, back.max_graphs, back.max_train_graphs, len(back.graphs)) == (64, 3, 2, 0)
 
 
+def _interpreted(tmp_path, lengths, seed):
+    """A tiny Qwen3 on the Triton backend (interpreter, float32: it has no bf16 constants; the GPU test runs bf16) and
+    a random packed batch of ``lengths``: (model, ids, cu_seqlens)."""
+    from transformers import AutoModelForCausalLM
+
+    from rlk_models.conversion import convert
+    from rlk_models.testing.tiny import make_tiny_hf_checkpoint
+
+    hf = make_tiny_hf_checkpoint(tmp_path / "hf", "qwen3", seed=seed)
+    model = AutoModelForCausalLM.from_pretrained(convert(hf, tmp_path / "rlk", rlk_backend="triton", progress=False),
+                                                 dtype=torch.float32)
+    g = torch.Generator().manual_seed(sum(lengths))
+    ids = torch.randint(0, model.config.vocab_size, (sum(lengths),), generator=g)
+    return model, ids, torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+
+
 @pytest.mark.parametrize("lengths", [[5, 17, 3], [255, 1], [7, 0, 40], [40, 24]])
 def test_a_padded_batch_gives_each_token_its_unpadded_bits(tmp_path, lengths):
     """What a graph replays, run eagerly on the CPU by the Triton backend's kernels (``TRITON_INTERPRET=1``): the
     batch padded to ``buckets``' size, with a pad sequence and the attention's grid at the padded longest sequence
     (``PaddedBatch.run``), gives every real token the unpadded pass's log-prob and entropy, bit for bit."""
-    from transformers import AutoModelForCausalLM
-
-    from rlk_models.conversion import convert
     from rlk_models.modeling.logprob_graphs import PaddedBatch
-    from rlk_models.testing.tiny import make_tiny_hf_checkpoint
 
-    hf = make_tiny_hf_checkpoint(tmp_path / "hf", "qwen3", seed=1)
-    # float32: the interpreter has no bf16 constants (the GPU test runs bf16)
-    model = AutoModelForCausalLM.from_pretrained(convert(hf, tmp_path / "rlk", rlk_backend="triton", progress=False),
-                                                 dtype=torch.float32)
-    g = torch.Generator().manual_seed(sum(lengths))
-    ids = torch.randint(0, model.config.vocab_size, (sum(lengths),), generator=g)
-    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    model, ids, cu = _interpreted(tmp_path, lengths, seed=1)
     t_pad, n_seq, longest = buckets(lengths, 64)
     batch = PaddedBatch.empty(t_pad, n_seq, longest, "cpu")
     with torch.no_grad():
@@ -103,18 +109,10 @@ def test_a_padded_batchs_gradients_owe_nothing_to_its_pad_tokens(tmp_path, lengt
     padded batch's log-probs are the unpadded pass's, and its backward (the pad tokens' log-probs given zero
     gradient) owes nothing to the pad tokens -- other pad ids and positions leave every gradient bitwise unchanged.
     (Not the unpadded backward's bits: the backward's sums over tokens are not batch-invariant, ops/CONTRACT.md.)"""
-    from transformers import AutoModelForCausalLM
-
-    from rlk_models.conversion import convert
     from rlk_models.modeling.logprob_graphs import PaddedBatch
-    from rlk_models.testing.tiny import make_tiny_hf_checkpoint
 
-    hf = make_tiny_hf_checkpoint(tmp_path / "hf", "qwen3", seed=2)
-    model = AutoModelForCausalLM.from_pretrained(convert(hf, tmp_path / "rlk", rlk_backend="triton", progress=False),
-                                                 dtype=torch.float32)
-    g = torch.Generator().manual_seed(sum(lengths))
-    ids = torch.randint(0, model.config.vocab_size, (sum(lengths),), generator=g)
-    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    model, ids, cu = _interpreted(tmp_path, lengths, seed=2)
+    g = torch.Generator().manual_seed(len(lengths))
     t = ids.numel()
     weights = torch.randn(t, generator=g)
     params = list(model.parameters())
