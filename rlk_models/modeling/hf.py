@@ -40,7 +40,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.utils import ModelOutput
 
 from ..ops import get_backend
-from ..ops.checks import trusted_values
+from ..ops.checks import packed_lengths, trusted_values
 from ..ops.fingerprint import check_fingerprint
 from ..ops.selftest import maybe_require
 from .config import validate_config
@@ -233,8 +233,7 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
             logp, ent = self.logprob_graphs(self, input_ids, cu_seqlens, return_entropy)
             return (logp, ent) if return_entropy else logp
         cu = cu_seqlens.to(device=input_ids.device, dtype=torch.int64)
-        if cu.dim() != 1 or int(cu[0]) != 0 or int(cu[-1]) != input_ids.numel() or bool((cu[1:] < cu[:-1]).any()):
-            raise ValueError(f"cu_seqlens must rise from 0 to T={input_ids.numel()}, got {cu.tolist()}")
+        packed_lengths(cu, input_ids.numel())
         hidden = self.packed_hidden_states(input_ids, cu)
         targets, valid = next_token_targets(input_ids, cu)
         logp, ent = self._head(hidden, targets, return_entropy)

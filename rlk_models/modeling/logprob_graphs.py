@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ops.checks import cu_seqlens_read_as
+from ..ops.checks import cu_seqlens_read_as, packed_lengths
 
 TOKEN_STEP = 256  # padded token counts are multiples of this, attention grids at least this many rows
 MAX_GRAPHS = 32
@@ -259,16 +259,11 @@ class LogprobGraphs:
         """The sequences' lengths, after the eager pass's checks of ``cu_seqlens``, the ids' range and the positions,
         in one host read."""
         t = input_ids.numel()
-        if cu.dim() != 1 or cu.numel() < 2:
-            raise ValueError(f"cu_seqlens must rise from 0 to T={t}, got {cu.tolist()}")
-        ids_range = torch.stack(torch.aminmax(input_ids)) if t else cu.new_zeros(2)
-        host = torch.cat([cu, ids_range.to(torch.int64)]).tolist()
-        bounds, (lo, hi) = host[:-2], host[-2:]
-        lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
-        if bounds[0] != 0 or bounds[-1] != t or min(lengths) < 0:
-            raise ValueError(f"cu_seqlens must rise from 0 to T={t}, got {bounds}")
+        ids_range = torch.stack(torch.aminmax(input_ids)) if t else None
+        lengths, lo_hi = packed_lengths(cu, t, also=ids_range)
+        lo, hi = lo_hi
         vocab = model.model.embed_tokens.weight.shape[0]
-        if t and (lo < 0 or hi >= vocab):
+        if lo < 0 or hi >= vocab:
             raise IndexError(f"embedding: token ids must lie in [0, {vocab}), got range [{lo}, {hi}]")
         table = model.config.max_position_embeddings
         if max(lengths) > table:

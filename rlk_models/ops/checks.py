@@ -111,6 +111,24 @@ def read_cu_seqlens(cu_seqlens: torch.Tensor) -> tuple[int, int, int]:
     return read_once(cu_seqlens, "cu_seqlens", read)
 
 
+def packed_lengths(cu_seqlens: torch.Tensor, t: int, also: torch.Tensor | None = None) -> tuple[list[int], list[int]]:
+    """The sequences' lengths of ``cu_seqlens`` [B+1], checked to rise from 0 to ``t`` (at least one token), and
+    ``also``'s values (an int64 vector riding along: a caller's other checks), in one host read. The read seeds
+    ``read_cu_seqlens``'s memo, so the attention layers of the same forward read nothing more."""
+    if t == 0:
+        raise ValueError("input_ids holds no tokens: nothing to score")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+        raise ValueError(f"cu_seqlens must rise from 0 to T={t}, got shape {tuple(cu_seqlens.shape)}")
+    host = cu_seqlens.tolist() if also is None else torch.cat([cu_seqlens, also.to(cu_seqlens)]).tolist()
+    bounds, rest = host[:cu_seqlens.numel()], host[cu_seqlens.numel():]
+    lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
+    if bounds[0] != 0 or bounds[-1] != t or min(lengths) < 0:
+        raise ValueError(f"cu_seqlens must rise from 0 to T={t}, got {bounds}")
+    if not cu_seqlens.is_inference():
+        _READ["cu_seqlens"] = (weakref.ref(cu_seqlens), cu_seqlens._version, (0, t, max(lengths)))
+    return lengths, rest
+
+
 def check_linear(x: torch.Tensor, weight: torch.Tensor) -> None:
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: x has {x.shape[-1]} features, weight expects {weight.shape[1]}")

@@ -141,8 +141,10 @@ def test_unknown_backend_and_foreign_kv_cache_are_refused(qwen):
 def test_bad_inputs_give_clear_errors(qwen):
     with pytest.raises(IndexError, match="token ids"):
         qwen.token_logprobs(torch.tensor([[1, qwen.config.vocab_size]]))
-    with pytest.raises(ValueError, match="cu_seqlens"):
+    with pytest.raises(ValueError, match=r"cu_seqlens must rise from 0 to T=3, got \[0, 2\]"):
         qwen.packed_token_logprobs(torch.tensor([1, 2, 3]), torch.tensor([0, 2]))
+    with pytest.raises(ValueError, match="input_ids holds no tokens"):
+        qwen.token_logprobs(torch.zeros(0, 4, dtype=torch.long))
     with pytest.raises(IndexError, match="position"):
         qwen.token_logprobs(torch.zeros(1, qwen.config.max_position_embeddings + 1, dtype=torch.long))
     v = qwen.config.vocab_size

@@ -96,3 +96,26 @@ def test_head_targets_range_read_after_the_forward_is_queued():
         ops.logprob_head(h, w, torch.tensor([0, 40, 5, 1]), 40)
     with checks.trusted_values():  # trusted: not read (the kernels clamp or compare ids, never index by them)
         ops.logprob_head(h, w, torch.tensor([0, 40, 5, 1]), 40)
+
+
+def test_packed_lengths_checks_in_one_read_and_seeds_the_attention_read(monkeypatch):
+    """``packed_lengths``: the lengths (and a caller's extra values) in one read, bad ``cu_seqlens`` refused by
+    name; the attention layers of the same forward then read the tensor no more -- until it changes in place."""
+    from rlk_models.ops import checks
+
+    cu = torch.tensor([0, 4, 4, 10])
+    assert checks.packed_lengths(cu, 10, also=torch.tensor([7, -1])) == ([4, 0, 6], [7, -1])
+    reads = []
+    real = checks.read_once
+    monkeypatch.setattr(checks, "read_once", lambda t, what, fn: real(t, what, lambda c: reads.append(1) or fn(c)))
+    assert checks.read_cu_seqlens(cu) == (0, 10, 6) and reads == []
+    cu[1] = 2
+    assert checks.read_cu_seqlens(cu) == (0, 10, 6) and reads == [1]
+    for bad, t, match in [(torch.tensor([0, 4, 9]), 10, r"rise from 0 to T=10, got \[0, 4, 9\]"),
+                          (torch.tensor([1, 10]), 10, r"got \[1, 10\]"),
+                          (torch.tensor([0, 6, 4, 10]), 10, r"got \[0, 6, 4, 10\]"),
+                          (torch.tensor([10]), 10, r"got shape \(1,\)"),
+                          (torch.tensor([[0, 10]]), 10, r"got shape \(1, 2\)"),
+                          (torch.tensor([0]), 0, "holds no tokens")]:
+        with pytest.raises(ValueError, match=match):
+            checks.packed_lengths(bad, t)
