@@ -212,6 +212,8 @@
 #                                              # pass at 8 sequences (no carry; ~480 s)
 #   CALL=s60train bash scripts/device_calls.sh  # the graphed training pass: its GPU tests, then the 1.7B step at
 #                                              # 1 x 1024 tokens against stock and Liger (carry .wheels; ~400 s)
+#   CALL=s61grpo bash scripts/device_calls.sh   # rlk-grpo at the 0.6B shape, eager against --cuda-graphs (15 steps
+#                                              # each, the trainer's seconds a step; carry .vllm-cuda; ~330 s)
 #   CALL=s58ab bash scripts/device_calls.sh     # host time per op, this tree's package and .probe_old's alternately,
 #                                              # 3 processes each (carry .probe_old; ~150 s)
 #   CALL=s57layer bash scripts/device_calls.sh  # o/down 8B at 384-1024 rows as the engine runs them, 3 rounds,
@@ -1376,6 +1378,24 @@ s60train)
         bench graphs_train 120 benchmarks/logprob_graphs.py --shape 1.7b --seqs 1 --train --steps 12
         grep -hE "eager|graphs" "$ROOT_OUT"/graphs_train.log | cut -c1-300
     fi
+    ;;
+s61grpo)
+    # the main job's trainer with its log-prob passes graphed (rlk-grpo --cuda-graphs) against eager, on one SFT
+    # checkpoint (40 steps: the task's accuracy does not matter here): each run's mismatch (0 owed) and its
+    # trainer's seconds a step (time_train; the first step, which captures, apart) (carry .vllm-cuda; ~330 s)
+    part grpo_eager 190 PART=grpo GRPO_RUNS=rlk GRPO_OUT=/tmp/g-eager GRPO_LIMIT=180 \
+        GRPO_ARGS="--steps ${GRPO_STEPS:-15} --sft-steps 40 --eval-every 1000"
+    part grpo_graphs 150 PART=grpo GRPO_RUNS=rlk GRPO_OUT=/tmp/g-graphs GRPO_LIMIT=140 \
+        GRPO_ARGS="--steps ${GRPO_STEPS:-15} --eval-every 1000 --cuda-graphs --checkpoint /tmp/g-eager/checkpoints/qwen3-0.6b-sft-rlk"
+    for side in eager graphs; do
+        python3 - "$ROOT_OUT/grpo_$side/grpo/rlk/metrics.jsonl" "$side" <<'PY'
+import json, statistics, sys
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "time_train" in r]
+t = [r["time_train"] for r in rows]
+print(sys.argv[2], "steps", len(rows), "mismatch", sum(r["mismatch_count"] for r in rows), "first step s",
+      round(t[0], 4), "median after s", round(statistics.median(t[1:]), 4) if len(t) > 1 else None)
+PY
+    done
     ;;
 s58ab)
     # session 58's host-time change against .probe_old (main at 0d2b254) by alternate processes, as session 58's

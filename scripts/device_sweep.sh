@@ -115,13 +115,15 @@ grpo)
     # rlk-grpo --device cuda --shape 0.6b: SFT on the GPU (cached), then the rlk run and the stock run, each in
     # its own process (an in-process engine's GPU memory is freed with its process; the second run's summary
     # and plot include the first); checkpoints stay in /tmp, metrics and plot come back
-    for run in rlk stock; do
+    # (GRPO_RUNS: which runs, default both; GRPO_OUT: the --out, default /tmp/grpo-gpu)
+    gout=${GRPO_OUT:-/tmp/grpo-gpu}
+    for run in ${GRPO_RUNS:-rlk stock}; do
         CUDA_VISIBLE_DEVICES=0 timeout "${GRPO_LIMIT:-420}" python3 -m rlk_models.cli.grpo --device cuda --shape 0.6b --runs $run \
-            --out /tmp/grpo-gpu ${GRPO_ARGS:-} > "$OUT/grpo_gpu_$run.log" 2>&1; echo "grpo $run exit $?"
+            --out "$gout" ${GRPO_ARGS:-} > "$OUT/grpo_gpu_$run.log" 2>&1; echo "grpo $run exit $?"
         grep -E "^(rlk-models|stock transformers):" "$OUT/grpo_gpu_$run.log" || tail -20 "$OUT/grpo_gpu_$run.log"
     done
-    mkdir -p "$OUT/grpo"; cp -r /tmp/grpo-gpu/{rlk,stock,summary.json,grpo.png} "$OUT/grpo/" 2>/dev/null
-    cat /tmp/grpo-gpu/checkpoints/*/sft.json 2>/dev/null | head -c 600; echo
+    mkdir -p "$OUT/grpo"; cp -r "$gout"/{rlk,stock,summary.json,grpo.png} "$OUT/grpo/" 2>/dev/null
+    cat "$gout"/checkpoints/*/sft.json 2>/dev/null | head -c 600; echo
     ;;
 trl)
     python3 -m pip install -q --no-deps --no-index --target /tmp/site .wheels/*.whl 2>&1 | tail -1

@@ -64,3 +64,12 @@ def test_task_split_and_answers():
     assert arith.correct(" 12", 5, 7) and arith.correct("12 + 1", 5, 7)
     assert not arith.correct(" 1", 5, 7) and not arith.correct(" 123", 5, 7) and not arith.correct("", 5, 7)
     assert arith.answer_of(" twelve") is None and arith.answer_of(" ²") is None  # a digit int() refuses
+
+
+def test_cuda_graphs_needs_a_cuda_device(tmp_path, capsys):
+    from rlk_models.cli.grpo import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--out", str(tmp_path), "--cuda-graphs"])
+    assert e.value.code == 2 and "--cuda-graphs needs --device cuda" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # refused before any work

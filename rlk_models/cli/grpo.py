@@ -77,6 +77,7 @@ class GRPOConfig:
     eval_every: int = 20
     eval_samples: int = 8
     device: str = "cpu"
+    cuda_graphs: bool = False  # the rlk trainer's log-prob passes by CUDA graph replays (CUDA only)
 
 
 # --- the policies --------------------------------------------------------------------------------
@@ -92,11 +93,13 @@ def make_engine(ckpt: Path, cfg: GRPOConfig, max_model_len: int = 128):
                     max_num_seqs=cfg.prompts_per_step * cfg.group_size, **gpu)
 
 
-def token_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, baseline: bool) -> torch.Tensor:
-    """[B, S-1] fp32 log-probs of the next tokens: the rlk head, or (baseline) stock
-    transformers' logits -> float -> log_softmax, as a stock trainer would compute them."""
+def token_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, baseline: bool,
+                   cuda_graphs: bool = False) -> torch.Tensor:
+    """[B, S-1] fp32 log-probs of the next tokens: the rlk head (``cuda_graphs``: the same bits by graph
+    replays), or (baseline) stock transformers' logits -> float -> log_softmax, as a stock trainer would
+    compute them."""
     if not baseline:
-        return model.token_logprobs(ids, mask)
+        return model.token_logprobs(ids, mask, cuda_graphs=cuda_graphs)
     logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
     return logits.log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]
 
@@ -215,12 +218,13 @@ def ppo_update(model, ref, opt: MasterWeights, ro: Rollout, cfg: GRPOConfig, bas
     """``cfg.ppo_epochs`` clipped-surrogate steps (+ k3 KL to the reference); the first epoch's
     parity and ratio statistics."""
     stats, ref_lp = {}, None
+    graphs = cfg.cuda_graphs and not baseline
     if ref is not None:  # the reference policy does not change between PPO epochs
         with torch.no_grad():
-            ref_lp = token_logprobs(ref, ro.ids, ro.mask, baseline)
+            ref_lp = token_logprobs(ref, ro.ids, ro.mask, baseline, graphs)
     adv = ro.adv[:, None]
     for epoch in range(cfg.ppo_epochs):
-        lp = token_logprobs(model, ro.ids, ro.mask, baseline)
+        lp = token_logprobs(model, ro.ids, ro.mask, baseline, graphs)
         if epoch == 0:  # before any update: the trainer must see exactly the rollout's numbers
             stats.update(parity_stats(lp.detach(), ro))
         loss = sequence_losses(lp, ro.old, ro.comp, adv, cfg, ref_lp).mean()
@@ -395,6 +399,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sft-lr", type=float, help="pre-training learning rate (default: the shape's)")
     ap.add_argument("--dtype", choices=["bfloat16", "float32"], default=d.dtype)
     ap.add_argument("--device", default=d.device, help="the trainer's device (cuda: the engine runs there too)")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="with --device cuda: the rlk trainer's log-prob passes (reference; policy, backward included) "
+                    "by CUDA graph replays, the same log-probs bit for bit (token_logprobs(..., cuda_graphs=True)); "
+                    "the stock run ignores it")
     ap.add_argument("--seed", type=int, default=d.seed, help="GRPO seed (sampling, prompt order); the SFT is shared")
     add_verbose(ap)
     args = ap.parse_args(argv)
@@ -407,12 +415,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--lr and --sft-lr must be > 0 and --kl-coef >= 0")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         ap.error(f"--device {args.device}: no CUDA GPU here")
+    if args.cuda_graphs and not args.device.startswith("cuda"):
+        ap.error(f"--cuda-graphs needs --device cuda (CUDA graphs), got --device {args.device}")
     if not 0 <= args.sft_noise < 1:
         ap.error("--sft-noise must be in [0, 1)")
     cfg = GRPOConfig(steps=args.steps, prompts_per_step=args.prompts_per_step, group_size=args.group_size,
                      max_new_tokens=args.max_new_tokens, lr=args.lr, kl_coef=args.kl_coef, ppo_epochs=args.ppo_epochs,
                      seed=args.seed, dtype=args.dtype, eval_every=args.eval_every, eval_samples=args.eval_samples,
-                     device=args.device)
+                     device=args.device, cuda_graphs=args.cuda_graphs)
     out = Path(args.out)
     if args.checkpoint:
         if runs != ["rlk"]:
@@ -433,8 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in RUNS:  # the other run, done earlier under --out with the same settings (on a GPU each
         prev = out / name  # run takes its own process: an engine's GPU memory is freed with its process)
         if name not in results and (prev / "metrics.jsonl").exists() and (prev / "config.json").exists():
-            theirs = {**json.loads((prev / "config.json").read_text()), "checkpoint": None}
-            if theirs == {**asdict(cfg), "checkpoint": None}:
+            same = {"checkpoint": None, "cuda_graphs": None}  # neither changes what a run computes
+            if {**json.loads((prev / "config.json").read_text()), **same} == {**asdict(cfg), **same}:
                 results[name] = load_rows(prev)
     summary = {name: summarize(rows) for name, rows in results.items()}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -198,3 +198,34 @@ def test_graphed_training_pass_gives_the_entropy_without_its_gradient(model):
     logp, ent = model.packed_token_logprobs(ids, cu, return_entropy=True, cuda_graphs=True)
     with pytest.raises(RuntimeError, match="the entropy's gradient is not graphed"):
         (logp.sum() + ent.sum()).backward()
+
+
+def test_grpo_updates_under_graphs_score_the_rollout_exactly(model):
+    """``rlk-grpo --cuda-graphs``'s update (``cli.grpo.ppo_update``): the policy's graphed passes (two PPO epochs, each
+    forward then backward) and the reference's forward graph, fp32 master weights copied into the parameters in
+    place and their ``.grad`` set to None after each step: at every step the graphed pass gives the log-probs an
+    eager pass of the current weights gives (mismatch 0, ratio exactly 1), and the update moves the weights."""
+    import copy
+
+    from rlk_models.cli.grpo import GRPOConfig, MasterWeights, Rollout, ppo_update
+
+    policy, ref = copy.deepcopy(model).train(), copy.deepcopy(model)
+    cfg = GRPOConfig(lr=1e-3, kl_coef=0.05, ppo_epochs=2, device="cuda", cuda_graphs=True)
+    opt = MasterWeights(policy, cfg.lr)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    lengths = torch.tensor([12, 9, 7, 12, 10, 8], device="cuda")
+    b, s = len(lengths), 12
+    ids = torch.randint(0, model.config.vocab_size, (b, s), device="cuda", generator=g)
+    mask = (torch.arange(s, device="cuda") < lengths[:, None]).long()
+    comp = mask[:, 1:].bool() & (torch.arange(1, s, device="cuda") >= 4)  # the completions start at position 4
+    for step in range(3):
+        before = [p.detach().clone() for p in policy.parameters()]
+        with torch.no_grad():
+            old = policy.token_logprobs(ids, mask)  # eager: the rollout's log-probs of the current weights
+        adv = torch.randn(b, device="cuda", generator=g)
+        stats = ppo_update(policy, ref, opt, Rollout(ids, mask, comp, old, adv[None], adv), cfg, baseline=False)
+        assert stats["mismatch_count"] == 0 and stats["max_abs_diff"] == 0.0, (step, stats)
+        assert stats["ratio_min"] == stats["ratio_max"] == 1.0 and stats["tokens"] == int(comp.sum()), (step, stats)
+        assert any(not torch.equal(p, q) for p, q in zip(policy.parameters(), before)), step
+        assert all(p.grad is None for p in policy.parameters())
+    assert len(policy.logprob_graphs.train_graphs) == 1 and len(ref.logprob_graphs.graphs) == 1
