@@ -323,10 +323,14 @@ class Decoder(nn.Module):
 
     def rope_table(self, device: torch.device) -> torch.Tensor:
         """fp32 [max_position_embeddings, head_dim] cos|sin table, built lazily per device (it
-        is never a parameter or buffer, so meta-device init and checkpoints cannot touch it)."""
+        is never a parameter or buffer, so meta-device init and checkpoints cannot touch it), and
+        outside inference mode whatever the first caller's: an inference tensor cannot be saved for
+        a later training pass's backward (an RL step's first pass is often the old policy's, under
+        ``torch.inference_mode``)."""
         if device not in self._rope:
             c = self.config
-            self._rope[device] = rope_table(c.head_dim, c.max_position_embeddings, rope_parameters(c)).to(device)
+            with torch.inference_mode(False):
+                self._rope[device] = rope_table(c.head_dim, c.max_position_embeddings, rope_parameters(c)).to(device)
         return self._rope[device]
 
     def forward(self, input_ids_T: torch.Tensor | None, positions_T: torch.Tensor, meta: AttentionMeta,

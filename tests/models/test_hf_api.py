@@ -106,6 +106,18 @@ def test_a_training_step_reduces_loss(checkpoints):
     assert losses[-1] < losses[0] - 0.5
 
 
+def test_training_after_a_first_pass_under_inference_mode(checkpoints):
+    """An RL step's first pass is often the old policy's under ``torch.inference_mode``: what the model builds lazily
+    there (the RoPE table) must not be an inference tensor, which the training pass's backward could not save."""
+    m = AutoModelForCausalLM.from_pretrained(checkpoints["qwen3"][1], dtype=torch.float32, rlk_check_fingerprint=False)
+    ids, mask = batch(m.config.vocab_size, seed=3)
+    with torch.inference_mode():
+        old = m.token_logprobs(ids, mask)
+    logp = m.token_logprobs(ids, mask)
+    logp.sum().backward()
+    assert torch.equal(logp.detach(), old) and all(p.grad is not None for p in m.parameters())
+
+
 def tiny_cfg(**kw):
     base = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                 num_key_value_heads=1, head_dim=16, max_position_embeddings=64)
