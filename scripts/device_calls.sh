@@ -1369,7 +1369,7 @@ s60train)
     # Liger (TRAIN_STACKS) (carry .wheels; ~400 s)
     part graphs 170 PART=tests TEST_TIMEOUT=165 XDIST=3 TESTS=tests/gpu/test_logprob_graphs_cuda.py
     test_summary graphs 30
-    if [ "${TESTS_ONLY:-0}" != 1 ]; then
+    if [ "${TESTS_ONLY:-0}" != 1 ] && [ "${SKIP_STEP:-0}" != 1 ]; then  # SKIP_STEP=1: the tests and the sweep
         part train_small 220 PART=train TRAIN_SHAPES=1.7b \
             TRAIN_ARGS="--stacks ${TRAIN_STACKS:-rlk,stock,liger} --batch 1 --seq 1024"
         tail -40 "$ROOT_OUT/train_small.log" | cut -c1-220

@@ -42,8 +42,10 @@ before the replay, with one host read of ``cu_seqlens`` and the ids' range.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -126,6 +128,31 @@ class PaddedBatch:
         with cu_seqlens_read_as(self.cu, (0, self.ids.numel(), self.longest)):
             hidden = model.packed_hidden_states(self.ids, self.cu, self.positions)
             return model._head(hidden, self.targets, entropy)
+
+
+@contextlib.contextmanager
+def fresh_leaves(model, params: list) -> Iterator[list]:
+    """Within, each of ``params`` (parameters of ``model``) is replaced in its modules by a new leaf over the same
+    memory (a tied parameter by one leaf wherever it appears); yields those leaves, in ``params``' order.
+
+    Why the training graphs capture over them: the autograd engine sends a parameter's gradient to the stream its
+    ``AccumulateGrad`` node was created on. A node made by an eager pass on the default stream lives as long as
+    any output of that pass (a kept loss, an earlier graphed output), and a captured backward sending a gradient
+    to it would make the default stream wait on the capturing one, which CUDA refuses
+    (``cudaErrorStreamCaptureImplicit``). The fresh leaves' nodes are made inside the capture, on its stream. They
+    read and are read as the parameters: a replay sees in-place updates, and the gradients are the parameters'."""
+    leaf = {id(p): torch.nn.Parameter(p.detach(), requires_grad=True) for p in params}
+    swapped = []
+    try:
+        for m in model.modules():
+            for name, p in m._parameters.items():
+                if p is not None and id(p) in leaf:
+                    swapped.append((m, name, p))
+                    m._parameters[name] = leaf[id(p)]
+        yield [leaf[id(p)] for p in params]
+    finally:
+        for m, name, p in swapped:
+            m._parameters[name] = p
 
 
 @dataclass
@@ -323,12 +350,14 @@ class LogprobGraphs:
         device = model.model.embed_tokens.weight.device
         # thread_local: a colocated vLLM engine's threads may wait on events while this thread captures; the autograd
         # engine's device thread queues the backward's kernels on the forward's (capture) stream either way
-        with torch.inference_mode(False), torch.enable_grad():
+        # over fresh leaves (``fresh_leaves``: an AccumulateGrad node an earlier eager pass left on the default
+        # stream would break the backward's capture)
+        with torch.inference_mode(False), torch.enable_grad(), fresh_leaves(model, params) as leaves:
             batch = PaddedBatch.empty(t_pad, n_seq, longest, device)
 
             def step():
                 logp = batch.run(model, entropy)[0]
-                torch.autograd.grad(logp, params, torch.ones_like(logp), allow_unused=True)
+                torch.autograd.grad(logp, leaves, torch.ones_like(logp), allow_unused=True)
             self._warm_up(device, step)
             pool = torch.cuda.graph_pool_handle()
             forward = torch.cuda.CUDAGraph()
@@ -337,7 +366,7 @@ class LogprobGraphs:
             grad_logp = torch.zeros_like(logp)
             backward = torch.cuda.CUDAGraph()
             with torch.cuda.graph(backward, pool=pool, capture_error_mode="thread_local"):
-                grads = torch.autograd.grad(logp, params, grad_logp, allow_unused=True)
+                grads = torch.autograd.grad(logp, leaves, grad_logp, allow_unused=True)
         self.captures += 1
         g = _TrainGraph(forward, backward, batch, logp.detach(), ent.detach() if entropy else None, grad_logp, grads,
                         pool)

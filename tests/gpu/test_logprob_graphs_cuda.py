@@ -112,7 +112,7 @@ def _differing(a, b, model):
             if (x is None) != (y is None) or (x is not None and not torch.equal(x, y))]
 
 
-def _padded_eager(model, ids, cu):
+def _padded_eager(model, ids, cu, entropy=False):
     """The eager pass over the batch a training graph runs (``PaddedBatch``: the same padding and attention grid),
     masked as the graphed pass masks it: whose backward the graph's must equal bitwise (the backward's sums over
     tokens are not batch-invariant, so the unpadded batch's gradients may differ in their last bits)."""
@@ -123,16 +123,18 @@ def _padded_eager(model, ids, cu):
     batch = PaddedBatch.empty(*buckets(lengths), "cuda")
     with torch.no_grad():
         valid = batch.fill(ids, cu)
-    logp = batch.run(model, False)[0]
+    logp = batch.run(model, entropy)[0]
     return torch.where(valid, logp[:t], torch.zeros_like(logp[:t]))
 
 
 def test_graphed_training_pass_gives_the_eager_log_probs_and_gradients(model):
     """Per batch: the graphed pass's log-probs equal the eager pass's bitwise, and its gradients (of a weighted sum of
-    the log-probs) the eager backward's of the same padded batch."""
+    the log-probs) the eager backward's of the same padded batch. An eager pass's output stays alive across the
+    captures: its AccumulateGrad nodes, on the default stream, must not break them (``fresh_leaves``)."""
     graphs = model.logprob_graphs
     graphs.clear()
     model.zero_grad(set_to_none=True)
+    alive = model.packed_token_logprobs(*_batch([9], model.config.vocab_size, seed=19))
     batches = [[5], [17, 3, 40], [7, 0, 9, 1], [20, 20, 20], [255, 1]]  # the second's key again in the fourth
     for i, lengths in enumerate(batches):
         ids, cu = _batch(lengths, model.config.vocab_size, seed=20 + i)
@@ -146,12 +148,13 @@ def test_graphed_training_pass_gives_the_eager_log_probs_and_gradients(model):
         (got * w).sum().backward()
         got_grads = _grads(model)
         assert not _differing(got_grads, want_grads, model), (lengths, _differing(got_grads, want_grads, model))
-    assert len(graphs.train_graphs) == 4 and not graphs.graphs
+    assert len(graphs.train_graphs) == 4 and not graphs.graphs and alive.requires_grad
 
 
 def test_graphed_training_accumulates_follows_updates_and_guards_its_activations(model):
     graphs = model.logprob_graphs
     graphs.clear()
+    captures = graphs.captures  # counted over the model's life
     model.zero_grad(set_to_none=True)
     a, b = _batch([33, 64], model.config.vocab_size, 30), _batch([300], model.config.vocab_size, 31)
     for step in range(2):  # two micro-batches accumulated, an in-place update, again: the same graphs
@@ -164,7 +167,7 @@ def test_graphed_training_accumulates_follows_updates_and_guards_its_activations
         with torch.no_grad():
             for p in model.parameters():
                 p.mul_(0.96875)
-    assert graphs.captures == 2 and len(graphs.train_graphs) == 2
+    assert graphs.captures - captures == 2 and len(graphs.train_graphs) == 2
     # two sizes' forwards before one backward: their activations are in separate pools
     la = model.packed_token_logprobs(*a, cuda_graphs=True)
     lb = model.packed_token_logprobs(*b, cuda_graphs=True)
@@ -189,7 +192,7 @@ def test_graphed_training_pass_gives_the_entropy_without_its_gradient(model):
     model.zero_grad(set_to_none=True)
     with torch.no_grad():
         want_lp, want_ent = model.packed_token_logprobs(ids, cu, return_entropy=True)
-    _padded_eager(model, ids, cu).sum().backward()  # without the entropy: the head's backward from its kept probs
+    _padded_eager(model, ids, cu, entropy=True).sum().backward()  # the head with the entropy, its gradient not asked
     want = _grads(model)
     logp, ent = model.packed_token_logprobs(ids, cu, return_entropy=True, cuda_graphs=True)
     assert torch.equal(logp.detach(), want_lp) and torch.equal(ent.detach(), want_ent)

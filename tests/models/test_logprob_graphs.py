@@ -132,3 +132,33 @@ def test_a_padded_batchs_gradients_owe_nothing_to_its_pad_tokens(tmp_path, lengt
         grads.append(torch.autograd.grad((got * weights).sum(), params))
     differ = [name for (name, _), a, b in zip(model.named_parameters(), *grads) if not torch.equal(a, b)]
     assert not differ, differ
+
+
+def test_fresh_leaves_alias_the_parameters_and_give_their_gradients():
+    """``fresh_leaves`` (what the training graphs capture over): new leaves over the parameters' memory, one per
+    tied parameter, the same log-probs and the parameters' gradients bitwise, the modules restored on exit (an
+    error inside too); an in-place update of a parameter is what the leaf reads."""
+    from rlk_models.modeling.logprob_graphs import fresh_leaves
+    from rlk_models.qwen3 import FAMILY, RLKQwen3Config, RLKQwen3ForCausalLM
+
+    torch.manual_seed(0)
+    model = RLKQwen3ForCausalLM(RLKQwen3Config(vocab_size=96, **{**FAMILY.tiny, "tie_word_embeddings": True}))
+    params = list(model.parameters())
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # tied: one parameter
+    ids, cu = torch.randint(0, 96, (20,)), torch.tensor([0, 7, 20])
+    logp = model.packed_token_logprobs(ids, cu)
+    want = torch.autograd.grad(logp.sum(), params)
+    with fresh_leaves(model, params) as leaves:
+        assert len(leaves) == len(params) and all(a is not b for a, b in zip(leaves, params))
+        assert list(model.parameters()) == leaves and model.lm_head.weight is model.model.embed_tokens.weight
+        assert all(a.data_ptr() == b.data_ptr() and a.is_leaf and a.requires_grad for a, b in zip(leaves, params))
+        got_logp = model.packed_token_logprobs(ids, cu)
+        got = torch.autograd.grad(got_logp.sum(), leaves)
+        with torch.no_grad():
+            params[1].mul_(0.5)
+        assert torch.equal(leaves[1], params[1])
+    assert torch.equal(got_logp, logp) and all(torch.equal(a, b) for a, b in zip(got, want))
+    assert all(a is b for a, b in zip(model.parameters(), params))
+    with pytest.raises(RuntimeError, match="inside"), fresh_leaves(model, params[:2]):
+        raise RuntimeError("inside")
+    assert all(a is b for a, b in zip(model.parameters(), params))
