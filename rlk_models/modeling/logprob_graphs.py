@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ops.checks import cu_seqlens_read_as, packed_lengths
+from ..ops.checks import check_ids_range, check_last_position, cu_seqlens_read_as, packed_lengths
 
 TOKEN_STEP = 256  # padded token counts are multiples of this, attention grids at least this many rows
 MAX_GRAPHS = 32
@@ -288,14 +288,8 @@ class LogprobGraphs:
         t = input_ids.numel()
         ids_range = torch.stack(torch.aminmax(input_ids)) if t else None
         lengths, lo_hi = packed_lengths(cu, t, also=ids_range)
-        lo, hi = lo_hi
-        vocab = model.model.embed_tokens.weight.shape[0]
-        if lo < 0 or hi >= vocab:
-            raise IndexError(f"embedding: token ids must lie in [0, {vocab}), got range [{lo}, {hi}]")
-        table = model.config.max_position_embeddings
-        if max(lengths) > table:
-            raise IndexError(f"rope: position {max(lengths) - 1} is past the table ({table} positions = "
-                             "max_position_embeddings)")
+        check_ids_range(*lo_hi, model.model.embed_tokens.weight.shape[0])
+        check_last_position(max(lengths) - 1, model.config.max_position_embeddings)
         return lengths
 
     def _train(self, model, input_ids: torch.Tensor, cu: torch.Tensor, key: tuple, params: list):

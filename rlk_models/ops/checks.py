@@ -124,8 +124,7 @@ def packed_lengths(cu_seqlens: torch.Tensor, t: int, also: torch.Tensor | None =
     lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
     if bounds[0] != 0 or bounds[-1] != t or min(lengths) < 0:
         raise ValueError(f"cu_seqlens must rise from 0 to T={t}, got {bounds}")
-    if not cu_seqlens.is_inference():
-        _READ["cu_seqlens"] = (weakref.ref(cu_seqlens), cu_seqlens._version, (0, t, max(lengths)))
+    read_once(cu_seqlens, "cu_seqlens", lambda c: (0, t, max(lengths)))  # read_cu_seqlens's value, already known
     return lengths, rest
 
 
@@ -134,11 +133,21 @@ def check_linear(x: torch.Tensor, weight: torch.Tensor) -> None:
         raise ValueError(f"linear: x has {x.shape[-1]} features, weight expects {weight.shape[1]}")
 
 
+def check_ids_range(lo: int, hi: int, vocab: int) -> None:
+    """Token ids whose (min, max) is (lo, hi) index an embedding of ``vocab`` rows."""
+    if lo < 0 or hi >= vocab:
+        raise IndexError(f"embedding: token ids must lie in [0, {vocab}), got range [{lo}, {hi}]")
+
+
+def check_last_position(last: int, table_rows: int) -> None:
+    """Position ``last`` (the largest) lies within a RoPE table of ``table_rows`` rows."""
+    if last >= table_rows:
+        raise IndexError(f"rope: position {last} is past the table ({table_rows} positions = max_position_embeddings)")
+
+
 def check_embedding(ids: torch.Tensor, weight: torch.Tensor) -> None:
     if ids.numel() and _values_readable(ids):
-        lo, hi = _range(ids)
-        if lo < 0 or hi >= weight.shape[0]:
-            raise IndexError(f"embedding: token ids must lie in [0, {weight.shape[0]}), got range [{lo}, {hi}]")
+        check_ids_range(*_range(ids), weight.shape[0])
 
 
 def check_rms_norm(x: torch.Tensor, weight: torch.Tensor) -> None:
@@ -177,10 +186,7 @@ def check_rope(x: torch.Tensor, positions: torch.Tensor, table: torch.Tensor) ->
         raise ValueError(f"rope: x {tuple(x.shape)}, positions {tuple(positions.shape)}, "
                          f"table {tuple(table.shape)} do not match ([T, H, D], [T], [P, D])")
     if positions.numel() and _values_readable(positions):
-        last = read_once(positions, "rope positions", lambda t: int(t.max()))
-        if last >= table.shape[0]:
-            raise IndexError(f"rope: position {last} is past the table "
-                             f"({table.shape[0]} positions = max_position_embeddings)")
+        check_last_position(read_once(positions, "rope positions", lambda t: int(t.max())), table.shape[0])
 
 
 def check_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
