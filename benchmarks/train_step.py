@@ -167,27 +167,34 @@ def stage_stack(a) -> dict:
 
 def train_graphs(model, ids, timed, steps: int, tokens: int) -> dict:
     """The rlk step by graph replays (``token_logprobs(..., cuda_graphs=True)`` with gradients: forward and backward
-    graphs): its tokens/s, its peak memory (the graphs' pools included), and how many log-probs and gradient entries
-    differ from the eager step's (the gradients are the padded batch's: ``modeling.logprob_graphs``)."""
+    graphs): its tokens/s, its peak memory over the replayed steps (the graphs' pools included; the eager step's
+    ``peak_gib`` is measured the same way) and over the capture, the GPU memory the allocator holds after them, and
+    how many log-probs and gradient entries differ from the eager step's (the gradients are the padded batch's:
+    ``modeling.logprob_graphs``). The compared gradients are kept in host memory, out of the peaks."""
     import torch
 
     def step(graphs: bool):
         model.zero_grad(set_to_none=True)
         logp = model.token_logprobs(ids, cuda_graphs=graphs)
         (-logp.sum()).backward()
-        return logp.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        return logp.detach(), [p.grad.cpu() for p in model.parameters() if p.grad is not None]
 
     def graphed():
         model.zero_grad(set_to_none=True)
         (-model.token_logprobs(ids, cuda_graphs=True).sum()).backward()
 
     eager_lp, eager_g = step(False)
+    model.zero_grad(set_to_none=True)
     torch.cuda.reset_peak_memory_stats()
     graph_lp, graph_g = step(True)  # the capture
+    capture_peak = torch.cuda.max_memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
     timed(graphed, 2)
     step_s = sorted(timed(graphed, steps))[steps // 2]
     out = {"train_graphs_tok_per_s": round(tokens / step_s), "train_graphs_step_ms": round(step_s * 1e3, 2),
            "train_graphs_peak_gib": round(torch.cuda.max_memory_allocated() / 2 ** 30, 2),
+           "train_graphs_capture_peak_gib": round(capture_peak / 2 ** 30, 2),
+           "train_graphs_reserved_gib": round(torch.cuda.memory_reserved() / 2 ** 30, 2),
            "train_graphs_logp_mismatch": int((eager_lp != graph_lp).sum()),
            "train_graphs_grad_mismatch": sum(int((x != y).sum()) for x, y in zip(eager_g, graph_g)),
            "train_graphs_grad_entries": sum(x.numel() for x in eager_g)}

@@ -11,9 +11,12 @@ Two kinds of graph. With gradients off (an RL step's old-policy and reference pa
 runs the forward. With gradients on and parameters that require them (the policy's own pass),
 two graphs do, as ``torch.cuda.make_graphed_callables`` builds them: the forward (its saved
 activations stay in the graph's memory) and the backward of the log-probs into every parameter,
-replayed by the autograd node the forward returns; the parameters' gradients then accumulate
-into ``.grad`` as an eager backward's do. A training graph keeps its own memory pool (its
-activations and its parameters' gradients: about an eager step's peak less the weights), so at
+replayed by the autograd node the forward returns. The backward graph adds each parameter's gradient
+into a buffer of that parameter's size as soon as it is computed (autograd's own in-place
+accumulation, captured), and after the replay the parameter's ``.grad`` is that buffer
+(``GradBuffers``: one set for all the padded sizes, the memory eager ``.grad`` takes), so the
+gradients cost no more memory than an eager backward's. A training graph keeps its own memory pool (its
+activations and the backward's transient tensors), so at
 most ``max_train_graphs`` are kept, and a forward of one padded size must be backpropagated (or
 dropped) before the next forward of that size, which would overwrite its activations: refused
 with an error otherwise. The entropy comes without a gradient there (the backward graph carries the
@@ -155,6 +158,100 @@ def fresh_leaves(model, params: list) -> Iterator[list]:
             m._parameters[name] = p
 
 
+def _alias(t: torch.Tensor) -> torch.Tensor:
+    """A new tensor object over ``t``'s memory (not an autograd view: ``set_`` can later move it elsewhere)."""
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), t.storage_offset(), t.shape,
+                                                                t.stride())
+
+
+class GradBuffers:
+    """Where the backward graphs leave the parameters' gradients: one buffer per parameter, shared by every padded
+    size's backward graph, which adds its gradients into them in place (``attach`` gives the captured leaves these
+    buffers as ``.grad``: autograd's in-place accumulation is what the graph records).
+
+    ``collect`` runs a backward replay for autograd. In the usual case -- ``loss.backward()`` reaching every
+    parameter, no hooks on them -- it hands no gradient to autograd: it makes each parameter's ``.grad`` its buffer
+    (as DDP's ``gradient_as_bucket_view`` does), so the gradients take the memory an eager ``.grad`` takes and no
+    copy is made. Per parameter: a ``.grad`` that is its buffer accumulates in place (``+=``, as eager's does); a
+    ``.grad`` of None gets the buffer, zeroed, then the gradient (0 + g: g's bits, a -0.0 read as +0.0); another
+    tensor as ``.grad`` gets the gradient added into it, in place. A buffer handed out as ``.grad`` and still held
+    elsewhere when it would be written again (``g = p.grad; opt.zero_grad()``: ``g`` is still alive) is first moved
+    to memory of its own, so a kept gradient never changes. Otherwise (``torch.autograd.grad``, ``backward(inputs=
+    ...)`` leaving a parameter out, a tensor hook or a post-accumulate hook on a parameter) the gradients are handed
+    to autograd as copies, as the eager backward would.
+
+    Limit: one backward through several graphed outputs (or a graphed output and an eager pass of the same model)
+    adds their gradients into ``.grad`` one after another, where eager autograd sums them first and then adds the
+    sum: the same bits when ``.grad`` starts empty (one micro-batch's backward), maybe not in its last bit when it
+    holds an earlier micro-batch's."""
+
+    def __init__(self, params: list):
+        self.store = [torch.zeros_like(p) for p in params]
+        self.handed: list[weakref.ref | None] = [None] * len(params)
+
+    def attach(self, leaves: list, used: list[bool]) -> list:
+        """Sets each used leaf's ``.grad`` to its buffer (before the backward's capture); returns the used leaves."""
+        out = []
+        for leaf, buf, u in zip(leaves, self.store, used):
+            if u:
+                leaf.grad = buf
+                out.append(leaf)
+        return out
+
+    def _given(self, i: int) -> torch.Tensor | None:
+        return self.handed[i]() if self.handed[i] is not None else None
+
+    def _release(self, i: int) -> None:
+        """Buffer ``i`` is about to be overwritten: a tensor it was handed out as, still alive, gets its own copy."""
+        given = self._given(i)
+        if given is not None:
+            given.set_(given.clone())
+        self.handed[i] = None
+
+    @staticmethod
+    def _accumulates(params: list, nodes: list) -> bool:
+        """Whether the running backward accumulates into every one of ``params``' ``.grad`` (``nodes``: their
+        AccumulateGrad nodes) with no hook to run."""
+        if any(p._backward_hooks or getattr(p, "_post_accumulate_grad_hooks", None) for p in params):
+            return False
+        try:
+            return all(torch._C._will_engine_execute_node(node) for node in nodes)
+        except RuntimeError:  # torch.autograd.grad(): its leaves' gradients are captured, not accumulated
+            return False
+
+    def collect(self, params: list, used: list[bool], replay, nodes: list | None = None) -> tuple:
+        """Runs ``replay()`` (the backward graph: ``buffer += gradient`` for each used parameter) inside an autograd
+        backward; returns what that backward hands autograd for ``params``. ``nodes``: the parameters'
+        AccumulateGrad nodes where the caller has them (the backward's ``ctx.next_functions``: cheaper than
+        looking each up)."""
+        live = [i for i, u in enumerate(used) if u]
+        if nodes is None or len(nodes) != len(params):
+            nodes = [torch.autograd.graph.get_gradient_edge(p).node for p in params]
+        with torch.no_grad():
+            if not self._accumulates([params[i] for i in live], [nodes[i] for i in live]):
+                for i in live:
+                    self._release(i)
+                torch._foreach_zero_([self.store[i] for i in live])
+                replay()
+                return tuple(self.store[i].clone() if u else None for i, u in enumerate(used))
+            fresh, added = [], []
+            for i in live:
+                grad = params[i].grad
+                if grad is not None and grad is self._given(i):
+                    continue  # accumulates in place
+                self._release(i)
+                (fresh if grad is None else added).append(i)
+            if fresh or added:
+                torch._foreach_zero_([self.store[i] for i in fresh + added])
+            replay()
+            for i in added:
+                params[i].grad.add_(self.store[i])
+            for i in fresh:
+                params[i].grad = grad = _alias(self.store[i])
+                self.handed[i] = weakref.ref(grad)
+        return (None,) * len(params)
+
+
 @dataclass
 class _Graph:
     graph: torch.cuda.CUDAGraph
@@ -177,7 +274,8 @@ class _TrainGraph:
     logp: torch.Tensor                   # [t_pad] float32, the forward's output
     entropy: torch.Tensor | None         # [t_pad] float32 where asked for (its gradient is not graphed)
     grad_logp: torch.Tensor              # [t_pad] float32, the backward's input (outside the pool)
-    grads: tuple                         # the backward's outputs, one a parameter (None: unused)
+    used: list                           # per parameter: whether the log-probs reach it (its gradient is graphed)
+    buffers: GradBuffers                 # where the backward adds the gradients (shared by the model's graphs)
     pool: tuple
     pending: weakref.ref | None = None   # the last forward's _Ticket
 
@@ -187,13 +285,13 @@ class _TrainGraph:
 
 
 class _Replay(torch.autograd.Function):
-    """A training graph's forward replay; its backward replays the backward graph and hands its parameter
-    gradients to autograd (which accumulates them into ``.grad``: copies, not the graph's buffers)."""
+    """A training graph's forward replay; its backward replays the backward graph, whose gradients
+    ``GradBuffers.collect`` leaves in ``.grad`` (or hands to autograd)."""
 
     @staticmethod
     def forward(ctx, g: _TrainGraph, *params):
         g.forward.replay()
-        ctx.g, ctx.ticket = g, _Ticket()
+        ctx.g, ctx.ticket, ctx.params = g, _Ticket(), params
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None (the entropy's, mostly)
         g.pending = weakref.ref(ctx.ticket)
         # copies: the next replay writes the static outputs
@@ -212,9 +310,10 @@ class _Replay(torch.autograd.Function):
             g.grad_logp.zero_()
         else:
             g.grad_logp.copy_(grad_logp)
-        g.backward.replay()
+        grads = g.buffers.collect(list(ctx.params), g.used, g.backward.replay,
+                                  [node for node, _ in ctx.next_functions])  # one per tensor input: the parameters
         ctx.ticket.done = True
-        return (None, *g.grads)
+        return (None, *grads)
 
 
 class LogprobGraphs:
@@ -231,6 +330,7 @@ class LogprobGraphs:
         self.train_graphs: OrderedDict[tuple, _TrainGraph] = OrderedDict()
         self.params: tuple | None = None
         self.pool = None
+        self.grad_buffers: GradBuffers | None = None  # made at the first training capture
         self.captures = 0  # graphs captured so far (a test's and a benchmark's count of cache misses)
 
     def __deepcopy__(self, memo):
@@ -246,7 +346,7 @@ class LogprobGraphs:
     def clear(self) -> None:
         self.graphs.clear()
         self.train_graphs.clear()
-        self.params, self.pool = None, None
+        self.params, self.pool, self.grad_buffers = None, None, None
 
     def __call__(self, model, input_ids: torch.Tensor, cu_seqlens: torch.Tensor, return_entropy: bool):
         """``model.packed_token_logprobs(input_ids, cu_seqlens, return_entropy)`` by graph replays:
@@ -346,23 +446,29 @@ class LogprobGraphs:
         # engine's device thread queues the backward's kernels on the forward's (capture) stream either way
         # over fresh leaves (``fresh_leaves``: an AccumulateGrad node an earlier eager pass left on the default
         # stream would break the backward's capture)
+        if self.grad_buffers is None:
+            self.grad_buffers = GradBuffers(params)
         with torch.inference_mode(False), torch.enable_grad(), fresh_leaves(model, params) as leaves:
             batch = PaddedBatch.empty(t_pad, n_seq, longest, device)
+            used = []
 
             def step():
                 logp = batch.run(model, entropy)[0]
-                torch.autograd.grad(logp, leaves, torch.ones_like(logp), allow_unused=True)
+                grads = torch.autograd.grad(logp, leaves, torch.ones_like(logp), allow_unused=True)
+                used[:] = [grad is not None for grad in grads]
             self._warm_up(device, step)
             pool = torch.cuda.graph_pool_handle()
             forward = torch.cuda.CUDAGraph()
             with torch.cuda.graph(forward, pool=pool, capture_error_mode="thread_local"):
                 logp, ent = batch.run(model, entropy)
             grad_logp = torch.zeros_like(logp)
+            inputs = self.grad_buffers.attach(leaves, used)
             backward = torch.cuda.CUDAGraph()
             with torch.cuda.graph(backward, pool=pool, capture_error_mode="thread_local"):
-                grads = torch.autograd.grad(logp, leaves, grad_logp, allow_unused=True)
+                # each gradient is added into its buffer (the leaf's .grad) as soon as it is computed, then freed
+                torch.autograd.backward(logp, grad_logp, inputs=inputs)
         self.captures += 1
-        g = _TrainGraph(forward, backward, batch, logp.detach(), ent.detach() if entropy else None, grad_logp, grads,
-                        pool)
+        g = _TrainGraph(forward, backward, batch, logp.detach(), ent.detach() if entropy else None, grad_logp, used,
+                        self.grad_buffers, pool)
         self.train_graphs[key] = g
         return g

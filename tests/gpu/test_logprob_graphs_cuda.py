@@ -2,8 +2,9 @@
 pass's log-probs and entropies bit for bit, for batches of every padding case, graphs reused across batches of one
 key, after an in-place weight update and after a parameter moved (captured again); the graphed training pass
 (forward and backward graphs) gives the eager log-probs and the eager backward's gradients of the padded batch bit
-for bit (and the entropy, which it does not differentiate), accumulates into ``.grad`` across micro-batches as
-eager does, and refuses a forward that would overwrite activations a backward still needs; the tiny Qwen3 and
+for bit (and the entropy, which it does not differentiate), in ``.grad`` with no copy (``GradBuffers``) or handed
+back to ``torch.autograd.grad``, accumulates into ``.grad`` across micro-batches as eager does, and refuses a
+forward that would overwrite activations a backward still needs; the tiny Qwen3 and
 Llama (the Triton attention kernel) and 2 layers of the 1.7B's shapes (head_dim 128: the Gluon attention on
 sm_90). The CPU's side (padding arithmetic, refusals): tests/models/test_logprob_graphs.py. Marked ``gpu``."""
 
@@ -146,9 +147,17 @@ def test_graphed_training_pass_gives_the_eager_log_probs_and_gradients(model):
         got = model.packed_token_logprobs(ids, cu, cuda_graphs=True)
         assert got.requires_grad and torch.equal(got.detach(), want), (lengths, (got != want).sum().item())
         (got * w).sum().backward()
+        # no copy: each .grad is the buffer the backward graph wrote (GradBuffers)
+        assert all(p.grad.data_ptr() == b.data_ptr() for p, b in zip(model.parameters(), graphs.grad_buffers.store))
         got_grads = _grads(model)
         assert not _differing(got_grads, want_grads, model), (lengths, _differing(got_grads, want_grads, model))
     assert len(graphs.train_graphs) == 4 and not graphs.graphs and alive.requires_grad
+    # torch.autograd.grad: the gradients handed back (copies), .grad untouched
+    (_padded_eager(model, ids, cu) * w).sum().backward()
+    want_grads = _grads(model)
+    got = torch.autograd.grad((model.packed_token_logprobs(ids, cu, cuda_graphs=True) * w).sum(),
+                              list(model.parameters()))
+    assert not _differing(list(got), want_grads, model) and all(p.grad is None for p in model.parameters())
 
 
 def test_graphed_training_accumulates_follows_updates_and_guards_its_activations(model):

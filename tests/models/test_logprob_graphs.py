@@ -162,3 +162,80 @@ def test_fresh_leaves_alias_the_parameters_and_give_their_gradients():
     with pytest.raises(RuntimeError, match="inside"), fresh_leaves(model, params[:2]):
         raise RuntimeError("inside")
     assert all(a is b for a, b in zip(model.parameters(), params))
+
+
+def test_grad_buffers_leave_the_eager_gradients_in_grad():
+    """``GradBuffers`` (where the backward graphs leave the gradients) under every way a backward meets them, its
+    replay run eagerly here (the backward graph's ops: the leaves' gradients added into the buffers in place): a
+    ``.grad`` of None gets its buffer holding the eager gradient; one that is its buffer accumulates as eager's
+    does; a kept old ``.grad`` stays as it was; another tensor as ``.grad`` gets the gradient added in place;
+    ``autograd.grad``, ``backward(inputs=...)`` and a tensor hook get the eager gradients handed to autograd. Each
+    bitwise against the eager backward of the same weighted log-probs."""
+    from rlk_models.modeling.logprob_graphs import GradBuffers, fresh_leaves
+    from rlk_models.qwen3 import FAMILY, RLKQwen3Config, RLKQwen3ForCausalLM
+
+    torch.manual_seed(0)
+    model = RLKQwen3ForCausalLM(RLKQwen3Config(vocab_size=96, **{**FAMILY.tiny, "tie_word_embeddings": True}))
+    params = list(model.parameters())
+    buffers, used = GradBuffers(params), [True] * len(params)
+    batches = [(torch.randint(0, 96, (20,)), torch.tensor([0, 7, 20]), torch.randn(20)) for _ in range(3)]
+
+    class Graphed(torch.autograd.Function):  # _Replay, its forward and backward graphs run eagerly
+        @staticmethod
+        def forward(ctx, ids, cu, *ps):
+            ctx.ids, ctx.cu = ids, cu
+            with torch.no_grad():
+                return model.packed_token_logprobs(ids, cu)
+
+        @staticmethod
+        def backward(ctx, grad):
+            def replay():
+                with torch.enable_grad(), fresh_leaves(model, params) as leaves:
+                    logp = model.packed_token_logprobs(ctx.ids, ctx.cu)
+                    torch.autograd.backward(logp, grad, inputs=buffers.attach(leaves, used))
+            return (None, None, *buffers.collect(params, used, replay, [n for n, _ in ctx.next_functions[2:]]))
+
+    def loss(i, graphed):
+        ids, cu, w = batches[i]
+        return ((Graphed.apply(ids, cu, *params) if graphed else model.packed_token_logprobs(ids, cu)) * w).sum()
+
+    def eager(*steps):
+        model.zero_grad(set_to_none=True)
+        for i in steps:
+            loss(i, False).backward()
+        out = [p.grad.clone() for p in params]
+        model.zero_grad(set_to_none=True)
+        return out
+
+    def same(a, b):
+        return all(torch.equal(x, y) for x, y in zip(a, b))
+
+    want_0, want_01, want_2 = eager(0), eager(0, 1), eager(2)
+    loss(0, True).backward()  # .grad None: the buffers, holding the gradients
+    assert same([p.grad for p in params], want_0)
+    assert all(p.grad.data_ptr() == b.data_ptr() for p, b in zip(params, buffers.store))
+    loss(1, True).backward()  # accumulated in place
+    assert same([p.grad for p in params], want_01)
+    assert all(p.grad.data_ptr() == b.data_ptr() for p, b in zip(params, buffers.store))
+    kept = [p.grad for p in params]
+    model.zero_grad(set_to_none=True)
+    loss(2, True).backward()  # the kept gradients moved out of the buffers before they are written
+    assert same(kept, want_01) and same([p.grad for p in params], want_2)
+    assert all(k.data_ptr() != b.data_ptr() for k, b in zip(kept, buffers.store))
+
+    model.zero_grad(set_to_none=True)
+    loss(0, False).backward()  # eager gradients in .grad, then a graphed backward adds into those very tensors
+    theirs = [p.grad for p in params]
+    loss(1, True).backward()
+    assert all(p.grad is t for p, t in zip(params, theirs)) and same(theirs, want_01)
+
+    model.zero_grad(set_to_none=True)
+    got = torch.autograd.grad(loss(2, True), params)  # handed to autograd; .grad untouched
+    assert same(got, want_2) and all(p.grad is None for p in params)
+    loss(0, True).backward(inputs=params[:3])
+    assert same([p.grad for p in params[:3]], want_0[:3]) and all(p.grad is None for p in params[3:])
+    model.zero_grad(set_to_none=True)
+    hook = params[1].register_hook(lambda g: g * 2)
+    loss(2, True).backward()
+    hook.remove()
+    assert torch.equal(params[1].grad, want_2[1] * 2) and same([p.grad for p in params[2:]], want_2[2:])
