@@ -9,6 +9,7 @@ in-process engine's GPU memory is freed with its process):
 
     python benchmarks/trl_grpo.py rlk   --device cuda --shape 0.6b --out OUT      # H200
     python benchmarks/trl_grpo.py stock --device cuda --shape 0.6b --out OUT
+    python benchmarks/trl_grpo.py rlk   --device cuda --shape 0.6b --out OUT --cuda-graphs   # graphed passes
     python benchmarks/trl_grpo.py rlk   --device cpu  --shape tiny --out OUT --steps 2   # smoke test
     python benchmarks/trl_grpo.py plot RLK.json STOCK.json OUT.png   # TRL's ratio range per step, both runs
 
@@ -77,7 +78,12 @@ def main() -> None:
     ap.add_argument("--profile-step", type=int, default=0,
                     help="profile this step (1-based): Python functions by cumulative time (cProfile) and the GPU's "
                          "kernels by total time (torch.profiler) -> OUT/trl_profile_<kind>.txt")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="rlk only: RLKGRPOTrainer(cuda_graphs=True), TRL's log-prob passes by CUDA graph replays "
+                         "(-> trl_grpo_rlk_graphs.json)")
     a = ap.parse_args()
+    if a.cuda_graphs and a.kind != "rlk":
+        ap.error("--cuda-graphs: rlk only (it graphs the rlk log-prob pass)")
 
     import datasets
     import torch
@@ -146,19 +152,20 @@ def main() -> None:
     times = StepTimes()
     cls = RLKGRPOTrainer if a.kind == "rlk" else trl.GRPOTrainer
     trainer = cls(model=model, reward_funcs=[correctness], args=args, train_dataset=ds, processing_class=tok,
-                  callbacks=[times])
+                  callbacks=[times], **({"cuda_graphs": True} if a.cuda_graphs else {}))
     t = time.time()
     trainer.train()
     step_s = [round(e - b, 3) for b, e in times.spans]
     timed = [v for i, v in enumerate(step_s[1:], 2) if i != a.profile_step]  # not the first, nor the profiled one
     steps = [{k: v for k, v in h.items() if k.startswith(("sampling/", "rlk/", "reward")) or k == "step"}
              for h in trainer.state.log_history if any(k.startswith("sampling/") for k in h)]
-    res = {"kind": a.kind, "device": a.device, "shape": a.shape, "steps": a.steps, "seconds": round(time.time() - t, 1),
+    res = {"kind": a.kind, "cuda_graphs": a.cuda_graphs, "device": a.device, "shape": a.shape, "steps": a.steps,
+           "seconds": round(time.time() - t, 1),
            "trl": trl.__version__, "step_seconds": step_s,
            "median_step_s_after_first": sorted(timed)[len(timed) // 2] if timed else None,
            "parity": getattr(trainer, "parity_log", None), "log": steps}
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    (Path(a.out) / f"trl_grpo_{a.kind}.json").write_text(json.dumps(res, indent=1))
+    (Path(a.out) / f"trl_grpo_{a.kind}{'_graphs' * a.cuda_graphs}.json").write_text(json.dumps(res, indent=1))
     print("RESULT " + json.dumps({k: v for k, v in res.items() if k not in ("log", "parity", "step_seconds")}),
           flush=True)
 

@@ -212,6 +212,8 @@
 #                                              # pass at 8 sequences (no carry; ~480 s)
 #   CALL=s60train bash scripts/device_calls.sh  # the graphed training pass: its GPU tests, then the 1.7B step at
 #                                              # 1 x 1024 tokens against stock and Liger (carry .wheels; ~400 s)
+#   CALL=s62trl bash scripts/device_calls.sh    # TRL GRPO (colocated vLLM, 0.6B): RLKGRPOTrainer eager against
+#                                              # cuda_graphs=True (carry .vllm-cuda and .wheels; ~400 s)
 #   CALL=s61grpo bash scripts/device_calls.sh   # rlk-grpo at the 0.6B shape, eager against --cuda-graphs (15 steps
 #                                              # each, the trainer's seconds a step; carry .vllm-cuda; ~330 s)
 #   CALL=s58ab bash scripts/device_calls.sh     # host time per op, this tree's package and .probe_old's alternately,
@@ -1378,6 +1380,13 @@ s60train)
         bench graphs_train 120 benchmarks/logprob_graphs.py --shape 1.7b --seqs 1 --train --steps 12
         grep -hE "eager|graphs" "$ROOT_OUT"/graphs_train.log | cut -c1-300
     fi
+    ;;
+s62trl)
+    # TRL's GRPOTrainer (colocated vLLM, 0.6B shape): RLKGRPOTrainer eager against cuda_graphs=True, TRL_STEPS each
+    # (default 20): each run's mismatch (0 owed) and median step seconds (carry .vllm-cuda and .wheels with trl,
+    # datasets, multiprocess, dill; ~400 s)
+    part trl 450 PART=trl TRL_KINDS="rlk rlk-graphs" TRL_STEPS="${TRL_STEPS:-20}" TRL_LIMIT=210
+    grep -h RESULT "$ROOT_OUT"/trl/trl_*.log | cut -c1-400
     ;;
 s61grpo)
     # the main job's trainer with its log-prob passes graphed (rlk-grpo --cuda-graphs) against eager, on one SFT

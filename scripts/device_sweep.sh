@@ -131,11 +131,14 @@ trl)
     python3 benchmarks/push_weights.py --pushes 5 2>&1 | tail -1 | tee "$OUT/push_weights.json"
     # one visible GPU: transformers' Trainer wraps a model in nn.DataParallel when it sees several, which
     # GRPOTrainer refuses (the first x2 run died there)
-    for kind in ${TRL_KINDS:-rlk stock}; do  # TRL_KINDS=rlk: one side per call when both would pass 10 minutes
+    # TRL_KINDS=rlk: one side per call when both would pass 10 minutes; rlk-graphs: rlk with --cuda-graphs
+    for run in ${TRL_KINDS:-rlk stock}; do
+        kind=${run%-graphs}
+        graphs=$([ "$run" != "$kind" ] && echo --cuda-graphs)
         CUDA_VISIBLE_DEVICES=0 timeout "${TRL_LIMIT:-300}" python3 benchmarks/trl_grpo.py $kind --device cuda --shape 0.6b --out "$OUT" \
-            --work /tmp/grpo-gpu \
-            --steps "${TRL_STEPS:-30}" ${TRL_ARGS:-} > "$OUT/trl_$kind.log" 2>&1; echo "trl $kind exit $?"
-        grep RESULT "$OUT/trl_$kind.log" || tail -20 "$OUT/trl_$kind.log"
+            --work /tmp/grpo-gpu $graphs \
+            --steps "${TRL_STEPS:-30}" ${TRL_ARGS:-} > "$OUT/trl_$run.log" 2>&1; echo "trl $run exit $?"
+        grep RESULT "$OUT/trl_$run.log" || tail -20 "$OUT/trl_$run.log"
     done
     ;;
 train)

@@ -19,7 +19,12 @@ What it changes, and nothing else of TRL's loop:
    here the sampled tokens' log-probs are kept (rlk's ``generate`` returns log-probs as its logits;
    a stock model's logits go through ``log_softmax``) and handed to TRL as its
    ``sampling_per_token_logps``, as vLLM's would be.
-3. **Parity per batch.** After each generation batch the trainer's log-probs of the same tokens
+3. **CUDA graphs (optional).** ``RLKGRPOTrainer(..., cuda_graphs=True)`` calls ``cuda_graphs_enable()`` on
+   the policy and reference models: TRL's log-prob passes (its ``forward(..., fused_lm_head=True)``) then run by
+   graph replays -- the same log-probs bit for bit, the policy's backward a graph too, its gradients the padded
+   batch's (``modeling.logprob_graphs``). What small micro-batches gain: their eager pass is bound by the host's
+   kernel launches. One process (a DDP-wrapped model is refused: its reducer's hooks are not graphed).
+4. **Parity per batch.** After each generation batch the trainer's log-probs of the same tokens
    (TRL's own ``_get_per_token_logps_and_entropies``, before any update: the ``old_per_token_logps``
    TRL computes for its importance-sampling correction when it has them, else one such pass here)
    are compared with the rollout's; logged as ``rlk/logp_mismatch`` (count), ``rlk/logp_max_abs_diff``,
@@ -69,10 +74,13 @@ class RLKGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` for rlk checkpoints (module docstring); also runs stock models, measuring
     their rollout/trainer drift the same way."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, cuda_graphs: bool = False, **kwargs):
         args_ = kwargs.get("args") if "args" in kwargs else (args[2] if len(args) > 2 else None)
         model = kwargs.get("model", args[0] if args else None)
         rlk = model is not None and is_rlk(model)
+        if cuda_graphs and not (rlk and torch.cuda.is_available()):
+            raise ValueError("RLKGRPOTrainer: cuda_graphs=True needs an rlk model and a CUDA device (it graphs the "
+                             "rlk log-prob pass)")
         if rlk and args_ is not None and args_.use_vllm and args_.vllm_mode != "colocate":
             raise ValueError("RLKGRPOTrainer: vllm_mode='server' is not supported (trl vllm-serve does not expose "
                              "--logprobs-mode; rlk's vLLM class needs raw_logits): use vllm_mode='colocate'")
@@ -85,6 +93,11 @@ class RLKGRPOTrainer(GRPOTrainer):
         for m in (self.model, self.ref_model):
             if m is not None and is_rlk(m):
                 use_rlk_head(m)
+                if cuda_graphs:
+                    if m is not getattr(m, "module", m):
+                        raise ValueError(f"RLKGRPOTrainer: cuda_graphs=True with a wrapped model "
+                                         f"({type(m).__name__}): the graphs run in one process, unwrapped")
+                    m.cuda_graphs_enable()
         if rlk and self.use_vllm:
             from ..rollout.sync import push_weights
 

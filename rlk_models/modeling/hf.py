@@ -213,9 +213,26 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
             graphs = self._logprob_graphs = LogprobGraphs()
         return graphs
 
+    _cuda_graphs_default = False
+
+    def cuda_graphs_enable(self) -> None:
+        """Makes ``cuda_graphs=True`` the default of the log-prob passes: ``packed_token_logprobs``,
+        ``token_logprobs`` and ``forward(..., labels, fused_lm_head=True)`` (TRL's protocol: what a trainer
+        that calls ``forward`` itself runs). The model's other passes (logits, the loss, ``generate``) are
+        unchanged. Not saved with the model; a copy (``copy.deepcopy``) keeps the setting."""
+        self._cuda_graphs_default = True
+
+    def cuda_graphs_disable(self) -> None:
+        """Back to eager log-prob passes by default; the captured graphs and their memory are dropped."""
+        self._cuda_graphs_default = False
+        self.logprob_graphs.clear()
+
+    def _graphs_on(self, cuda_graphs: bool | None) -> bool:
+        return self._cuda_graphs_default if cuda_graphs is None else bool(cuda_graphs)
+
     @torch.compiler.disable  # eager bits inside compiled callers (module docstring)
     def packed_token_logprobs(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor,
-                              return_entropy: bool = False, cuda_graphs: bool = False):
+                              return_entropy: bool = False, cuda_graphs: bool | None = None):
         """float32 [T]: entry i is log p(input_ids[i+1] | its sequence up to i) for packed
         sequences ``input_ids [T]`` split at ``cu_seqlens [B+1]``; the last token of each
         sequence has no successor and gets 0. With ``return_entropy`` also the entropy [T].
@@ -226,10 +243,11 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         gradient (an RL step's old-policy and reference passes) one forward graph; with gradients
         (the policy's pass) a forward graph whose backward is a graph too, the parameters'
         gradients accumulating into ``.grad`` (the entropy is not differentiated there; backpropagate
-        each output before the next forward of its padded size)."""
+        each output before the next forward of its padded size). None: the model's default
+        (``cuda_graphs_enable``; off unless set)."""
         if input_ids.dim() != 1:
             raise ValueError(f"packed_token_logprobs: input_ids must be flat [T], got {tuple(input_ids.shape)}")
-        if cuda_graphs:
+        if self._graphs_on(cuda_graphs):
             logp, ent = self.logprob_graphs(self, input_ids, cu_seqlens, return_entropy)
             return (logp, ent) if return_entropy else logp
         cu = cu_seqlens.to(device=input_ids.device, dtype=torch.int64)
@@ -244,7 +262,7 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
 
     @torch.compiler.disable  # eager bits inside compiled callers (module docstring)
     def token_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                       return_entropy: bool = False, cuda_graphs: bool = False):
+                       return_entropy: bool = False, cuda_graphs: bool | None = None):
         """float32 [B, S-1]: entry [b, t] = log p(input_ids[b, t+1] | input_ids[b, :t+1]) for
         right-padded batches (entries at padding are 0). Same bits as ``packed_token_logprobs``
         and as the vLLM class for the same sequence, whatever else is in the batch.
@@ -280,7 +298,9 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         protocol for trainers that only need the labels' log-probs) no logits are formed: the
         output has ``log_probs`` and ``entropy`` [B, S-1] of each next label from the log-prob head
         (0 where the label is -100), ``label_mask`` and ``loss`` -- the bits ``token_logprobs`` and
-        the vLLM class give for the same tokens.
+        the vLLM class give for the same tokens. After ``cuda_graphs_enable()`` (CUDA) that pass runs by
+        graph replays (``packed_token_logprobs(..., cuda_graphs=True)``: the same bits, the gradients the
+        padded batch's); its labels must then be the input ids or -100.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
@@ -289,6 +309,8 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
                                         logits_to_keep)
         shape = tuple((input_ids if input_ids is not None else inputs_embeds).shape[:2])
         p = self._pack_inputs(input_ids, attention_mask, position_ids, shape)
+        if fused_lm_head and self._graphs_on(None):
+            return self._fused_output_graphed(p, labels, num_items_in_batch, inputs_embeds is not None)
         embeds = inputs_embeds.reshape(-1, inputs_embeds.shape[-1])[p.flat_index] if inputs_embeds is not None else None
         hidden = self.packed_hidden_states(p.input_ids, p.cu_seqlens, p.positions, embeds)
         if fused_lm_head:
@@ -353,19 +375,30 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         logits[p.flat_index[rows]] = logits_flat
         return logits.view(b, s, -1)[:, keep.any(0)] if not bool(keep.all()) else logits.view(b, s, -1)
 
-    def _label_logprobs(self, hidden: torch.Tensor, p: Packed, labels: torch.Tensor, with_entropy: bool):
-        """(log p, entropy or None, valid [T]): the head at each packed token whose next label
-        (``labels[b, t+1]``, HF's shift) is not -100."""
+    def _shifted_labels(self, p: Packed, labels: torch.Tensor, also=None):
+        """(next label [T], valid [T], flags): each packed token's next label (``labels[b, t+1]``, HF's
+        shift) and whether it is not -100, its range checked in one host read that also reads the
+        boolean scalars ``also(shifted, valid)`` returns (their values: ``flags``)."""
         b, s = p.shape
         if labels.shape != (b, s):
             raise ValueError(f"labels {tuple(labels.shape)} must match input_ids ({b}, {s})")
         shifted = torch.cat([labels[:, 1:], labels.new_full((b, 1), -100)], dim=1).reshape(-1)[p.flat_index]
         valid = shifted != -100
         v = self.config.vocab_size
-        if shifted.numel():  # one host read of the labelled range (none labelled: [v, -1]); hidden[valid] reads anyway
-            lo, hi = torch.stack([torch.where(valid, shifted, v).min(), torch.where(valid, shifted, -1).max()]).tolist()
-            if lo < 0 or hi >= v:
-                raise IndexError(f"labels must be -100 or lie in [0, {v}), got range [{lo}, {hi}] (the -100s aside)")
+        extra = also(shifted, valid) if also is not None else []
+        if not shifted.numel():
+            return shifted, valid, [False] * len(extra)
+        # one host read of the labelled range (none labelled: [v, -1]); hidden[valid] reads anyway
+        lo, hi, *rest = torch.stack([torch.where(valid, shifted, v).min(), torch.where(valid, shifted, -1).max(),
+                                     *(a.to(shifted.dtype) for a in extra)]).tolist()
+        if lo < 0 or hi >= v:
+            raise IndexError(f"labels must be -100 or lie in [0, {v}), got range [{lo}, {hi}] (the -100s aside)")
+        return shifted, valid, [bool(x) for x in rest]
+
+    def _label_logprobs(self, hidden: torch.Tensor, p: Packed, labels: torch.Tensor, with_entropy: bool):
+        """(log p, entropy or None, valid [T]): the head at each packed token whose next label
+        (``labels[b, t+1]``, HF's shift) is not -100."""
+        shifted, valid, _ = self._shifted_labels(p, labels)
         with trusted_values():  # checked just now: the head's own read of the same targets would add a wait
             logp, ent = self._head(hidden[valid], shifted[valid], with_entropy)
         return logp, ent, valid
@@ -385,14 +418,39 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
                       num_items_in_batch) -> TokenLogprobsOutput:
         if labels is None:
             raise ValueError("fused_lm_head=True needs labels (-100 where no log-prob is wanted)")
-        logp, ent, valid = self._label_logprobs(hidden, p, labels, True)
+        return self._fused_result(*self._label_logprobs(hidden, p, labels, True), p, num_items_in_batch)
+
+    def _fused_output_graphed(self, p: Packed, labels: torch.Tensor | None, num_items_in_batch,
+                              embeds: bool) -> TokenLogprobsOutput:
+        """``_fused_output`` by the graphed pass over every packed token's successor, kept where the next label is
+        not -100: the same bits where each such label is the token that follows in its sequence, at the position
+        that follows (refused otherwise, in the labels' one host read)."""
+        if labels is None:
+            raise ValueError("fused_lm_head=True needs labels (-100 where no log-prob is wanted)")
+        if embeds or p.input_ids is None:
+            raise ValueError("cuda_graphs_enable(): the graphed pass reads input_ids, not inputs_embeds (call "
+                             "cuda_graphs_disable() to pass embeddings)")
+        def also(shifted, valid):
+            targets, has_next = next_token_targets(p.input_ids, p.cu_seqlens)
+            return [(valid & (~has_next | (shifted != targets))).any(),
+                    (p.positions != packed_positions(p.cu_seqlens, p.positions.numel())).any()]
+        _, valid, (other, moved) = self._shifted_labels(p, labels, also)
+        if other or moved:
+            what = "labels other than the next input id (or -100)" if other else "positions that skip or repeat"
+            raise ValueError(f"cuda_graphs_enable(): the graphed pass scores each token's successor at the next "
+                             f"position; this batch has {what}: call cuda_graphs_disable() for it")
+        logp, ent = self.packed_token_logprobs(p.input_ids, p.cu_seqlens, return_entropy=True, cuda_graphs=True)
+        return self._fused_result(logp[valid], ent[valid], valid, p, num_items_in_batch)
+
+    def _fused_result(self, logp: torch.Tensor, ent: torch.Tensor, valid: torch.Tensor, p: Packed,
+                      num_items_in_batch) -> TokenLogprobsOutput:
         b, s = p.shape
         where = p.flat_index[valid]
 
         def grid(x):
             return x.new_zeros(b * s).index_put((where,), x).view(b, s)[:, :-1]
 
-        mask = torch.zeros(b * s, dtype=torch.bool, device=hidden.device)
+        mask = torch.zeros(b * s, dtype=torch.bool, device=valid.device)
         mask[where] = True
         return TokenLogprobsOutput(loss=self._loss_of(logp, valid, num_items_in_batch), log_probs=grid(logp),
                                    entropy=grid(ent), label_mask=mask.view(b, s)[:, :-1])

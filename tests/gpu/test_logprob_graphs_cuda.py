@@ -212,6 +212,45 @@ def test_graphed_training_pass_gives_the_entropy_without_its_gradient(model):
         (logp.sum() + ent.sum()).backward()
 
 
+def test_trls_fused_forward_under_cuda_graphs_enable(model):
+    """``forward(..., labels, fused_lm_head=True)`` (TRL's protocol) after ``cuda_graphs_enable()``, on TRL's layout
+    (left-padded prompts whose labels are -100, a right-padded completion): its log-probs, entropies, label mask and
+    loss are the eager forward's bitwise, without gradients (the old-policy pass) and with them, and its gradients
+    the eager backward's of the padded batch."""
+    from rlk_models.modeling.hf import pack
+
+    g = torch.Generator(device="cuda").manual_seed(50)
+    b, s = 3, 24
+    ids = torch.randint(0, model.config.vocab_size, (b, s), device="cuda", generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, :4], mask[2, :7], mask[0, 20:] = 0, 0, 0
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :10] = -100
+    w = torch.randn(b, s - 1, device="cuda", generator=g)
+    model.zero_grad(set_to_none=True)
+    model.logprob_graphs.clear()
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    p = pack(ids, mask)
+    shifted = torch.cat([labels[:, 1:], labels.new_full((b, 1), -100)], 1).reshape(-1)[p.flat_index]
+    wp = torch.where(shifted != -100, torch.cat([w, w.new_zeros(b, 1)], 1).reshape(-1)[p.flat_index], 0.0)
+    (_padded_eager(model, p.input_ids, p.cu_seqlens) * wp).sum().backward()
+    want_grads = _grads(model)
+    model.cuda_graphs_enable()
+    try:
+        with torch.no_grad():
+            old = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+        got = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+        for out in (old, got):
+            for field in ("log_probs", "entropy", "label_mask", "loss"):
+                assert torch.equal(getattr(out, field).detach(), getattr(want, field)), field
+        (got.log_probs * w).sum().backward()
+        assert not _differing(_grads(model), want_grads, model)
+        assert len(model.logprob_graphs.graphs) == 1 and len(model.logprob_graphs.train_graphs) == 1
+    finally:
+        model.cuda_graphs_disable()
+
+
 def test_grpo_updates_under_graphs_score_the_rollout_exactly(model):
     """``rlk-grpo --cuda-graphs``'s update (``cli.grpo.ppo_update``): the policy's graphed passes (two PPO epochs, each
     forward then backward) and the reference's forward graph, fp32 master weights copied into the parameters in

@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from rlk_models.integrations.trl import RLKGRPOTrainer  # noqa: E402
 
 
-def _train(model_dir, tmp_path, steps=3, **overrides):
+def _train(model_dir, tmp_path, steps=3, trainer_kw=None, **overrides):
     tok = AutoTokenizer.from_pretrained(model_dir)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token or tok.unk_token
@@ -37,7 +37,8 @@ def _train(model_dir, tmp_path, steps=3, **overrides):
     def reward(completions, **kw):  # longer completions are better: any signal will do
         return [float(len(c)) for c in completions]
 
-    trainer = RLKGRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=ds, processing_class=tok)
+    trainer = RLKGRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=ds, processing_class=tok,
+                             **(trainer_kw or {}))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer.train()
     moved = any(not torch.equal(before[n], p) for n, p in model.named_parameters())
@@ -64,6 +65,12 @@ def test_stock_transformers_under_the_same_trainer_drifts(checkpoints, tmp_path)
 def test_temperature_other_than_one_is_refused(checkpoints, tmp_path):
     with pytest.raises(ValueError, match="temperature"):
         _train(checkpoints["qwen3"][1], tmp_path, steps=1, **{"temperature": 0.7})
+
+
+def test_cuda_graphs_are_refused_without_cuda_or_an_rlk_model(checkpoints, tmp_path):
+    for which in (1, 0):  # rlk on the CPU; the stock checkpoint
+        with pytest.raises(ValueError, match="cuda_graphs=True needs an rlk model and a CUDA device"):
+            _train(checkpoints["qwen3"][which], tmp_path, steps=1, trainer_kw={"cuda_graphs": True})
 
 
 def test_grpo_with_trls_colocated_vllm_has_ratio_exactly_one(checkpoints, tmp_path):

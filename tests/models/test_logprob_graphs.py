@@ -54,6 +54,50 @@ def test_cuda_graphs_refuse_the_cpu(checkpoints):
             LogprobGraphs(**bad)
 
 
+def test_cuda_graphs_enable_sets_the_log_prob_passes_default(checkpoints):
+    """``cuda_graphs_enable()``: the log-prob passes (``token_logprobs``, ``packed_token_logprobs``, ``forward(...,
+    fused_lm_head=True)``, TRL's) default to graphs (refused on the CPU, after the fused pass's label checks: labels
+    that are not the next input ids, skipping positions and embeddings are refused by name); an explicit
+    ``cuda_graphs=False``, the logits' forward and ``cuda_graphs_disable()`` stay eager, with the eager bits."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoints["qwen3"][1], dtype=torch.float32)
+    ids = torch.randint(0, model.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding, as TRL's prompts
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :5] = -100  # the prompt's labels
+    with torch.no_grad():
+        want = model.token_logprobs(ids, mask)
+        want_fused = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    model.cuda_graphs_enable()
+    assert copy.deepcopy(model)._cuda_graphs_default
+    with pytest.raises(ValueError, match="on a CUDA device, got cpu"):
+        model.token_logprobs(ids, mask)
+    with pytest.raises(ValueError, match="on a CUDA device, got cpu"):
+        model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    other = labels.clone()
+    other[0, 6] = (ids[0, 6] + 1) % model.config.vocab_size
+    with pytest.raises(ValueError, match="labels other than the next input id"):
+        model(input_ids=ids, attention_mask=mask, labels=other, fused_lm_head=True)
+    packed = ids[:1].clone().masked_fill(torch.arange(9) == 5, -100)  # two sequences: no label at the second's start
+    with pytest.raises(ValueError, match="positions that skip or repeat"):
+        model(input_ids=ids[:1], position_ids=torch.tensor([[0, 1, 2, 4, 5, 0, 1, 2, 3]]), labels=packed,
+              fused_lm_head=True)
+    with pytest.raises(ValueError, match="on a CUDA device, got cpu"):  # the same batch, its positions in order
+        model(input_ids=ids[:1], position_ids=torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3]]), labels=packed,
+              fused_lm_head=True)
+    with pytest.raises(ValueError, match="reads input_ids, not inputs_embeds"):
+        model(inputs_embeds=model.model.embed_tokens(ids), attention_mask=mask, labels=labels, fused_lm_head=True)
+    with torch.no_grad():
+        assert torch.equal(model.token_logprobs(ids, mask, cuda_graphs=False), want)
+        assert torch.equal(model(input_ids=ids, attention_mask=mask).logits, logits)
+        model.cuda_graphs_disable()
+        got = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    assert torch.equal(got.log_probs, want_fused.log_probs) and torch.equal(got.loss, want_fused.loss)
+
+
 def test_a_copy_of_the_model_starts_with_no_graphs(checkpoints):
     from transformers import AutoModelForCausalLM
 
