@@ -212,6 +212,7 @@
 #                                              # pass at 8 sequences (no carry; ~480 s)
 #   CALL=s60train bash scripts/device_calls.sh  # the graphed training pass: its GPU tests, then the 1.7B step at
 #                                              # 1 x 1024 tokens against stock and Liger (carry .wheels; ~400 s)
+#   CALL=s62 bash scripts/device_calls.sh       # the graphed pass's GPU tests, then CALL=s62trl (~560 s)
 #   CALL=s62trl bash scripts/device_calls.sh    # TRL GRPO (colocated vLLM, 0.6B): RLKGRPOTrainer eager against
 #                                              # cuda_graphs=True (carry .vllm-cuda and .wheels; ~400 s)
 #   CALL=s61grpo bash scripts/device_calls.sh   # rlk-grpo at the 0.6B shape, eager against --cuda-graphs (15 steps
@@ -1380,6 +1381,14 @@ s60train)
         bench graphs_train 120 benchmarks/logprob_graphs.py --shape 1.7b --seqs 1 --train --steps 12
         grep -hE "eager|graphs" "$ROOT_OUT"/graphs_train.log | cut -c1-300
     fi
+    ;;
+s62)
+    # session 62's second call: the graphed training pass's GPU tests (their two mended references), then CALL=s62trl
+    # (carry .vllm-cuda and .wheels; ~560 s)
+    part graphs 110 PART=tests TEST_TIMEOUT=100 XDIST=3 TESTS=tests/gpu/test_logprob_graphs_cuda.py
+    test_summary graphs 30
+    part trl 440 PART=trl TRL_KINDS="rlk rlk-graphs" TRL_STEPS="${TRL_STEPS:-15}" TRL_LIMIT=210
+    grep -h RESULT "$ROOT_OUT"/trl/trl_*.log | cut -c1-400
     ;;
 s62trl)
     # TRL's GRPOTrainer (colocated vLLM, 0.6B shape): RLKGRPOTrainer eager against cuda_graphs=True, TRL_STEPS each

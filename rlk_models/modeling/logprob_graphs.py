@@ -181,9 +181,10 @@ class GradBuffers:
     to autograd as copies, as the eager backward would.
 
     Limit: one backward through several graphed outputs (or a graphed output and an eager pass of the same model)
-    adds their gradients into ``.grad`` one after another, where eager autograd sums them first and then adds the
-    sum: the same bits when ``.grad`` starts empty (one micro-batch's backward), maybe not in its last bit when it
-    holds an earlier micro-batch's."""
+    gives the bits of one backward call per output: each adds its gradients into ``.grad`` in turn, where one eager
+    backward would sum a parameter's contributions first (in its own order) and then add the sum. The same bits for
+    a parameter with one contribution per output into an empty ``.grad``; maybe not in the last bit for a tied one
+    (two contributions each), or where ``.grad`` holds an earlier micro-batch's."""
 
     def __init__(self, params: list):
         self.store = [torch.zeros_like(p) for p in params]

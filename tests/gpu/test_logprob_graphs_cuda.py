@@ -184,7 +184,10 @@ def test_graphed_training_accumulates_follows_updates_and_guards_its_activations
         model.packed_token_logprobs(*a, cuda_graphs=True)
     (la.sum() + lb.sum()).backward(retain_graph=True)
     both = _grads(model)
-    (_padded_eager(model, *a).sum() + _padded_eager(model, *b).sum()).backward()
+    # one backward through both: the bits of two backward calls, one an output (each replay adds its gradients into
+    # .grad; one eager backward would sum a tied parameter's four contributions in its own order first)
+    _padded_eager(model, *a).sum().backward()
+    _padded_eager(model, *b).sum().backward()
     assert not _differing(both, _grads(model), model)
     model.packed_token_logprobs(*a, cuda_graphs=True)  # la's backward ran: a new forward may overwrite its activations
     with pytest.raises(RuntimeError, match="ran another forward after this output's"):
@@ -234,7 +237,8 @@ def test_trls_fused_forward_under_cuda_graphs_enable(model):
     p = pack(ids, mask)
     shifted = torch.cat([labels[:, 1:], labels.new_full((b, 1), -100)], 1).reshape(-1)[p.flat_index]
     wp = torch.where(shifted != -100, torch.cat([w, w.new_zeros(b, 1)], 1).reshape(-1)[p.flat_index], 0.0)
-    (_padded_eager(model, p.input_ids, p.cu_seqlens) * wp).sum().backward()
+    # the head with the entropy, as the fused pass runs it (its backward's bits differ from the head's without)
+    (_padded_eager(model, p.input_ids, p.cu_seqlens, entropy=True) * wp).sum().backward()
     want_grads = _grads(model)
     model.cuda_graphs_enable()
     try:
