@@ -78,6 +78,9 @@ def main() -> None:
     ap.add_argument("--profile-step", type=int, default=0,
                     help="profile this step (1-based): Python functions by cumulative time (cProfile) and the GPU's "
                          "kernels by total time (torch.profiler) -> OUT/trl_profile_<kind>.txt")
+    ap.add_argument("--sft-steps", type=int, default=None,
+                    help="the checkpoint's SFT steps (default: arith.SFTConfig's; fewer: a quicker checkpoint, for "
+                         "timing runs)")
     ap.add_argument("--cuda-graphs", action="store_true",
                     help="rlk only: RLKGRPOTrainer(cuda_graphs=True), TRL's log-prob passes by CUDA graph replays "
                          "(-> trl_grpo_rlk_graphs.json)")
@@ -95,7 +98,8 @@ def main() -> None:
     from rlk_models.training import arith
 
     cuda = a.device.startswith("cuda")
-    sft = arith.SFTConfig(lr=SHAPES[a.shape]["sft_lr"], device=a.device)
+    sft = arith.SFTConfig(lr=SHAPES[a.shape]["sft_lr"], device=a.device,
+                          **({"steps": a.sft_steps} if a.sft_steps else {}))
     hf, rlk = default_checkpoints(Path(a.work) / "checkpoints", "qwen3", a.shape, sft, progress=False)
     ckpt = rlk if a.kind == "rlk" else hf
     tok = AutoTokenizer.from_pretrained(ckpt)

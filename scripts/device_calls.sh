@@ -1387,14 +1387,16 @@ s62)
     # (carry .vllm-cuda and .wheels; ~560 s)
     part graphs 110 PART=tests TEST_TIMEOUT=100 XDIST=3 TESTS=tests/gpu/test_logprob_graphs_cuda.py
     test_summary graphs 30
-    part trl 440 PART=trl TRL_KINDS="rlk rlk-graphs" TRL_STEPS="${TRL_STEPS:-15}" TRL_LIMIT=210
+    part trl 440 PART=trl TRL_KINDS="rlk rlk-graphs" TRL_STEPS="${TRL_STEPS:-15}" TRL_LIMIT=210 \
+        TRL_ARGS="--sft-steps 100"
     grep -h RESULT "$ROOT_OUT"/trl/trl_*.log | cut -c1-400
     ;;
 s62trl)
     # TRL's GRPOTrainer (colocated vLLM, 0.6B shape): RLKGRPOTrainer eager against cuda_graphs=True, TRL_STEPS each
     # (default 20): each run's mismatch (0 owed) and median step seconds (carry .vllm-cuda and .wheels with trl,
     # datasets, multiprocess, dill; ~400 s)
-    part trl 450 PART=trl TRL_KINDS="rlk rlk-graphs" TRL_STEPS="${TRL_STEPS:-20}" TRL_LIMIT=210
+    part trl 450 PART=trl TRL_KINDS="rlk rlk-graphs" TRL_STEPS="${TRL_STEPS:-20}" TRL_LIMIT=210 \
+        TRL_ARGS="--sft-steps 100"
     grep -h RESULT "$ROOT_OUT"/trl/trl_*.log | cut -c1-400
     ;;
 s61grpo)
