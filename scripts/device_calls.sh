@@ -213,7 +213,7 @@
 #   CALL=s60train bash scripts/device_calls.sh  # the graphed training pass: its GPU tests, then the 1.7B step at
 #                                              # 1 x 1024 tokens against stock and Liger (carry .wheels; ~400 s)
 #   CALL=s62 bash scripts/device_calls.sh       # the graphed pass's GPU tests, then CALL=s62trl (~560 s)
-#   CALL=s62stock bash scripts/device_calls.sh  # stock TRL against RLKGRPOTrainer(cuda_graphs=True) (~200 s)
+#   CALL=s62stock bash scripts/device_calls.sh  # stock TRL against RLKGRPOTrainer(cuda_graphs=True) (~350 s)
 #   CALL=s62trl bash scripts/device_calls.sh    # TRL GRPO (colocated vLLM, 0.6B): RLKGRPOTrainer eager against
 #                                              # cuda_graphs=True (carry .vllm-cuda and .wheels; ~400 s)
 #   CALL=s61grpo bash scripts/device_calls.sh   # rlk-grpo at the 0.6B shape, eager against --cuda-graphs (15 steps
@@ -1394,8 +1394,8 @@ s62)
     ;;
 s62stock)
     # stock TRL (trl.GRPOTrainer on the transformers checkpoint) against RLKGRPOTrainer(cuda_graphs=True) on one
-    # machine, TRL_STEPS each (default 12) (carry .vllm-cuda and .wheels; ~200 s)
-    part trl 300 PART=trl TRL_KINDS="stock rlk-graphs" TRL_STEPS="${TRL_STEPS:-12}" TRL_LIMIT=140 \
+    # machine, TRL_STEPS each (default 12) (carry .vllm-cuda and .wheels; ~350 s: the rlk run compiles its kernels cold)
+    part trl 420 PART=trl TRL_KINDS="stock rlk-graphs" TRL_STEPS="${TRL_STEPS:-12}" TRL_LIMIT=260 \
         TRL_ARGS="--sft-steps 100"
     grep -h RESULT "$ROOT_OUT"/trl/trl_*.log | cut -c1-400
     ;;
