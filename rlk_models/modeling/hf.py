@@ -430,7 +430,8 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         if embeds or p.input_ids is None:
             raise ValueError("cuda_graphs_enable(): the graphed pass reads input_ids, not inputs_embeds (call "
                              "cuda_graphs_disable() to pass embeddings)")
-        def also(shifted, valid):
+
+        def also(shifted, valid):  # the graph's targets are the next input ids, at the next positions
             targets, has_next = next_token_targets(p.input_ids, p.cu_seqlens)
             return [(valid & (~has_next | (shifted != targets))).any(),
                     (p.positions != packed_positions(p.cu_seqlens, p.positions.numel())).any()]
