@@ -41,10 +41,12 @@ def plot(rlk: Path, stock: Path, png: Path, *more: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b, c) = plt.subplots(3, 1, figsize=(8, 8.5), sharex=True)
+    runs = [json.loads(Path(path).read_text()) for path in (stock, rlk, *more)]
+    timed = any(len(res.get("step_seconds") or []) > 1 for res in runs)  # older runs did not record them
+    fig, axes = plt.subplots(2 + timed, 1, figsize=(8, 6 + 2.5 * timed), sharex=True)
+    a, b, c = (*axes, None)[:3]
     colors = ("tab:red", "tab:green", "tab:blue", "tab:purple", "tab:orange")
-    for path, color in zip((stock, rlk, *more), colors):
-        res = json.loads(Path(path).read_text())
+    for res, color in zip(runs, colors):
         label = ("rlk (RLKGRPOTrainer" + (", cuda_graphs=True)" if res.get("cuda_graphs") else ")")
                  if res["kind"] == "rlk" else "stock (trl.GRPOTrainer)")
         rows = res["log"]
@@ -56,18 +58,20 @@ def plot(rlk: Path, stock: Path, png: Path, *more: Path) -> None:
         a.plot(steps, hi, color=color, drawstyle="steps-mid")
         b.plot(steps, [r["reward"] for r in rows], color=color, marker=".", label=label)
         secs = res.get("step_seconds") or []
-        c.plot(range(2, len(secs) + 1), secs[1:], color=color, marker=".",
-               label=f"{label}: median {res.get('median_step_s_after_first')} s")
+        if c is not None and len(secs) > 1:
+            c.plot(range(2, len(secs) + 1), secs[1:], color=color, marker=".",
+                   label=f"{label}: median {res.get('median_step_s_after_first')} s")
     a.set_ylabel("rollout-vs-trainer ratio")
     a.set_title(f"TRL {res['trl']} GRPO, colocated vLLM, {res['shape']} shape on {res['device']}: "
                 "importance ratio per step")
     a.legend(fontsize=8)
     b.set_ylabel("mean reward")
     b.legend(fontsize=8)
-    c.set_ylabel("seconds a step")
-    c.set_yscale("log")
-    c.set_xlabel("step")
-    c.legend(fontsize=8)
+    if c is not None:
+        c.set_ylabel("seconds a step")
+        c.set_yscale("log")
+        c.legend(fontsize=8)
+    axes[-1].set_xlabel("step")
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
