@@ -307,10 +307,12 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         if past_key_values is not None:
             return self._cached_forward(input_ids, attention_mask, inputs_embeds, past_key_values, labels,
                                         logits_to_keep)
+        if fused_lm_head and labels is None:
+            raise ValueError("fused_lm_head=True needs labels (-100 where no log-prob is wanted)")
         shape = tuple((input_ids if input_ids is not None else inputs_embeds).shape[:2])
         p = self._pack_inputs(input_ids, attention_mask, position_ids, shape)
         if fused_lm_head and self._graphs_on(None):
-            return self._fused_output_graphed(p, labels, num_items_in_batch, inputs_embeds is not None)
+            return self._fused_output_graphed(p, labels, num_items_in_batch)
         embeds = inputs_embeds.reshape(-1, inputs_embeds.shape[-1])[p.flat_index] if inputs_embeds is not None else None
         hidden = self.packed_hidden_states(p.input_ids, p.cu_seqlens, p.positions, embeds)
         if fused_lm_head:
@@ -414,20 +416,15 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         logp, _, valid = self._label_logprobs(hidden, p, labels, False)
         return self._loss_of(logp, valid, num_items_in_batch)
 
-    def _fused_output(self, hidden: torch.Tensor, p: Packed, labels: torch.Tensor | None,
+    def _fused_output(self, hidden: torch.Tensor, p: Packed, labels: torch.Tensor,
                       num_items_in_batch) -> TokenLogprobsOutput:
-        if labels is None:
-            raise ValueError("fused_lm_head=True needs labels (-100 where no log-prob is wanted)")
         return self._fused_result(*self._label_logprobs(hidden, p, labels, True), p, num_items_in_batch)
 
-    def _fused_output_graphed(self, p: Packed, labels: torch.Tensor | None, num_items_in_batch,
-                              embeds: bool) -> TokenLogprobsOutput:
+    def _fused_output_graphed(self, p: Packed, labels: torch.Tensor, num_items_in_batch) -> TokenLogprobsOutput:
         """``_fused_output`` by the graphed pass over every packed token's successor, kept where the next label is
         not -100: the same bits where each such label is the token that follows in its sequence, at the position
         that follows (refused otherwise, in the labels' one host read)."""
-        if labels is None:
-            raise ValueError("fused_lm_head=True needs labels (-100 where no log-prob is wanted)")
-        if embeds or p.input_ids is None:
+        if p.input_ids is None:
             raise ValueError("cuda_graphs_enable(): the graphed pass reads input_ids, not inputs_embeds (call "
                              "cuda_graphs_disable() to pass embeddings)")
 
