@@ -283,6 +283,13 @@ class RLKVllmForCausalLM(nn.Module):
         methods, and a missing tensor would leave uninitialised memory in the engine)."""
         params = dict(self.named_parameters(remove_duplicate=False))
         loaded = set()
+        # at TP=1 every loader of a tensor of the parameter's own shape, device and dtype is a whole copy (a fused
+        # qkv / gate_up tensor's shards land on the rows they came from): those copies go as one multi-tensor copy
+        # at the end -- a trainer's in-process push is ~300 tensors of one device, whose per-tensor loaders and
+        # launches were most of a push's time. A checkpoint's tensors (host memory) and the padded embedding /
+        # head (another shape) go through their loaders as they come.
+        direct = get_tensor_model_parallel_world_size() == 1
+        dsts, srcs = [], []
         for name, tensor in weights:
             if name.endswith(IGNORED_SUFFIXES):
                 continue
@@ -291,8 +298,15 @@ class RLKVllmForCausalLM(nn.Module):
             if name not in params:
                 raise KeyError(f"unexpected tensor {name!r} for {type(self).__name__}; {FUSION_HINT}")
             param = params[name]
-            getattr(param, "weight_loader", default_weight_loader)(param, tensor)
+            if (direct and tensor.shape == param.shape and tensor.device == param.device
+                    and tensor.dtype == param.dtype):
+                dsts.append(param.data)
+                srcs.append(tensor)
+            else:
+                getattr(param, "weight_loader", default_weight_loader)(param, tensor)
             loaded.add(name)
+        if dsts:
+            torch._foreach_copy_(dsts, srcs)
         if self.config.tie_word_embeddings:
             loaded.add("lm_head.weight")
         # built here, on the weights' device, before vLLM's first (possibly compiled) forward: a table

@@ -89,15 +89,34 @@ def engine_tensor_shapes(llm) -> tuple[dict[str, tuple[int, ...]], torch.dtype]:
     return (rlk_tensor_shapes(mc.hf_config) if engine_is_rlk(llm) else hf_tensor_shapes(mc.hf_config)), mc.dtype
 
 
+def all_finite(tensors: list[torch.Tensor], by_norms: bool | None = None) -> list[bool]:
+    """Whether each floating tensor's values are all finite, in one device-to-host read. ``by_norms`` (default: for
+    CUDA tensors, where a launch costs more than reading the tensor) takes each tensor's L1 norm in a few
+    multi-tensor launches, summed in fp32 (fp64 for fp64 tensors): finite exactly when the values are, unless the sum
+    itself overflows -- so a tensor whose norm is not finite is confirmed element by element, and only a NaN or inf
+    refuses it. Otherwise (CPU, where the element-wise check is the faster) each tensor's ``isfinite().all()``."""
+    if not tensors:
+        return []
+    dev = tensors[0].device
+    if not (dev.type == "cuda" if by_norms is None else by_norms):
+        return torch.stack([torch.isfinite(t).all().to(dev) for t in tensors]).tolist()
+    norms = [None] * len(tensors)
+    for wide in (False, True):
+        idx = [i for i, t in enumerate(tensors) if (t.dtype == torch.float64) == wide]
+        if idx:
+            kw = {} if wide else {"dtype": torch.float32}
+            for i, n in zip(idx, torch._foreach_norm([tensors[i] for i in idx], 1, **kw)):
+                norms[i] = n.to(device=dev, dtype=torch.float64)
+    ok = torch.stack(norms).isfinite().tolist()
+    return [o or bool(torch.isfinite(t).all()) for o, t in zip(ok, tensors)]
+
+
 def check_weights(items: list[tuple[str, torch.Tensor]], expected: dict[str, tuple[int, ...]],
                   dtype: torch.dtype) -> None:
     """Raise ``WeightSyncError`` naming every problem of ``items`` against ``expected``."""
     problems, seen = [], set()
-    # every floating tensor's finiteness in one device-to-host read (not a sync per tensor)
     floats = [i for i, (_, t) in enumerate(items) if t.is_floating_point()]
-    dev = items[floats[0]][1].device if floats else None
-    finite = dict(zip(floats, torch.stack([torch.isfinite(items[i][1]).all().to(dev) for i in floats]).tolist()
-                      if floats else []))
+    finite = dict(zip(floats, all_finite([items[i][1] for i in floats])))
     for i, (name, t) in enumerate(items):
         if name.endswith(IGNORED_SUFFIXES):
             continue

@@ -77,6 +77,17 @@ def test_rlk_verify_on_cuda_at_the_tuned_layer_shapes(tmp_path, shape, config):
     check_verify(convert(hf, tmp_path / "rlk", rlk_backend="triton", progress=False), config)
 
 
+def test_weight_sync_all_finite_on_cuda():
+    """push_weights' finiteness check on CUDA tensors (its multi-tensor L1 norms, what a GPU trainer's push runs)
+    equals the element-wise check: NaN and +-inf refused in every dtype, finite tensors whose norm overflows kept."""
+    from rlk_models.rollout.sync import all_finite
+    from tests.vllm.test_fail_closed import finite_cases
+
+    cases = finite_cases("cuda")
+    assert all_finite(cases) == [bool(torch.isfinite(t).all()) for t in cases]
+    assert all_finite(cases).count(False) == 9
+
+
 def test_weight_sync_on_cuda(triton_checkpoints):
     (out,) = run_json(["-m", "tests.vllm.worker", "weight_sync", str(triton_checkpoints["qwen3"])])
     stale, *updates = out["results"]

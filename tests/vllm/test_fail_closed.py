@@ -52,6 +52,40 @@ def test_check_weights_names_every_problem_at_once(checkpoints):
     assert "extra.weight: not a tensor" in text
 
 
+def finite_cases(device="cpu"):
+    """Tensors for ``all_finite``: finite ones of every float dtype, a NaN, +-inf, and finite ones whose L1 norm
+    overflows its sum (fp16 values near 65504: the sum is fp32 and holds them; fp32 values near 3e38: it does not)."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    cases = [torch.randn(64, 48, generator=g).to(dt) for dt in (torch.bfloat16, torch.float16, torch.float32,
+                                                               torch.float64)]
+    cases += [torch.full((4096,), 6e4, dtype=torch.float16), torch.full((8,), 3e38), torch.full((8,), 1e308,
+                                                                                                 dtype=torch.float64)]
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        for dt in (torch.bfloat16, torch.float32, torch.float64):
+            t = torch.randn(33, generator=g).to(dt)
+            t[17] = bad
+            cases.append(t)
+    cases.append(torch.empty(0, 5))
+    return [t.to(device) for t in cases]
+
+
+@pytest.mark.parametrize("by_norms", [False, True])
+def test_all_finite_is_the_element_wise_check(by_norms):
+    """push_weights' finiteness check, both ways it runs (CUDA: by multi-tensor L1 norms, a non-finite norm confirmed
+    element-wise; CPU: element-wise): True exactly where every value is finite -- a finite tensor whose norm
+    overflows is not refused."""
+    import torch
+
+    from rlk_models.rollout.sync import all_finite
+
+    cases = finite_cases()
+    assert all_finite(cases, by_norms=by_norms) == [bool(torch.isfinite(t).all()) for t in cases]
+    assert all_finite([], by_norms=by_norms) == []
+    assert all_finite(cases, by_norms=by_norms).count(False) == 9  # the three bad values in three dtypes
+
+
 @pytest.mark.parametrize("drop", ["model.embed_tokens.weight", "model.layers.0.self_attn.qkv_proj.weight",
                                   "lm_head.weight"])
 def test_vllm_class_refuses_an_incomplete_checkpoint(checkpoints, tmp_path, drop):
