@@ -320,15 +320,19 @@ prove_launches() {  # prove_launches FILE [PREFIX [SECONDS]]: a search's launch 
     local lf=$1 pre=${2:-} secs=${3:-150} edge_secs=${3:-200} layers rows
     [ -f "$lf" ] || { echo "no launch file $lf"; return 1; }
     read -r layers rows < <(launch_file_rows "$lf")
+    rows=${PROVE_ROWS:-$rows}  # PROVE_ROWS=m,m,...: timed at these rows instead (a range's inside too)
     echo "launch file: layers $layers, rows $rows"
+    # PROVE_LAYER=1: the row-parallel layers timed as the engine runs them too (--layer: the product, then the
+    # residual add + RMSNorm), where back-to-back products hide a second launch's weight read in L2
+    local layer=${PROVE_LAYER:+--layer}
     bench "${pre}before" "$secs" benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers" \
-        --graph-rounds "${PROVE_ROUNDS:-3}"
+        --graph-rounds "${PROVE_ROUNDS:-3}" $layer
     export RLK_MATMUL_LAUNCHES="$lf"
     EDGES="${pre}edges" table_edges "$edge_secs" XDIST=8
     bench "${pre}after" "$secs" benchmarks/triton/matmul_sweep.py --quick --m "$rows" --shapes "$layers" \
-        --graph-rounds "${PROVE_ROUNDS:-3}"
+        --graph-rounds "${PROVE_ROUNDS:-3}" $layer
     unset RLK_MATMUL_LAUNCHES
-    grep -hE "graph:" "$ROOT_OUT/${pre}before.log" "$ROOT_OUT/${pre}after.log" | cut -c1-200
+    grep -hE "graph:|layer:" "$ROOT_OUT/${pre}before.log" "$ROOT_OUT/${pre}after.log" | cut -c1-200
 }
 vllm_figures() {  # vllm_figures NAME SHAPE: a PART=vllm part's batch-1 TPOT, throughput (and their ratios to
                  # stock) and rlk's log-prob mismatches, from its JSON
@@ -1381,6 +1385,26 @@ s60train)
     if [ "${TESTS_ONLY:-0}" != 1 ] && ((SECONDS < 420)); then
         bench graphs_train 120 benchmarks/logprob_graphs.py --shape 1.7b --seqs 1 --train --steps 12
         grep -hE "eager|graphs" "$ROOT_OUT"/graphs_train.log | cut -c1-300
+    fi
+    ;;
+s63)
+    # session 63: the weight push's multi-tensor check and load -- the CUDA weight-sync tests (the finiteness check
+    # on CUDA tensors; parity after three pushes), push_weights.py by its parts (old and new in one run, tiny and
+    # 0.6B) -- then, on an H200, CALL=s57search; on any other card, o 8B at 641-768 rows in one launch of 128 x 96
+    # tiles (session 63's layer search won 768 by 11%) proven at the table edges and timed as a layer before / after
+    # at 641, 704 and 768 rows; then, where time is left, the main job eager against graphed (CALL=s61grpo: the
+    # push's share of a step) (carry .vllm-cuda; ~450 s, ~560 with the main job)
+    part push_tests 150 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="weight_sync" TEST_TIMEOUT=140
+    test_summary push_tests 8
+    part push 150 PART=push
+    cat "$ROOT_OUT"/push/push_weights_*.json
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        NO_TAR=1 CALL=s57search bash "$0"
+    else
+        PROVE_LAYER=1 PROVE_ROWS=641,704,768 prove_launches scripts/launch_candidates/s63_o_641_768.json s63_ 120
+    fi
+    if ((SECONDS < 330)); then
+        NO_TAR=1 CALL=s61grpo bash "$0"
     fi
     ;;
 s62)

@@ -18,6 +18,8 @@
 #   PART=fsdp   bash scripts/device_sweep.sh   # nvidia-h200-x2: FSDP2 checks over NCCL (rlk_models.testing.fsdp_check)
 #                                              # and one GRPO step TP=2 rollout + FSDP2 (rlk_models.testing.grpo_tp2)
 #   PART=grpo   bash scripts/device_sweep.sh   # the main job on the GPU: Qwen3-0.6B shape, SFT + rlk and stock GRPO
+#   PART=push   bash scripts/device_sweep.sh   # a weight push into an in-process engine, by its parts, old and new
+#                                              # (benchmarks/push_weights.py, PUSH_SHAPES: default "tiny 0.6b")
 #   PART=trl    bash scripts/device_sweep.sh   # TRL GRPO + colocated vLLM, rlk vs stock (benchmarks/trl_grpo.py;
 #       TRL_ARGS="--profile-step 5": that step's Python and GPU profile);
 #       the image lacks trl, datasets, dill, multiprocess: carry them as wheels, made here with
@@ -125,10 +127,17 @@ grpo)
     mkdir -p "$OUT/grpo"; cp -r "$gout"/{rlk,stock,summary.json,grpo.png} "$OUT/grpo/" 2>/dev/null
     cat "$gout"/checkpoints/*/sft.json 2>/dev/null | head -c 600; echo
     ;;
+push)
+    for shape in ${PUSH_SHAPES:-tiny 0.6b}; do  # (the JSON line: vLLM's exit warnings come after it)
+        python3 benchmarks/push_weights.py --shape "$shape" --pushes 7 --work "/tmp/rlk-push-$shape" 2>&1 \
+            | grep '^{' | tail -1 | tee "$OUT/push_weights_$shape.json"
+    done
+    ;;
 trl)
     python3 -m pip install -q --no-deps --no-index --target /tmp/site .wheels/*.whl 2>&1 | tail -1
     # a weight push into an in-process engine against vLLM's reload and the bare load (28 layers, tiny)
-    python3 benchmarks/push_weights.py --pushes 5 2>&1 | tail -1 | tee "$OUT/push_weights.json"
+    # (the JSON line: vLLM's exit warnings come after it)
+    python3 benchmarks/push_weights.py --pushes 5 2>&1 | grep '^{' | tail -1 | tee "$OUT/push_weights.json"
     # one visible GPU: transformers' Trainer wraps a model in nn.DataParallel when it sees several, which
     # GRPOTrainer refuses (the first x2 run died there)
     # TRL_KINDS=rlk: one side per call when both would pass 10 minutes; rlk-graphs: rlk with --cuda-graphs
