@@ -402,6 +402,9 @@ class Launch(NamedTuple):
 # 1.17x -> 1.10x; below 512 rows (no whole wave) the same launch as before. The 192 x 64 tiles (three consumers)
 # stay a candidate: at 384 rows 1.02-1.10x (o) and 1.11x (down) against the tail's 1.08-1.12x and 1.06x, at 320
 # 1.42x / 1.27x against 1.22x / 1.21x.
+# Session 58/63 (H100): as a layer (the product, then the residual add + RMSNorm) the tail form's second launch
+# reads the weight again, which back-to-back products hide in L2: o 8B at 641-768 rows 1.34-1.47x cuBLAS + norm;
+# one launch of 128 x 96 tiles 1.18-1.35x, in the H100's packaged launch file (not yet timed on an H200).
 LAUNCHES: dict[tuple[str, str], list[tuple[int, Launch]]] = {
     ("plain", "narrow"): [(16, Launch((64, 16, 4, 8), swap=True)),
                           (32, Launch((64, 32, 4, 8), swap=True)),
