@@ -1407,6 +1407,16 @@ s63)
         NO_TAR=1 CALL=s61grpo bash "$0"
     fi
     ;;
+s63b)
+    # session 63's last call: the push's parts again at the 0.6B shape (the finiteness check's norms stacked per
+    # group, not moved one by one), then RLKGRPOTrainer(cuda_graphs=True) for TRL_STEPS (default 12): its pushes'
+    # seconds (rlk/sync_weights_s) and median step (carry .vllm-cuda and .wheels; ~230 s)
+    part push 110 PART=push PUSH_SHAPES=0.6b
+    cat "$ROOT_OUT"/push/push_weights_*.json
+    part trl 200 PART=trl SKIP_PUSH=1 TRL_KINDS="rlk-graphs" TRL_STEPS="${TRL_STEPS:-12}" TRL_LIMIT=190 \
+        TRL_ARGS="--sft-steps 100"
+    grep -h RESULT "$ROOT_OUT"/trl/trl_*.log | cut -c1-400
+    ;;
 s62)
     # session 62's second call: the graphed training pass's GPU tests (their two mended references), then CALL=s62trl
     # (carry .vllm-cuda and .wheels; ~560 s)

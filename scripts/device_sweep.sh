@@ -137,7 +137,8 @@ trl)
     python3 -m pip install -q --no-deps --no-index --target /tmp/site .wheels/*.whl 2>&1 | tail -1
     # a weight push into an in-process engine against vLLM's reload and the bare load (28 layers, tiny)
     # (the JSON line: vLLM's exit warnings come after it)
-    python3 benchmarks/push_weights.py --pushes 5 2>&1 | grep '^{' | tail -1 | tee "$OUT/push_weights.json"
+    [ "${SKIP_PUSH:-0}" = 1 ] ||  # SKIP_PUSH=1: not this (PART=push times the push by its parts)
+        python3 benchmarks/push_weights.py --pushes 5 2>&1 | grep '^{' | tail -1 | tee "$OUT/push_weights.json"
     # one visible GPU: transformers' Trainer wraps a model in nn.DataParallel when it sees several, which
     # GRPOTrainer refuses (the first x2 run died there)
     # TRL_KINDS=rlk: one side per call when both would pass 10 minutes; rlk-graphs: rlk with --cuda-graphs

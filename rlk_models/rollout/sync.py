@@ -100,15 +100,16 @@ def all_finite(tensors: list[torch.Tensor], by_norms: bool | None = None) -> lis
     dev = tensors[0].device
     if not (dev.type == "cuda" if by_norms is None else by_norms):
         return torch.stack([torch.isfinite(t).all().to(dev) for t in tensors]).tolist()
-    norms = [None] * len(tensors)
-    for wide in (False, True):
-        idx = [i for i, t in enumerate(tensors) if (t.dtype == torch.float64) == wide]
-        if idx:
-            kw = {} if wide else {"dtype": torch.float32}
-            for i, n in zip(idx, torch._foreach_norm([tensors[i] for i in idx], 1, **kw)):
-                norms[i] = n.to(device=dev, dtype=torch.float64)
-    ok = torch.stack(norms).isfinite().tolist()
-    return [o or bool(torch.isfinite(t).all()) for o, t in zip(ok, tensors)]
+    groups: dict[tuple, list[int]] = {}  # by device and width: one multi-tensor launch set and one stack each
+    for i, t in enumerate(tensors):
+        groups.setdefault((t.device, t.dtype == torch.float64), []).append(i)
+    order, sums = [], []
+    for (_, wide), idx in groups.items():
+        norms = torch._foreach_norm([tensors[i] for i in idx], 1, **({} if wide else {"dtype": torch.float32}))
+        sums.append(torch.stack(norms).to(device=dev, dtype=torch.float64))
+        order += idx
+    ok = dict(zip(order, torch.cat(sums).isfinite().tolist()))
+    return [ok[i] or bool(torch.isfinite(t).all()) for i, t in enumerate(tensors)]
 
 
 def check_weights(items: list[tuple[str, torch.Tensor]], expected: dict[str, tuple[int, ...]],
