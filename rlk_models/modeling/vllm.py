@@ -286,8 +286,9 @@ class RLKVllmForCausalLM(nn.Module):
         # at TP=1 every loader of a tensor of the parameter's own shape, device and dtype is a whole copy (a fused
         # qkv / gate_up tensor's shards land on the rows they came from): those copies go as one multi-tensor copy
         # at the end -- a trainer's in-process push is hundreds of tensors of one device (226 at 0.6B), whose
-        # loaders and launches were half a push's time. A checkpoint's tensors (host memory), the padded embedding /
-        # head (another shape) and vLLM's layerwise reload (its parameters on the meta device) take the loaders.
+        # loaders and launches took a third of a push (11 of ~32 ms on an H100). A checkpoint's tensors (host
+        # memory), the padded embedding / head (another shape) and vLLM's layerwise reload (its parameters on the
+        # meta device) take the loaders.
         direct = get_tensor_model_parallel_world_size() == 1
         dsts, srcs = [], []
         for name, tensor in weights:
