@@ -38,6 +38,7 @@ def main() -> None:
     from rlk_models.cli.grpo import SHAPES
     from rlk_models.conversion import convert
     from rlk_models.rollout.sync import (
+        all_finite,
         check_weights,
         engine_in_process,
         engine_tensor_shapes,
@@ -72,9 +73,8 @@ def main() -> None:
 
     from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
-    def check_per_tensor():  # the check's finiteness as it was: two launches and a bool copy a tensor
-        floats = [t for _, t in items if t.is_floating_point()]
-        torch.stack([torch.isfinite(t).all() for t in floats]).tolist()
+    def check_per_tensor():  # the check's finiteness as it was on CUDA: two launches and a bool copy a tensor
+        all_finite([t for _, t in items if t.is_floating_point()], by_norms=False)
 
     def load_per_tensor(m):  # the load as it was: each parameter's own loader, tensor by tensor
         params = dict(m.named_parameters(remove_duplicate=False))
