@@ -216,6 +216,8 @@
 #   CALL=s62stock bash scripts/device_calls.sh  # stock TRL against RLKGRPOTrainer(cuda_graphs=True) (~350 s)
 #   CALL=s62trl bash scripts/device_calls.sh    # TRL GRPO (colocated vLLM, 0.6B): RLKGRPOTrainer eager against
 #                                              # cuda_graphs=True (carry .vllm-cuda and .wheels; ~400 s)
+#   CALL=s64 bash scripts/device_calls.sh       # on an H200, CALL=s57search; on any card, the CUDA weight-sync tests
+#                                              # (the stacked finiteness check; carry .vllm-cuda; ~500 s on an H200)
 #   CALL=s61grpo bash scripts/device_calls.sh   # rlk-grpo at the 0.6B shape, eager against --cuda-graphs (15 steps
 #                                              # each, the trainer's seconds a step; carry .vllm-cuda; ~330 s)
 #   CALL=s58ab bash scripts/device_calls.sh     # host time per op, this tree's package and .probe_old's alternately,
@@ -1416,6 +1418,17 @@ s63b)
     part trl 200 PART=trl SKIP_PUSH=1 TRL_KINDS="rlk-graphs" TRL_STEPS="${TRL_STEPS:-12}" TRL_LIMIT=190 \
         TRL_ARGS="--sft-steps 100"
     grep -h RESULT "$ROOT_OUT"/trl/trl_*.log | cut -c1-400
+    ;;
+s64)
+    # session 64's first call, by the card: on an H200, CALL=s57search (qkv 8B at 128 / 192 rows, the H200 grid's one
+    # miss a search may reach; winners proven and timed before / after); then, on any card, the CUDA weight-sync tests
+    # (session 63's stacked finiteness check has not run on a GPU: NaN and +-inf in three dtypes, overflowing norms;
+    # parity after three pushes) (carry .vllm-cuda; ~500 s on an H200, ~100 s on another card)
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        NO_TAR=1 CALL=s57search bash "$0"
+    fi
+    part push_tests 150 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="weight_sync" TEST_TIMEOUT=140
+    test_summary push_tests 8
     ;;
 s62)
     # session 62's second call: the graphed training pass's GPU tests (their two mended references), then CALL=s62trl
