@@ -94,12 +94,12 @@ def make_engine(ckpt: Path, cfg: GRPOConfig, max_model_len: int = 128):
 
 
 def token_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, baseline: bool,
-                   cuda_graphs: bool = False) -> torch.Tensor:
+                   cuda_graphs: bool = False, comp: torch.Tensor | None = None) -> torch.Tensor:
     """[B, S-1] fp32 log-probs of the next tokens: the rlk head (``cuda_graphs``: the same bits by graph
-    replays), or (baseline) stock transformers' logits -> float -> log_softmax, as a stock trainer would
-    compute them."""
+    replays; ``comp``: over those positions only, 0 elsewhere), or (baseline) stock transformers' logits ->
+    float -> log_softmax, as a stock trainer would compute them."""
     if not baseline:
-        return model.token_logprobs(ids, mask, cuda_graphs=cuda_graphs)
+        return model.token_logprobs(ids, mask, cuda_graphs=cuda_graphs, score_mask=comp)
     logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
     return logits.log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]
 
@@ -221,10 +221,10 @@ def ppo_update(model, ref, opt: MasterWeights, ro: Rollout, cfg: GRPOConfig, bas
     graphs = cfg.cuda_graphs and not baseline
     if ref is not None:  # the reference policy does not change between PPO epochs
         with torch.no_grad():
-            ref_lp = token_logprobs(ref, ro.ids, ro.mask, baseline, graphs)
+            ref_lp = token_logprobs(ref, ro.ids, ro.mask, baseline, graphs, ro.comp)
     adv = ro.adv[:, None]
     for epoch in range(cfg.ppo_epochs):
-        lp = token_logprobs(model, ro.ids, ro.mask, baseline, graphs)
+        lp = token_logprobs(model, ro.ids, ro.mask, baseline, graphs, ro.comp)
         if epoch == 0:  # before any update: the trainer must see exactly the rollout's numbers
             stats.update(parity_stats(lp.detach(), ro))
         loss = sequence_losses(lp, ro.old, ro.comp, adv, cfg, ref_lp).mean()

@@ -232,10 +232,15 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
 
     @torch.compiler.disable  # eager bits inside compiled callers (module docstring)
     def packed_token_logprobs(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor,
-                              return_entropy: bool = False, cuda_graphs: bool | None = None):
+                              return_entropy: bool = False, cuda_graphs: bool | None = None,
+                              score_mask: torch.Tensor | None = None):
         """float32 [T]: entry i is log p(input_ids[i+1] | its sequence up to i) for packed
         sequences ``input_ids [T]`` split at ``cu_seqlens [B+1]``; the last token of each
         sequence has no successor and gets 0. With ``return_entropy`` also the entropy [T].
+
+        ``score_mask`` (bool [T]): the tokens whose entries are wanted (an RL step's completion
+        tokens); the head runs over those rows only, the others get 0 (entropy too). Each wanted
+        entry has the bits it has without the mask: the head computes a row from that row alone.
 
         ``cuda_graphs=True`` (CUDA): the same bits by a CUDA graph replay of the whole pass,
         captured once per padded batch size (``modeling.logprob_graphs``) -- one launch where the
@@ -247,14 +252,24 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         (``cuda_graphs_enable``; off unless set)."""
         if input_ids.dim() != 1:
             raise ValueError(f"packed_token_logprobs: input_ids must be flat [T], got {tuple(input_ids.shape)}")
+        if score_mask is not None and (score_mask.shape != input_ids.shape or score_mask.dtype != torch.bool):
+            raise ValueError(f"score_mask must be a bool tensor of input_ids' shape {tuple(input_ids.shape)}, got "
+                             f"{score_mask.dtype} {tuple(score_mask.shape)}")
         if self._graphs_on(cuda_graphs):
-            logp, ent = self.logprob_graphs(self, input_ids, cu_seqlens, return_entropy)
+            logp, ent = self.logprob_graphs(self, input_ids, cu_seqlens, return_entropy, score_mask)
             return (logp, ent) if return_entropy else logp
         cu = cu_seqlens.to(device=input_ids.device, dtype=torch.int64)
         packed_lengths(cu, input_ids.numel())
         hidden = self.packed_hidden_states(input_ids, cu)
         targets, valid = next_token_targets(input_ids, cu)
-        logp, ent = self._head(hidden, targets, return_entropy)
+        if score_mask is None:
+            logp, ent = self._head(hidden, targets, return_entropy)
+        else:
+            score_mask = score_mask.to(input_ids.device)
+            logp, ent = self._head(hidden[score_mask], targets[score_mask], return_entropy)
+            zeros = logp.new_zeros(input_ids.numel())
+            logp, valid = zeros.index_put((score_mask,), logp), valid & score_mask
+            ent = zeros.index_put((score_mask,), ent) if ent is not None else None
         logp = torch.where(valid, logp, torch.zeros_like(logp))
         if return_entropy:
             return logp, ent
@@ -262,13 +277,25 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
 
     @torch.compiler.disable  # eager bits inside compiled callers (module docstring)
     def token_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                       return_entropy: bool = False, cuda_graphs: bool | None = None):
+                       return_entropy: bool = False, cuda_graphs: bool | None = None,
+                       score_mask: torch.Tensor | None = None):
         """float32 [B, S-1]: entry [b, t] = log p(input_ids[b, t+1] | input_ids[b, :t+1]) for
         right-padded batches (entries at padding are 0). Same bits as ``packed_token_logprobs``
         and as the vLLM class for the same sequence, whatever else is in the batch.
-        ``cuda_graphs``: as ``packed_token_logprobs``'s (CUDA)."""
+        ``cuda_graphs``: as ``packed_token_logprobs``'s (CUDA). ``score_mask`` (bool [B, S-1],
+        the output's shape: e.g. the completion tokens' positions): only those entries are
+        computed (the head skips the other rows), the rest are 0; see ``packed_token_logprobs``."""
         p = pack(input_ids, attention_mask)
-        out = self.packed_token_logprobs(p.input_ids, p.cu_seqlens, return_entropy, cuda_graphs)
+        score = None
+        if score_mask is not None:
+            b, s = p.shape
+            if score_mask.shape != (b, s - 1) or score_mask.dtype != torch.bool:
+                raise ValueError(f"score_mask must be a bool tensor of the output's shape ({b}, {s - 1}), got "
+                                 f"{score_mask.dtype} {tuple(score_mask.shape)}")
+            full = torch.zeros(b, s, dtype=torch.bool, device=input_ids.device)
+            full[:, :-1] = score_mask
+            score = full.reshape(-1)[p.flat_index]
+        out = self.packed_token_logprobs(p.input_ids, p.cu_seqlens, return_entropy, cuda_graphs, score)
         b, s = p.shape
 
         def unpack(x):
@@ -300,7 +327,7 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         (0 where the label is -100), ``label_mask`` and ``loss`` -- the bits ``token_logprobs`` and
         the vLLM class give for the same tokens. After ``cuda_graphs_enable()`` (CUDA) that pass runs by
         graph replays (``packed_token_logprobs(..., cuda_graphs=True)``: the same bits, the gradients the
-        padded batch's); its labels must then be the input ids or -100.
+        padded batch's; the head over the labelled rows, as eagerly); its labels must then be the input ids or -100.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
@@ -437,7 +464,8 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
             what = "labels other than the next input id (or -100)" if other else "positions that skip or repeat"
             raise ValueError(f"cuda_graphs_enable(): the graphed pass scores each token's successor at the next "
                              f"position; this batch has {what}: call cuda_graphs_disable() for it")
-        logp, ent = self.packed_token_logprobs(p.input_ids, p.cu_seqlens, return_entropy=True, cuda_graphs=True)
+        logp, ent = self.packed_token_logprobs(p.input_ids, p.cu_seqlens, return_entropy=True, cuda_graphs=True,
+                                               score_mask=valid)  # the head over the labelled rows
         return self._fused_result(logp[valid], ent[valid], valid, p, num_items_in_batch)
 
     def _fused_result(self, logp: torch.Tensor, ent: torch.Tensor, valid: torch.Tensor, p: Packed,

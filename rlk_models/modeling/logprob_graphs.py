@@ -74,6 +74,18 @@ def buckets(lengths: list[int], step: int = TOKEN_STEP) -> tuple[int, int, int]:
     return t_pad, len(lengths), min(t_pad, max(step, 1 << (longest - 1).bit_length()))
 
 
+def scored_rows(scored: int, t_pad: int) -> int | None:
+    """How many rows of a padded batch of ``t_pad`` tokens the head runs over when ``scored`` of them are wanted
+    (a caller's ``score_mask``): ``scored`` rounded up to a quarter of ``t_pad`` (at least one quarter), or None --
+    the head over every row, no selection -- where that would be more than three quarters. Four sizes a padded
+    batch, so the scored share of a batch adds at most three graphs to its size's one."""
+    quarter = t_pad // 4
+    if quarter == 0:
+        return None
+    rows = max(1, -(-scored // quarter)) * quarter
+    return rows if rows <= 3 * quarter else None
+
+
 def template_lengths(t_pad: int, n_seq: int, longest: int) -> list[int]:
     """``n_seq + 1`` sequence lengths summing to ``t_pad`` whose longest is exactly ``longest``: the
     batch a graph is captured on, which sets the attention's grid (the replayed batches fit in it:
@@ -97,22 +109,35 @@ class PaddedBatch:
     cu: torch.Tensor         # [n_seq + 2] int64
     targets: torch.Tensor    # [t_pad] int64
     longest: int
+    rows: torch.Tensor | None = None  # [r_pad] int64, distinct: the rows the head runs over (None: every row)
 
     @classmethod
-    def empty(cls, t_pad: int, n_seq: int, longest: int, device) -> PaddedBatch:
-        """Zeros, and the bounds of ``template_lengths``' batch (a batch the grid fits: what the warm-up runs)."""
+    def empty(cls, t_pad: int, n_seq: int, longest: int, device, rows: int | None = None) -> PaddedBatch:
+        """Zeros, and the bounds of ``template_lengths``' batch (a batch the grid fits: what the warm-up runs);
+        ``rows``: the head over that many selected rows (``scored_rows``), the first ones until ``fill``."""
         bounds = [0]
         for n in template_lengths(t_pad, n_seq, longest):
             bounds.append(bounds[-1] + n)
         ids = torch.zeros(t_pad, dtype=torch.int64, device=device)
+        if rows is not None and not 0 < rows <= t_pad:
+            raise ValueError(f"PaddedBatch: {rows} head rows in a batch of {t_pad} tokens")
         return cls(ids, torch.zeros_like(ids), torch.tensor(bounds, dtype=torch.int64, device=device),
-                   torch.zeros_like(ids), longest)
+                   torch.zeros_like(ids), longest,
+                   None if rows is None else torch.arange(rows, dtype=torch.int64, device=device))
 
-    def fill(self, input_ids: torch.Tensor, cu: torch.Tensor) -> torch.Tensor:
+    def fill(self, input_ids: torch.Tensor, cu: torch.Tensor, score: torch.Tensor | None = None) -> torch.Tensor:
         """Writes the batch ``input_ids [T]`` split at ``cu [n_seq + 1]`` (int64) into the first T rows and the pad
-        sequence (ids 0, positions 0) after them; returns ``valid [T]``, the tokens with a successor."""
+        sequence (ids 0, positions 0) after them; returns ``valid [T]``, the tokens with a successor (and, where
+        ``score [T]`` (bool) is given, wanted). With ``rows``, the head's rows are the scored tokens (at most
+        ``rows`` of them) in order, then unscored ones: a stable sort on the device, no host read."""
         from .hf import next_token_targets, packed_positions  # hf imports this module
         t = input_ids.numel()
+        if self.rows is not None:
+            if score is None:
+                raise ValueError("PaddedBatch.fill: a batch of selected head rows needs the score mask")
+            unscored = torch.ones(self.ids.numel(), dtype=torch.uint8, device=self.ids.device)
+            unscored[:t] = ~score
+            self.rows.copy_(torch.argsort(unscored, stable=True)[:self.rows.numel()])
         self.ids[:t].copy_(input_ids)
         self.ids[t:].zero_()
         self.positions[:t].copy_(packed_positions(cu, t))
@@ -122,15 +147,21 @@ class PaddedBatch:
         targets, valid = next_token_targets(input_ids, cu)
         self.targets[:t].copy_(targets)
         self.targets[t:].zero_()
-        return valid
+        return valid if score is None else valid & score
 
     def run(self, model, entropy: bool):
         """(log-probs [t_pad], entropy [t_pad] or None) of the padded batch, the attention's grid at ``longest``
         rows a sequence whatever ``cu`` holds (``checks.cu_seqlens_read_as``: no host read, which a capture
-        cannot make)."""
+        cannot make). With ``rows``, the head runs over those rows only (each row's bits are its own: the head is
+        batch-invariant) and the other rows' outputs are 0."""
         with cu_seqlens_read_as(self.cu, (0, self.ids.numel(), self.longest)):
             hidden = model.packed_hidden_states(self.ids, self.cu, self.positions)
-            return model._head(hidden, self.targets, entropy)
+            if self.rows is None:
+                return model._head(hidden, self.targets, entropy)
+            logp, ent = model._head(hidden[self.rows], self.targets[self.rows], entropy)
+            zeros = logp.new_zeros(self.ids.numel())
+            return (zeros.index_put((self.rows,), logp),
+                    zeros.index_put((self.rows,), ent) if ent is not None else None)
 
 
 @contextlib.contextmanager
@@ -253,6 +284,16 @@ class GradBuffers:
         return (None,) * len(params)
 
 
+def _kept_entropy(entropy: torch.Tensor | None, t: int, score: torch.Tensor | None, copy: bool):
+    """The real tokens' entropy of a padded batch's output (0 outside ``score``); a copy where ``copy`` (a static
+    output, which the next replay writes)."""
+    if entropy is None:
+        return None
+    if score is not None:
+        return torch.where(score, entropy[:t], 0.0)
+    return entropy[:t].clone() if copy else entropy[:t]
+
+
 @dataclass
 class _Graph:
     graph: torch.cuda.CUDAGraph
@@ -349,25 +390,27 @@ class LogprobGraphs:
         self.train_graphs.clear()
         self.params, self.pool, self.grad_buffers = None, None, None
 
-    def __call__(self, model, input_ids: torch.Tensor, cu_seqlens: torch.Tensor, return_entropy: bool):
-        """``model.packed_token_logprobs(input_ids, cu_seqlens, return_entropy)`` by graph replays:
-        (log-probs [T] float32, entropy [T] or None); the last token of each sequence gets 0. With
-        gradients on and parameters that require them, the log-probs carry an autograd node whose
-        backward is a graph too."""
+    def __call__(self, model, input_ids: torch.Tensor, cu_seqlens: torch.Tensor, return_entropy: bool,
+                 score: torch.Tensor | None = None):
+        """``model.packed_token_logprobs(input_ids, cu_seqlens, return_entropy, score_mask=score)`` by graph
+        replays: (log-probs [T] float32, entropy [T] or None); the last token of each sequence gets 0, and so does
+        every token outside ``score`` (bool [T]; its entropy too), which the head then runs over only where they
+        are at most three quarters of the padded batch (``scored_rows``). With gradients on and parameters that
+        require them, the log-probs carry an autograd node whose backward is a graph too."""
         params = [p for p in model.parameters() if p.requires_grad] if torch.is_grad_enabled() else []
         if not input_ids.is_cuda:
             raise ValueError(f"cuda_graphs=True needs the model and input_ids on a CUDA device, got {input_ids.device}")
         t = input_ids.numel()
         cu = cu_seqlens.to(device=input_ids.device, dtype=torch.int64)
-        lengths = self._checked_lengths(model, input_ids, cu)
+        lengths, scored = self._checked_lengths(model, input_ids, cu, score)
         t_pad, n_seq, longest = buckets(lengths, self.token_step)
         now = tuple((p.data_ptr(), p.requires_grad) for p in model.parameters())
         if now != self.params:  # weights moved: every graph reads the old addresses
             self.clear()
             self.params = now
-        key = (t_pad, n_seq, longest, bool(return_entropy))
+        key = (t_pad, n_seq, longest, bool(return_entropy), None if score is None else scored_rows(scored, t_pad))
         if params:
-            return self._train(model, input_ids, cu, key, params)
+            return self._train(model, input_ids, cu, key, params, score)
         g = self.graphs.get(key)
         if g is None:
             g = self._capture(model, key)
@@ -376,24 +419,30 @@ class LogprobGraphs:
         # the static inputs are plain tensors, written from inside a caller's inference mode too (inference_mode(False)
         # turns gradients on: no_grad again)
         with torch.inference_mode(False), torch.no_grad():
-            valid = g.batch.fill(input_ids, cu)
+            valid = g.batch.fill(input_ids, cu, score)
             g.graph.replay()
-            logp = torch.where(valid, g.logp[:t], torch.zeros_like(g.logp[:t]))  # a copy: the next replay writes
-            entropy = g.entropy[:t].clone() if g.entropy is not None else None
-        return logp, entropy
+            # copies: the next replay writes the static outputs
+            return torch.where(valid, g.logp[:t], 0.0), _kept_entropy(g.entropy, t, score, copy=True)
 
     @staticmethod
-    def _checked_lengths(model, input_ids: torch.Tensor, cu: torch.Tensor) -> list[int]:
-        """The sequences' lengths, after the eager pass's checks of ``cu_seqlens``, the ids' range and the positions,
-        in one host read."""
+    def _checked_lengths(model, input_ids: torch.Tensor, cu: torch.Tensor,
+                         score: torch.Tensor | None) -> tuple[list[int], int]:
+        """(the sequences' lengths, how many tokens ``score`` holds (0 without)), after the eager pass's checks of
+        ``cu_seqlens``, the ids' range and the positions, in one host read."""
         t = input_ids.numel()
-        ids_range = torch.stack(torch.aminmax(input_ids)) if t else None
-        lengths, lo_hi = packed_lengths(cu, t, also=ids_range)
-        check_ids_range(*lo_hi, model.model.embed_tokens.weight.shape[0])
+        also = [*torch.aminmax(input_ids)] if t else []
+        if score is not None:
+            if score.shape != input_ids.shape or score.dtype != torch.bool:
+                raise ValueError(f"score_mask must be a bool tensor of input_ids' shape {tuple(input_ids.shape)}, got "
+                                 f"{score.dtype} {tuple(score.shape)}")
+            also.append(score.sum())
+        lengths, rest = packed_lengths(cu, t, also=torch.stack(also) if also else None)
+        check_ids_range(*rest[:2], model.model.embed_tokens.weight.shape[0])
         check_last_position(max(lengths) - 1, model.config.max_position_embeddings)
-        return lengths
+        return lengths, (rest[2] if score is not None else 0)
 
-    def _train(self, model, input_ids: torch.Tensor, cu: torch.Tensor, key: tuple, params: list):
+    def _train(self, model, input_ids: torch.Tensor, cu: torch.Tensor, key: tuple, params: list,
+               score: torch.Tensor | None):
         g = self.train_graphs.get(key)
         if g is None:
             g = self._capture_train(model, key, params)
@@ -405,9 +454,9 @@ class LogprobGraphs:
                                "leave cuda_graphs off")
         t = input_ids.numel()
         with torch.no_grad():
-            valid = g.batch.fill(input_ids, cu)
+            valid = g.batch.fill(input_ids, cu, score)
         logp, entropy = _Replay.apply(g, *params)
-        return torch.where(valid, logp[:t], torch.zeros_like(logp[:t])), (entropy[:t] if entropy is not None else None)
+        return torch.where(valid, logp[:t], 0.0), _kept_entropy(entropy, t, score, copy=False)
 
     def _warm_up(self, device, run) -> None:
         """``run()`` once on a side stream: the kernels compile (and the ops cache their launch plans) outside a
@@ -419,14 +468,14 @@ class LogprobGraphs:
         torch.cuda.current_stream(device).wait_stream(side)
 
     def _capture(self, model, key: tuple) -> _Graph:
-        t_pad, n_seq, longest, entropy = key
+        t_pad, n_seq, longest, entropy, rows = key
         while len(self.graphs) >= self.max_graphs:
             self.graphs.popitem(last=False)
         device = model.model.embed_tokens.weight.device
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         with torch.inference_mode(False), torch.no_grad():
-            batch = PaddedBatch.empty(t_pad, n_seq, longest, device)
+            batch = PaddedBatch.empty(t_pad, n_seq, longest, device, rows)
             self._warm_up(device, lambda: batch.run(model, entropy))
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
@@ -439,7 +488,7 @@ class LogprobGraphs:
     def _capture_train(self, model, key: tuple, params: list) -> _TrainGraph:
         """The forward and backward graphs of one padded size, in a memory pool of their own (another size's
         forward may run between this size's forward and backward)."""
-        t_pad, n_seq, longest, entropy = key
+        t_pad, n_seq, longest, entropy, rows = key
         while len(self.train_graphs) >= self.max_train_graphs:
             self.train_graphs.popitem(last=False)
         device = model.model.embed_tokens.weight.device
@@ -450,7 +499,7 @@ class LogprobGraphs:
         if self.grad_buffers is None:
             self.grad_buffers = GradBuffers(params)
         with torch.inference_mode(False), torch.enable_grad(), fresh_leaves(model, params) as leaves:
-            batch = PaddedBatch.empty(t_pad, n_seq, longest, device)
+            batch = PaddedBatch.empty(t_pad, n_seq, longest, device, rows)
             used = []
 
             def step():

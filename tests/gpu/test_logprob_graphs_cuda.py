@@ -2,7 +2,8 @@
 pass's log-probs and entropies bit for bit, for batches of every padding case, graphs reused across batches of one
 key, after an in-place weight update and after a parameter moved (captured again); the graphed training pass
 (forward and backward graphs) gives the eager log-probs and the eager backward's gradients of the padded batch bit
-for bit (and the entropy, which it does not differentiate), in ``.grad`` with no copy (``GradBuffers``) or handed
+for bit (and the entropy, which it does not differentiate), with a score mask over the scored rows' head only, in
+``.grad`` with no copy (``GradBuffers``) or handed
 back to ``torch.autograd.grad``, accumulates into ``.grad`` across micro-batches as eager does, and refuses a
 forward that would overwrite activations a backward still needs; the tiny Qwen3 and
 Llama (the Triton attention kernel) and 2 layers of the 1.7B's shapes (head_dim 128: the Gluon attention on
@@ -113,17 +114,20 @@ def _differing(a, b, model):
             if (x is None) != (y is None) or (x is not None and not torch.equal(x, y))]
 
 
-def _padded_eager(model, ids, cu, entropy=False):
-    """The eager pass over the batch a training graph runs (``PaddedBatch``: the same padding and attention grid),
-    masked as the graphed pass masks it: whose backward the graph's must equal bitwise (the backward's sums over
-    tokens are not batch-invariant, so the unpadded batch's gradients may differ in their last bits)."""
-    from rlk_models.modeling.logprob_graphs import PaddedBatch, buckets
+def _padded_eager(model, ids, cu, entropy=False, score=None):
+    """The eager pass over the batch a training graph runs (``PaddedBatch``: the same padding and attention grid, and
+    with ``score`` the same selected head rows), masked as the graphed pass masks it: whose backward the graph's must
+    equal bitwise (the backward's sums over tokens are not batch-invariant, so the unpadded batch's gradients may
+    differ in their last bits)."""
+    from rlk_models.modeling.logprob_graphs import PaddedBatch, buckets, scored_rows
 
     t = ids.numel()
     lengths = (cu[1:] - cu[:-1]).tolist()
-    batch = PaddedBatch.empty(*buckets(lengths), "cuda")
+    t_pad, n_seq, longest = buckets(lengths)
+    rows = None if score is None else scored_rows(int(score.sum()), t_pad)
+    batch = PaddedBatch.empty(t_pad, n_seq, longest, "cuda", rows)
     with torch.no_grad():
-        valid = batch.fill(ids, cu)
+        valid = batch.fill(ids, cu, score)
     logp = batch.run(model, entropy)[0]
     return torch.where(valid, logp[:t], torch.zeros_like(logp[:t]))
 
@@ -215,6 +219,39 @@ def test_graphed_training_pass_gives_the_entropy_without_its_gradient(model):
         (logp.sum() + ent.sum()).backward()
 
 
+def test_graphed_pass_with_a_score_mask_runs_the_head_over_the_scored_rows(model):
+    """``score_mask`` under graphs: the head over a quarter, half or three quarters of the padded batch's rows (the
+    scored ones first), a graph per such size; the scored tokens' log-probs and entropies are the eager pass's bit for
+    bit (with and without the mask), every other entry 0; with gradients, the eager backward's of the same padded
+    batch and rows. A mask over most of the batch runs the unmasked graph."""
+    from rlk_models.modeling.logprob_graphs import buckets, scored_rows
+
+    graphs = model.logprob_graphs
+    graphs.clear()
+    model.zero_grad(set_to_none=True)
+    g = torch.Generator(device="cuda").manual_seed(60)
+    keys = set()
+    for i, (lengths, share) in enumerate([([40, 9, 120], 0.2), ([200, 30], 0.45), ([17, 3, 40], 0.7), ([250], 1.0)]):
+        ids, cu = _batch(lengths, model.config.vocab_size, seed=60 + i)
+        score = torch.rand(ids.numel(), device="cuda", generator=g) < share
+        with torch.no_grad():
+            want = model.packed_token_logprobs(ids, cu, return_entropy=True)
+            masked = model.packed_token_logprobs(ids, cu, return_entropy=True, score_mask=score)
+            got = model.packed_token_logprobs(ids, cu, return_entropy=True, cuda_graphs=True, score_mask=score)
+        for w, m, o, what in zip(want, masked, got, ("log-probs", "entropy")):
+            assert torch.equal(o, m) and torch.equal(o[score], w[score]), (lengths, what)
+            assert bool((o[~score] == 0).all()), (lengths, what)
+        keys.add((*buckets(lengths), True, scored_rows(int(score.sum()), buckets(lengths)[0])))
+        w = torch.randn(ids.numel(), device="cuda", generator=g)
+        (_padded_eager(model, ids, cu, score=score) * w).sum().backward()
+        want_grads = _grads(model)
+        logp = model.packed_token_logprobs(ids, cu, cuda_graphs=True, score_mask=score)
+        assert torch.equal(logp.detach(), masked[0]), lengths
+        (logp * w).sum().backward()
+        assert not _differing(_grads(model), want_grads, model), lengths
+    assert set(graphs.graphs) == keys and {k[-1] is None for k in keys} == {True, False}
+
+
 def test_trls_fused_forward_under_cuda_graphs_enable(model):
     """``forward(..., labels, fused_lm_head=True)`` (TRL's protocol) after ``cuda_graphs_enable()``, on TRL's layout
     (left-padded prompts whose labels are -100, a right-padded completion): its log-probs, entropies, label mask and
@@ -238,7 +275,8 @@ def test_trls_fused_forward_under_cuda_graphs_enable(model):
     shifted = torch.cat([labels[:, 1:], labels.new_full((b, 1), -100)], 1).reshape(-1)[p.flat_index]
     wp = torch.where(shifted != -100, torch.cat([w, w.new_zeros(b, 1)], 1).reshape(-1)[p.flat_index], 0.0)
     # the head with the entropy, as the fused pass runs it (its backward's bits differ from the head's without)
-    (_padded_eager(model, p.input_ids, p.cu_seqlens, entropy=True) * wp).sum().backward()
+    # over the labelled rows only (the graphed fused pass's score mask)
+    (_padded_eager(model, p.input_ids, p.cu_seqlens, entropy=True, score=shifted != -100) * wp).sum().backward()
     want_grads = _grads(model)
     model.cuda_graphs_enable()
     try:

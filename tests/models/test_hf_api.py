@@ -196,6 +196,32 @@ def test_fused_lm_head_gives_token_logprobs_bits(qwen):
     qwen.zero_grad(set_to_none=True)
 
 
+def test_score_mask_gives_the_unmasked_bits_where_set_and_zeros_elsewhere(qwen):
+    """``token_logprobs(..., score_mask=...)`` (an RL step's completion positions): the head runs over those rows
+    only; each wanted entry (log-prob and entropy) is the unmasked pass's, bit for bit, every other entry 0; the
+    gradient flows from the wanted entries alone. A mask of the wrong shape or dtype is refused by name."""
+    ids, mask = batch(qwen.config.vocab_size, seed=3)
+    g = torch.Generator().manual_seed(4)
+    score = (torch.rand(3, 23, generator=g) < 0.4) & mask[:, 1:].bool()
+    score[1, -1] = True  # the last position of a full row: it predicts a real token
+    want = qwen.token_logprobs(ids, mask, return_entropy=True)
+    got = qwen.token_logprobs(ids, mask, return_entropy=True, score_mask=score)
+    for a, w in zip(got, want):
+        assert torch.equal(a[score], w[score]) and bool((a[~score] == 0).all())
+    weights = torch.randn(3, 23, generator=g)
+    got[0].mul(weights).sum().backward()
+    masked = [p.grad.clone() for p in qwen.parameters()]
+    qwen.zero_grad(set_to_none=True)
+    (want[0] * weights * score).sum().backward()  # the same loss through the unmasked pass (not its bits: other sums)
+    for (name, p), a in zip(qwen.named_parameters(), masked):
+        assert torch.allclose(a, p.grad, rtol=1e-4, atol=1e-6), name
+    qwen.zero_grad(set_to_none=True)
+    with pytest.raises(ValueError, match=r"score_mask must be a bool tensor of the output's shape \(3, 23\)"):
+        qwen.token_logprobs(ids, mask, score_mask=score[:, 1:])
+    with pytest.raises(ValueError, match="score_mask must be a bool tensor of input_ids' shape"):
+        qwen.packed_token_logprobs(ids[0], torch.tensor([0, 24]), score_mask=score[0].long())
+
+
 def test_hooked_down_proj_is_called_with_the_same_bits(checkpoints):
     """The training MLP fuses SiLU-mul and down_proj into one op, except where down_proj is
     observed: a forward hook on it then sees its input and output (rlk-bisect's records), and the

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlk_models.modeling.logprob_graphs import LogprobGraphs, buckets, template_lengths
+from rlk_models.modeling.logprob_graphs import LogprobGraphs, buckets, scored_rows, template_lengths
 
 
 @settings(max_examples=300, deadline=None)
@@ -31,6 +31,20 @@ def test_bucket_sizes():
     assert buckets([1024]) == (1024, 1, 1024) and buckets([1025]) == (1280, 1, 1280)  # no pad sequence at 1024
     assert buckets([500, 100]) == (768, 2, 512) and buckets([3000, 1000]) == (4096, 2, 4096)
     assert buckets([1000] * 9) == (9216, 9, 1024)  # 9000 tokens: multiples of 1024 from 8192
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 1 << 14).map(lambda n: n * 64), st.data())
+def test_scored_rows_cover_the_scored_tokens_in_quarters(t_pad, data):
+    """The head's rows of a padded batch (``scored_rows``): every scored token has a row, the rows are a quarter,
+    half or three quarters of the batch, and above three quarters the head runs over the whole batch (None)."""
+    scored = data.draw(st.integers(0, t_pad))
+    rows = scored_rows(scored, t_pad)
+    if rows is None:
+        assert scored > 3 * t_pad // 4
+    else:
+        assert scored <= rows and rows in (t_pad // 4, t_pad // 2, 3 * t_pad // 4)
+        assert rows - scored < t_pad // 4 or scored == 0
 
 
 def test_template_lengths_refuses_what_no_batch_fits():
@@ -145,6 +159,47 @@ def test_a_padded_batch_gives_each_token_its_unpadded_bits(tmp_path, lengths):
     t = ids.numel()
     assert torch.equal(torch.where(valid, logp[:t], 0.0), want[0]) and torch.equal(ent[:t], want[1])
     assert batch.cu.tolist() == [*cu.tolist(), t_pad] and batch.positions[t:].eq(0).all()
+
+
+@pytest.mark.parametrize("lengths", [[5, 17, 3], [40, 0, 30]])
+def test_a_padded_batch_with_selected_head_rows_gives_the_scored_tokens_their_bits(tmp_path, lengths):
+    """A graph of selected head rows (``PaddedBatch(rows=...)``, what ``score_mask`` runs), eagerly on the CPU by
+    the Triton backend's kernels (interpreter, float32): ``fill`` puts the scored tokens' rows first, all rows
+    distinct; every scored token gets the unpadded pass's log-prob and entropy bit for bit, every row the head
+    skipped 0; and the gradient owes nothing to the unscored tokens' targets."""
+    from rlk_models.modeling.logprob_graphs import PaddedBatch
+
+    model, ids, cu = _interpreted(tmp_path, lengths, seed=3)
+    t = ids.numel()
+    score = torch.zeros(t, dtype=torch.bool)
+    score[1::3] = True
+    t_pad, n_seq, longest = buckets(lengths, 64)
+    rows = scored_rows(int(score.sum()), t_pad)
+    assert rows is not None and rows < t_pad
+    batch = PaddedBatch.empty(t_pad, n_seq, longest, "cpu", rows)
+    with torch.no_grad():
+        want = model.packed_token_logprobs(ids, cu, return_entropy=True)
+        keep = batch.fill(ids, cu, score)
+    picked = batch.rows.tolist()
+    assert picked[:int(score.sum())] == torch.nonzero(score)[:, 0].tolist() and len(set(picked)) == rows
+    logp, ent = batch.run(model, True)
+    assert torch.equal(keep, score & (want[0] != 0))
+    assert torch.equal(torch.where(keep, logp[:t], 0.0).detach(), torch.where(keep, want[0], 0.0))
+    unpicked = torch.ones(t_pad, dtype=torch.bool)
+    unpicked[batch.rows] = False
+    assert torch.equal(ent[:t][score].detach(), want[1][score]) and bool((logp[unpicked] == 0).all())
+    assert bool((ent[unpicked] == 0).all())
+    params = list(model.parameters())
+    grads = []
+    for other in (0, 1):  # other targets at the unscored rows: the same gradients
+        if other:
+            batch.targets[~torch.cat([score, torch.zeros(t_pad - t, dtype=torch.bool)])] = 1
+        logp = batch.run(model, False)[0]
+        grads.append(torch.autograd.grad(torch.where(keep, logp[:t], 0.0).sum(), params))
+    differ = [name for (name, _), a, b in zip(model.named_parameters(), *grads) if not torch.equal(a, b)]
+    assert not differ, differ
+    with pytest.raises(ValueError, match="needs the score mask"):
+        batch.fill(ids, cu)
 
 
 @pytest.mark.parametrize("lengths", [[5, 17, 3], [40, 0, 7]])
