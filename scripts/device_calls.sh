@@ -217,7 +217,9 @@
 #   CALL=s62trl bash scripts/device_calls.sh    # TRL GRPO (colocated vLLM, 0.6B): RLKGRPOTrainer eager against
 #                                              # cuda_graphs=True (carry .vllm-cuda and .wheels; ~400 s)
 #   CALL=s64 bash scripts/device_calls.sh       # on an H200, CALL=s57search; on any card, the CUDA weight-sync tests
-#                                              # (the stacked finiteness check; carry .vllm-cuda; ~500 s on an H200)
+#                                              # (the stacked finiteness check), then (not after the search)
+#                                              # CALL=s64b (carry .vllm-cuda; ~500 s on an H200, ~420 s elsewhere)
+#   CALL=s64b bash scripts/device_calls.sh      # score_mask under graphs: its GPU tests, then its cost (~320 s)
 #   CALL=s61grpo bash scripts/device_calls.sh   # rlk-grpo at the 0.6B shape, eager against --cuda-graphs (15 steps
 #                                              # each, the trainer's seconds a step; carry .vllm-cuda; ~330 s)
 #   CALL=s58ab bash scripts/device_calls.sh     # host time per op, this tree's package and .probe_old's alternately,
@@ -1429,6 +1431,21 @@ s64)
     fi
     part push_tests 150 PART=tests TESTS=tests/gpu/test_vllm_cuda.py K="weight_sync" TEST_TIMEOUT=140
     test_summary push_tests 8
+    if ((SECONDS < 400)); then  # not after an H200's search: CALL=s64b alone
+        NO_TAR=1 CALL=s64b bash "$0"
+    fi
+    ;;
+s64b)
+    # session 64: score_mask (the head over the scored rows only): the graphed pass's GPU tests (every case bitwise
+    # against the eager pass and the padded batch's backward), then its cost at a small shape with long prompts,
+    # forward-only and training (carry .vllm-cuda; ~320 s)
+    part graphs 200 PART=tests TEST_TIMEOUT=195 XDIST=3 TESTS=tests/gpu/test_logprob_graphs_cuda.py
+    test_summary graphs 30
+    for mode in "" "--train"; do
+        bench "scored${mode:+_train}" 110 benchmarks/logprob_graphs.py --shape small --seqs 8 --prompt 512 \
+            --response 128,512 --steps 12 --scored $mode
+        grep -hE "graphs|eager" "$ROOT_OUT/scored${mode:+_train}.log" | cut -c1-300
+    done
     ;;
 s62)
     # session 62's second call: the graphed training pass's GPU tests (their two mended references), then CALL=s62trl
