@@ -23,7 +23,9 @@ What it changes, and nothing else of TRL's loop:
    the policy and reference models: TRL's log-prob passes (its ``forward(..., fused_lm_head=True)``) then run by
    graph replays -- the same log-probs bit for bit, the policy's backward a graph too, its gradients the padded
    batch's (``modeling.logprob_graphs``). What small micro-batches gain: their eager pass is bound by the host's
-   kernel launches. One process (a DDP-wrapped model is refused: its reducer's hooks are not graphed).
+   kernel launches. Under DistributedDataParallel (``accelerate launch`` on several GPUs) DDP's reducer
+   all-reduces the gradients the backward graph leaves in ``.grad`` (``modeling.logprob_graphs.GradBuffers``);
+   FSDP and DeepSpeed are refused: their parameters move.
 4. **Parity per batch.** After each generation batch the trainer's log-probs of the same tokens
    (TRL's own ``_get_per_token_logps_and_entropies``, before any update: the ``old_per_token_logps``
    TRL computes for its importance-sampling correction when it has them, else one such pass here)
@@ -46,6 +48,7 @@ from unittest import mock
 
 import torch
 import trl.generation.vllm_generation as trl_vllm
+from accelerate.utils import DistributedType
 from trl import GRPOTrainer
 
 from ..modeling.hf import RLKForCausalLM
@@ -91,13 +94,20 @@ class RLKGRPOTrainer(GRPOTrainer):
         with _rlk_engine() if rlk else contextlib.nullcontext():
             super().__init__(*args, **kwargs)
         self.parity_log: list[dict] = []
+        # the Trainer wraps the policy later (accelerate's prepare): DDP's reducer reads each gradient from .grad when
+        # autograd reaches the parameter, where the backward graph has left it (GradBuffers); sharded or offloaded
+        # parameters move, which the graphs cannot follow
+        dist = self.accelerator.distributed_type
+        if cuda_graphs and dist not in (DistributedType.NO, DistributedType.MULTI_GPU):
+            raise ValueError(f"RLKGRPOTrainer: cuda_graphs=True under {dist.value}: the graphs read the parameters "
+                             "where they are, and sharded or offloaded ones move (use one process per GPU: DDP)")
         for m in (self.model, self.ref_model):
             if m is not None and is_rlk(m):
                 use_rlk_head(m)
                 if cuda_graphs:
                     if m is not getattr(m, "module", m):
                         raise ValueError(f"RLKGRPOTrainer: cuda_graphs=True with a wrapped model "
-                                         f"({type(m).__name__}): the graphs run in one process, unwrapped")
+                                         f"({type(m).__name__}): pass the model itself (the Trainer wraps it)")
                     m.cuda_graphs_enable()
         if rlk and self.use_vllm:
             from ..rollout.sync import push_weights

@@ -5,7 +5,8 @@ key, after an in-place weight update and after a parameter moved (captured again
 for bit (and the entropy, which it does not differentiate), with a score mask over the scored rows' head only, in
 ``.grad`` with no copy (``GradBuffers``) or handed
 back to ``torch.autograd.grad``, accumulates into ``.grad`` across micro-batches as eager does, and refuses a
-forward that would overwrite activations a backward still needs; the tiny Qwen3 and
+forward that would overwrite activations a backward still needs, and inside DistributedDataParallel hands its
+gradients to the reducer; the tiny Qwen3 and
 Llama (the Triton attention kernel) and 2 layers of the 1.7B's shapes (head_dim 128: the Gluon attention on
 sm_90). The CPU's side (padding arithmetic, refusals): tests/models/test_logprob_graphs.py. Marked ``gpu``."""
 
@@ -291,6 +292,58 @@ def test_trls_fused_forward_under_cuda_graphs_enable(model):
         assert len(model.logprob_graphs.graphs) == 1 and len(model.logprob_graphs.train_graphs) == 1
     finally:
         model.cuda_graphs_disable()
+
+
+def test_graphed_training_inside_ddp_hands_its_gradients_to_the_reducer(model):
+    """DistributedDataParallel (one process, NCCL; what ``RLKGRPOTrainer(cuda_graphs=True)`` gets under ``accelerate
+    launch`` on several GPUs): TRL's fused forward through the wrapper replays the graphs, and the reducer, run by
+    autograd at each parameter, all-reduces the gradients the backward graph left in ``.grad`` (one rank: the same
+    values) -- bitwise the unwrapped graphed pass's, step after step, with DDP's own ``.grad`` buckets too
+    (``gradient_as_bucket_view``). Several ranks: tests/models/test_logprob_graphs.py's DDP test (CPU, gloo)."""
+    import copy
+    import os
+    import socket
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    g = torch.Generator(device="cuda").manual_seed(70)
+    b, s = 3, 40
+    ids = torch.randint(0, model.config.vocab_size, (b, s), device="cuda", generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, :6], mask[2, 30:] = 0, 0
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :12] = -100
+    w = torch.randn(b, s - 1, device="cuda", generator=g)
+    started = not dist.is_initialized()
+    if started:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
+    try:
+        for bucket_view in (False, True):
+            plain, inner = (copy.deepcopy(model).train() for _ in range(2))
+            plain.cuda_graphs_enable()
+            inner.cuda_graphs_enable()
+            ddp = DistributedDataParallel(inner, device_ids=[0], gradient_as_bucket_view=bucket_view)
+            for step in range(3):
+                for net in (plain, ddp):
+                    out = net(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+                    (out.log_probs * w).sum().backward()
+                want = _grads(plain)
+                got = [p.grad.clone() for p in inner.parameters()]
+                inner.zero_grad(set_to_none=not bucket_view)  # DDP's buckets stay the .grad tensors
+                assert not _differing(got, want, inner), (bucket_view, step)
+                with torch.no_grad():
+                    for p, q in zip(plain.parameters(), inner.parameters()):
+                        p.mul_(0.96875)
+                        q.mul_(0.96875)
+            del ddp
+    finally:
+        if started:
+            dist.destroy_process_group()
 
 
 def test_grpo_updates_under_graphs_score_the_rollout_exactly(model):

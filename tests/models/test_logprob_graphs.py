@@ -263,23 +263,21 @@ def test_fresh_leaves_alias_the_parameters_and_give_their_gradients():
     assert all(a is b for a, b in zip(model.parameters(), params))
 
 
-def test_grad_buffers_leave_the_eager_gradients_in_grad():
-    """``GradBuffers`` (where the backward graphs leave the gradients) under every way a backward meets them, its
-    replay run eagerly here (the backward graph's ops: the leaves' gradients added into the buffers in place): a
-    ``.grad`` of None gets its buffer holding the eager gradient; one that is its buffer accumulates as eager's
-    does; a kept old ``.grad`` stays as it was; another tensor as ``.grad`` gets the gradient added in place;
-    ``autograd.grad``, ``backward(inputs=...)`` and a tensor hook get the eager gradients handed to autograd. Each
-    bitwise against the eager backward of the same weighted log-probs."""
-    from rlk_models.modeling.logprob_graphs import GradBuffers, fresh_leaves
+def _tiny_tied():
     from rlk_models.qwen3 import FAMILY, RLKQwen3Config, RLKQwen3ForCausalLM
 
-    torch.manual_seed(0)
-    model = RLKQwen3ForCausalLM(RLKQwen3Config(vocab_size=96, **{**FAMILY.tiny, "tie_word_embeddings": True}))
-    params = list(model.parameters())
-    buffers, used = GradBuffers(params), [True] * len(params)
-    batches = [(torch.randint(0, 96, (20,)), torch.tensor([0, 7, 20]), torch.randn(20)) for _ in range(3)]
+    return RLKQwen3ForCausalLM(RLKQwen3Config(vocab_size=96, **{**FAMILY.tiny, "tie_word_embeddings": True}))
 
-    class Graphed(torch.autograd.Function):  # _Replay, its forward and backward graphs run eagerly
+
+def _eagerly_replayed(model, buffers):
+    """``_Replay`` with its forward and backward graphs run eagerly (the backward graph's ops: the leaves' gradients
+    added into ``buffers`` in place): ``apply(ids, cu, *params)`` gives the packed log-probs."""
+    from rlk_models.modeling.logprob_graphs import fresh_leaves
+
+    params = list(model.parameters())
+    used = [True] * len(params)
+
+    class Graphed(torch.autograd.Function):
         @staticmethod
         def forward(ctx, ids, cu, *ps):
             ctx.ids, ctx.cu = ids, cu
@@ -293,6 +291,25 @@ def test_grad_buffers_leave_the_eager_gradients_in_grad():
                     logp = model.packed_token_logprobs(ctx.ids, ctx.cu)
                     torch.autograd.backward(logp, grad, inputs=buffers.attach(leaves, used))
             return (None, None, *buffers.collect(params, used, replay, [n for n, _ in ctx.next_functions[2:]]))
+
+    return Graphed
+
+
+def test_grad_buffers_leave_the_eager_gradients_in_grad():
+    """``GradBuffers`` (where the backward graphs leave the gradients) under every way a backward meets them, its
+    replay run eagerly here (the backward graph's ops: the leaves' gradients added into the buffers in place): a
+    ``.grad`` of None gets its buffer holding the eager gradient; one that is its buffer accumulates as eager's
+    does; a kept old ``.grad`` stays as it was; another tensor as ``.grad`` gets the gradient added in place;
+    ``autograd.grad``, ``backward(inputs=...)`` and a tensor hook get the eager gradients handed to autograd. Each
+    bitwise against the eager backward of the same weighted log-probs."""
+    from rlk_models.modeling.logprob_graphs import GradBuffers
+
+    torch.manual_seed(0)
+    model = _tiny_tied()
+    params = list(model.parameters())
+    buffers = GradBuffers(params)
+    Graphed = _eagerly_replayed(model, buffers)
+    batches = [(torch.randint(0, 96, (20,)), torch.tensor([0, 7, 20]), torch.randn(20)) for _ in range(3)]
 
     def loss(i, graphed):
         ids, cu, w = batches[i]
@@ -338,3 +355,61 @@ def test_grad_buffers_leave_the_eager_gradients_in_grad():
     loss(2, True).backward()
     hook.remove()
     assert torch.equal(params[1].grad, want_2[1] * 2) and same([p.grad for p in params[2:]], want_2[2:])
+
+
+def _ddp_rank(rank: int, world: int, port: int, bucket_view: bool) -> None:
+    """One rank of ``test_grad_buffers_feed_ddps_reducer`` (gloo): raises if its gradients differ."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from rlk_models.modeling.logprob_graphs import GradBuffers
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)  # the same weights on every rank
+        model = _tiny_tied()
+        params = list(model.parameters())
+        graphed = _eagerly_replayed(model, GradBuffers(params))
+
+        class Pass(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def forward(self, ids, cu, replayed):
+                return graphed.apply(ids, cu, *params) if replayed else model.packed_token_logprobs(ids, cu)
+
+        ddp = DistributedDataParallel(Pass(), gradient_as_bucket_view=bucket_view)
+        g = torch.Generator().manual_seed(rank)  # each rank its own batches: the all-reduce matters
+        for step in range(3):
+            ids, w = torch.randint(0, 96, (20,), generator=g), torch.randn(20, generator=g)
+            cu = torch.tensor([0, 7, 20])
+            got = []
+            for replayed in (False, True):
+                (ddp(ids, cu, replayed) * w).sum().backward()
+                got.append([p.grad.clone() for p in params])
+                model.zero_grad(set_to_none=not bucket_view)  # with bucket views, DDP's buckets stay the .grad
+            differ = [name for (name, _), a, b in zip(model.named_parameters(), *got) if not torch.equal(a, b)]
+            assert not differ, (rank, step, differ)
+        # DDP's reducer freed while the group lives, and no rank leaving before the others are done: a DDP object
+        # freed after destroy_process_group (or past a rank that exited) can hang in its destructor
+        del ddp
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("bucket_view", [False, True])
+def test_grad_buffers_feed_ddps_reducer(bucket_view):
+    """Under DistributedDataParallel (2 CPU ranks, gloo; ``RLKGRPOTrainer(cuda_graphs=True)`` under ``accelerate
+    launch``): the graphed backward leaves its gradients in ``.grad`` and hands autograd none, yet autograd still runs
+    each parameter's accumulation node, whose hook -- DDP's reducer -- reads ``.grad`` and all-reduces it. The
+    gradients each rank ends with (the ranks' mean, its batches differing) are the eager DDP backward's, bitwise,
+    step after step, with and without DDP's ``.grad`` buckets (``gradient_as_bucket_view``). The replay runs eagerly
+    here; the graphs' own run inside DDP: tests/gpu/test_logprob_graphs_cuda.py."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    torch.multiprocessing.spawn(_ddp_rank, args=(2, port, bucket_view), nprocs=2)
