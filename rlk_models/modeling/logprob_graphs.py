@@ -31,9 +31,11 @@ size (``buckets``: eight sizes an octave, multiples of ``token_step``) -- and ev
 contract computes a token's row independently of the other rows and of their number (batch
 invariance: what lets vLLM's padded decode graphs give the training class's bits). The varlen
 attention's grid is fixed at capture by the longest sequence, rounded up to a power of two; tiles
-past a sequence's end do nothing. A graph is kept per (padded tokens, sequences, padded longest
-sequence, entropy or not) and reused for any batch with that key; captures go in one memory pool,
-up to ``max_graphs`` (least recently used dropped).
+past a sequence's end do nothing. With a ``score_mask`` (an RL step's completion tokens) the head
+runs over a quarter, half or three quarters of the padded rows, the scored ones first (``scored_rows``;
+each row's log-prob is its own, whichever rows are beside it). A graph is kept per (padded tokens,
+sequences, padded longest sequence, entropy or not, head rows) and reused for any batch with that key;
+captures go in one memory pool, up to ``max_graphs`` (least recently used dropped).
 
 Limits: parameters must stay where they are (an optimizer's in-place update is fine: a replay reads
 the live weights; a parameter moved to other memory -- ``.to()``, a reload that replaces tensors
