@@ -357,14 +357,14 @@ def test_grad_buffers_leave_the_eager_gradients_in_grad():
     assert torch.equal(params[1].grad, want_2[1] * 2) and same([p.grad for p in params[2:]], want_2[2:])
 
 
-def _ddp_rank(rank: int, world: int, port: int, bucket_view: bool) -> None:
+def _ddp_rank(rank: int, world: int, init_file: str, bucket_view: bool) -> None:
     """One rank of ``test_grad_buffers_feed_ddps_reducer`` (gloo): raises if its gradients differ."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     from rlk_models.modeling.logprob_graphs import GradBuffers
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         torch.manual_seed(0)  # the same weights on every rank
         model = _tiny_tied()
@@ -400,16 +400,11 @@ def _ddp_rank(rank: int, world: int, port: int, bucket_view: bool) -> None:
 
 
 @pytest.mark.parametrize("bucket_view", [False, True])
-def test_grad_buffers_feed_ddps_reducer(bucket_view):
+def test_grad_buffers_feed_ddps_reducer(bucket_view, tmp_path):
     """Under DistributedDataParallel (2 CPU ranks, gloo; ``RLKGRPOTrainer(cuda_graphs=True)`` under ``accelerate
     launch``): the graphed backward leaves its gradients in ``.grad`` and hands autograd none, yet autograd still runs
     each parameter's accumulation node, whose hook -- DDP's reducer -- reads ``.grad`` and all-reduces it. The
     gradients each rank ends with (the ranks' mean, its batches differing) are the eager DDP backward's, bitwise,
     step after step, with and without DDP's ``.grad`` buckets (``gradient_as_bucket_view``). The replay runs eagerly
     here; the graphs' own run inside DDP: tests/gpu/test_logprob_graphs_cuda.py."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    torch.multiprocessing.spawn(_ddp_rank, args=(2, port, bucket_view), nprocs=2)
+    torch.multiprocessing.spawn(_ddp_rank, args=(2, str(tmp_path / "init"), bucket_view), nprocs=2)
