@@ -107,7 +107,7 @@ def main() -> None:
         sides += [("graphs_scored", True), ("graphs_scored_again", True)]
     for label, graphs in sides:
         scored = label.startswith("graphs_scored")
-        if scored and label == "graphs_scored":
+        if label == "graphs_scored":
             model.logprob_graphs.clear()  # its first run captures its own graphs, as "graphs" did
         secs, outs, grads = run(graphs, scored)
         if label == "eager":

@@ -204,6 +204,13 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         return self.ops.logprob_head(hidden, self.lm_head.weight, targets, self.config.vocab_size, with_entropy,
                                      getattr(self.config, "rlk_head_save_probs", True))
 
+    def _head_at(self, hidden: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor, with_entropy: bool):
+        """``_head`` over ``rows`` of ``hidden`` only (a bool mask, or distinct indices): (log-probs, entropy or
+        None) of every row, 0 at the others. Each computed row has its bits: the head is batch-invariant."""
+        logp, ent = self._head(hidden[rows], targets[rows], with_entropy)
+        zeros = logp.new_zeros(hidden.shape[0])
+        return zeros.index_put((rows,), logp), (zeros.index_put((rows,), ent) if ent is not None else None)
+
     @property
     def logprob_graphs(self) -> LogprobGraphs:
         """The CUDA graphs that ``cuda_graphs=True`` replays (``modeling.logprob_graphs``); ``.clear()``
@@ -266,10 +273,8 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
             logp, ent = self._head(hidden, targets, return_entropy)
         else:
             score_mask = score_mask.to(input_ids.device)
-            logp, ent = self._head(hidden[score_mask], targets[score_mask], return_entropy)
-            zeros = logp.new_zeros(input_ids.numel())
-            logp, valid = zeros.index_put((score_mask,), logp), valid & score_mask
-            ent = zeros.index_put((score_mask,), ent) if ent is not None else None
+            logp, ent = self._head_at(hidden, targets, score_mask, return_entropy)
+            valid = valid & score_mask
         logp = torch.where(valid, logp, torch.zeros_like(logp))
         if return_entropy:
             return logp, ent

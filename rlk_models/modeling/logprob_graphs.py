@@ -160,10 +160,7 @@ class PaddedBatch:
             hidden = model.packed_hidden_states(self.ids, self.cu, self.positions)
             if self.rows is None:
                 return model._head(hidden, self.targets, entropy)
-            logp, ent = model._head(hidden[self.rows], self.targets[self.rows], entropy)
-            zeros = logp.new_zeros(self.ids.numel())
-            return (zeros.index_put((self.rows,), logp),
-                    zeros.index_put((self.rows,), ent) if ent is not None else None)
+            return model._head_at(hidden, self.targets, self.rows, entropy)
 
 
 @contextlib.contextmanager
@@ -430,13 +427,11 @@ class LogprobGraphs:
     def _checked_lengths(model, input_ids: torch.Tensor, cu: torch.Tensor,
                          score: torch.Tensor | None) -> tuple[list[int], int]:
         """(the sequences' lengths, how many tokens ``score`` holds (0 without)), after the eager pass's checks of
-        ``cu_seqlens``, the ids' range and the positions, in one host read."""
+        ``cu_seqlens``, the ids' range and the positions, in one host read (``score``'s shape and dtype:
+        ``packed_token_logprobs`` checked them)."""
         t = input_ids.numel()
         also = [*torch.aminmax(input_ids)] if t else []
         if score is not None:
-            if score.shape != input_ids.shape or score.dtype != torch.bool:
-                raise ValueError(f"score_mask must be a bool tensor of input_ids' shape {tuple(input_ids.shape)}, got "
-                                 f"{score.dtype} {tuple(score.shape)}")
             also.append(score.sum())
         lengths, rest = packed_lengths(cu, t, also=torch.stack(also) if also else None)
         check_ids_range(*rest[:2], model.model.embed_tokens.weight.shape[0])
