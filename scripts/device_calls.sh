@@ -220,6 +220,8 @@
 #                                              # (the stacked finiteness check), then (not after the search)
 #                                              # CALL=s64b (carry .vllm-cuda; ~500 s on an H200, ~420 s elsewhere)
 #   CALL=s64b bash scripts/device_calls.sh      # score_mask under graphs: its GPU tests, then its cost (~320 s)
+#   CALL=s65 bash scripts/device_calls.sh       # the graphed pass's GPU tests, then on an H200 CALL=s57search, on
+#                                              # another card the scored-rows training bench (no carry; ~450 s)
 #   CALL=s61grpo bash scripts/device_calls.sh   # rlk-grpo at the 0.6B shape, eager against --cuda-graphs (15 steps
 #                                              # each, the trainer's seconds a step; carry .vllm-cuda; ~330 s)
 #   CALL=s58ab bash scripts/device_calls.sh     # host time per op, this tree's package and .probe_old's alternately,
@@ -1448,6 +1450,21 @@ s64b)
             grep -hE "graphs|eager" "$ROOT_OUT/scored${mode:+_train}.log" | cut -c1-300
         fi
     done
+    ;;
+s65)
+    # session 65's first call: the graphed pass's GPU tests after session 64's review refactor (one head-over-rows
+    # helper for the eager score mask and the graphs' selected rows; never run on a GPU), then by the card: on an
+    # H200, CALL=s57search (qkv 8B at 128 / 192 rows, never searched there); on another card the scored-rows
+    # benchmark, training pass (no carry; ~450 s on an H200)
+    part graphs 150 PART=tests TEST_TIMEOUT=145 XDIST=3 TESTS=tests/gpu/test_logprob_graphs_cuda.py
+    test_summary graphs 30
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        NO_TAR=1 CALL=s57search bash "$0"
+    else
+        bench scored_train 110 benchmarks/logprob_graphs.py --shape small --seqs 8 --prompt 512 \
+            --response 128,512 --steps 12 --scored --train
+        grep -hE "graphs|eager" "$ROOT_OUT/scored_train.log" | cut -c1-300
+    fi
     ;;
 s62)
     # session 62's second call: the graphed training pass's GPU tests (their two mended references), then CALL=s62trl
