@@ -80,11 +80,11 @@ def pack(input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
         if attention_mask.shape != (b, s):
             raise ValueError(f"attention_mask {tuple(attention_mask.shape)} must match input_ids ({b}, {s})")
         mask = attention_mask.bool()
-    positions = (torch.cumsum(mask, dim=1) - 1)[mask]
     lengths = mask.sum(dim=1)
     cu = torch.zeros(b + 1, dtype=torch.int64, device=device)
     cu[1:] = torch.cumsum(lengths, 0)
-    flat_index = torch.nonzero(mask.reshape(-1), as_tuple=False)[:, 0]
+    flat_index = torch.nonzero(mask.reshape(-1), as_tuple=False)[:, 0]  # the one host read (the token count)
+    positions = (torch.cumsum(mask, dim=1) - 1).reshape(-1)[flat_index]
     ids = input_ids.reshape(-1)[flat_index] if input_ids is not None else None
     return Packed(ids, positions, cu, flat_index, (b, s))
 
@@ -409,33 +409,36 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         logits[p.flat_index[rows]] = logits_flat
         return logits.view(b, s, -1)[:, keep.any(0)] if not bool(keep.all()) else logits.view(b, s, -1)
 
-    def _shifted_labels(self, p: Packed, labels: torch.Tensor, also=None):
-        """(next label [T], valid [T], flags): each packed token's next label (``labels[b, t+1]``, HF's
-        shift) and whether it is not -100, its range checked in one host read that also reads the
-        boolean scalars ``also(shifted, valid)`` returns (their values: ``flags``)."""
+    def _shifted_labels(self, p: Packed, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(next label [T], valid [T], range [2]): each packed token's next label (``labels[b, t+1]``, HF's shift),
+        whether it is not -100, and the labelled ones' (min, max) on the device ([V, -1] where none is labelled),
+        for ``_check_label_range`` after a host read."""
         b, s = p.shape
         if labels.shape != (b, s):
             raise ValueError(f"labels {tuple(labels.shape)} must match input_ids ({b}, {s})")
         shifted = torch.cat([labels[:, 1:], labels.new_full((b, 1), -100)], dim=1).reshape(-1)[p.flat_index]
         valid = shifted != -100
         v = self.config.vocab_size
-        extra = also(shifted, valid) if also is not None else []
         if not shifted.numel():
-            return shifted, valid, [False] * len(extra)
-        # one host read of the labelled range (none labelled: [v, -1]); hidden[valid] reads anyway
-        lo, hi, *rest = torch.stack([torch.where(valid, shifted, v).min(), torch.where(valid, shifted, -1).max(),
-                                     *(a.to(shifted.dtype) for a in extra)]).tolist()
-        if lo < 0 or hi >= v:
-            raise IndexError(f"labels must be -100 or lie in [0, {v}), got range [{lo}, {hi}] (the -100s aside)")
-        return shifted, valid, [bool(x) for x in rest]
+            return shifted, valid, shifted.new_tensor([v, -1])
+        span = torch.stack([torch.where(valid, shifted, v).min(), torch.where(valid, shifted, -1).max()])
+        return shifted, valid, span
+
+    def _check_label_range(self, lo: int, hi: int) -> None:
+        if lo < 0 or hi >= self.config.vocab_size:
+            raise IndexError(f"labels must be -100 or lie in [0, {self.config.vocab_size}), got range [{lo}, {hi}] "
+                             f"(the -100s aside)")
 
     def _label_logprobs(self, hidden: torch.Tensor, p: Packed, labels: torch.Tensor, with_entropy: bool):
-        """(log p, entropy or None, valid [T]): the head at each packed token whose next label
-        (``labels[b, t+1]``, HF's shift) is not -100."""
-        shifted, valid, _ = self._shifted_labels(p, labels)
+        """(log p, entropy or None, labelled [N], valid [T]): the head at each packed token whose next label
+        (``labels[b, t+1]``, HF's shift) is not -100 (``labelled``: their indices, in order)."""
+        shifted, valid, span = self._shifted_labels(p, labels)
+        if shifted.numel():
+            self._check_label_range(*span.tolist())  # one host read; hidden[labelled] reads anyway
+        labelled = valid.nonzero()[:, 0]
         with trusted_values():  # checked just now: the head's own read of the same targets would add a wait
-            logp, ent = self._head(hidden[valid], shifted[valid], with_entropy)
-        return logp, ent, valid
+            logp, ent = self._head(hidden[labelled], shifted[labelled], with_entropy)
+        return logp, ent, labelled, valid
 
     def _loss_of(self, logp: torch.Tensor, valid: torch.Tensor, num_items_in_batch) -> torch.Tensor:
         """Mean negative log-likelihood: the sum (in the backend's fixed order) over the labelled
@@ -445,7 +448,7 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         return total / torch.as_tensor(denom, dtype=torch.float32, device=total.device).clamp_min(1)
 
     def _loss(self, hidden: torch.Tensor, p: Packed, labels: torch.Tensor, num_items_in_batch) -> torch.Tensor:
-        logp, _, valid = self._label_logprobs(hidden, p, labels, False)
+        logp, _, _, valid = self._label_logprobs(hidden, p, labels, False)
         return self._loss_of(logp, valid, num_items_in_batch)
 
     def _fused_output(self, hidden: torch.Tensor, p: Packed, labels: torch.Tensor,
@@ -455,28 +458,35 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
     def _fused_output_graphed(self, p: Packed, labels: torch.Tensor, num_items_in_batch) -> TokenLogprobsOutput:
         """``_fused_output`` by the graphed pass over every packed token's successor, kept where the next label is
         not -100: the same bits where each such label is the token that follows in its sequence, at the position
-        that follows (refused otherwise, in the labels' one host read)."""
+        that follows (refused otherwise). The labels' checks and their count ride along the graphs' one host read
+        before the replay, and the labelled entries are gathered by that count: no other wait on the GPU."""
         if p.input_ids is None:
             raise ValueError("cuda_graphs_enable(): the graphed pass reads input_ids, not inputs_embeds (call "
                              "cuda_graphs_disable() to pass embeddings)")
+        shifted, valid, span = self._shifted_labels(p, labels)
+        targets, has_next = next_token_targets(p.input_ids, p.cu_seqlens)  # the graph's: the next ids, positions
+        other = (valid & (~has_next | (shifted != targets))).any()
+        moved = (p.positions != packed_positions(p.cu_seqlens, p.positions.numel())).any()
+        count = []  # the labelled tokens' count, as the read gives it
 
-        def also(shifted, valid):  # the graph's targets are the next input ids, at the next positions
-            targets, has_next = next_token_targets(p.input_ids, p.cu_seqlens)
-            return [(valid & (~has_next | (shifted != targets))).any(),
-                    (p.positions != packed_positions(p.cu_seqlens, p.positions.numel())).any()]
-        _, valid, (other, moved) = self._shifted_labels(p, labels, also)
-        if other or moved:
-            what = "labels other than the next input id (or -100)" if other else "positions that skip or repeat"
-            raise ValueError(f"cuda_graphs_enable(): the graphed pass scores each token's successor at the next "
-                             f"position; this batch has {what}: call cuda_graphs_disable() for it")
-        logp, ent = self.packed_token_logprobs(p.input_ids, p.cu_seqlens, return_entropy=True, cuda_graphs=True,
-                                               score_mask=valid)  # the head over the labelled rows
-        return self._fused_result(logp[valid], ent[valid], valid, p, num_items_in_batch)
+        def check(lo, hi, other, moved, n):  # before the replay (and any capture)
+            self._check_label_range(lo, hi)
+            if other or moved:
+                what = "labels other than the next input id (or -100)" if other else "positions that skip or repeat"
+                raise ValueError(f"cuda_graphs_enable(): the graphed pass scores each token's successor at the next "
+                                 f"position; this batch has {what}: call cuda_graphs_disable() for it")
+            count.append(n)
+        riders = torch.cat([span, torch.stack([other, moved, valid.sum()]).to(span)])
+        logp, ent = self.logprob_graphs(self, p.input_ids, p.cu_seqlens, True, valid,  # the head's rows: labelled
+                                        also=(riders, check))
+        # the labelled tokens first, in order (a stable sort on the device), as many as the read counted
+        labelled = torch.argsort((~valid).to(torch.uint8), stable=True)[:count[0]]
+        return self._fused_result(logp[labelled], ent[labelled], labelled, valid, p, num_items_in_batch)
 
-    def _fused_result(self, logp: torch.Tensor, ent: torch.Tensor, valid: torch.Tensor, p: Packed,
-                      num_items_in_batch) -> TokenLogprobsOutput:
+    def _fused_result(self, logp: torch.Tensor, ent: torch.Tensor, labelled: torch.Tensor, valid: torch.Tensor,
+                      p: Packed, num_items_in_batch) -> TokenLogprobsOutput:
         b, s = p.shape
-        where = p.flat_index[valid]
+        where = p.flat_index[labelled]
 
         def grid(x):
             return x.new_zeros(b * s).index_put((where,), x).view(b, s)[:, :-1]

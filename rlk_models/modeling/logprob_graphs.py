@@ -50,7 +50,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -390,18 +390,20 @@ class LogprobGraphs:
         self.params, self.pool, self.grad_buffers = None, None, None
 
     def __call__(self, model, input_ids: torch.Tensor, cu_seqlens: torch.Tensor, return_entropy: bool,
-                 score: torch.Tensor | None = None):
+                 score: torch.Tensor | None = None, also: tuple[torch.Tensor, Callable] | None = None):
         """``model.packed_token_logprobs(input_ids, cu_seqlens, return_entropy, score_mask=score)`` by graph
         replays: (log-probs [T] float32, entropy [T] or None); the last token of each sequence gets 0, and so does
         every token outside ``score`` (bool [T]; its entropy too), which the head then runs over only where they
         are at most three quarters of the padded batch (``scored_rows``). With gradients on and parameters that
-        require them, the log-probs carry an autograd node whose backward is a graph too."""
+        require them, the log-probs carry an autograd node whose backward is a graph too. ``also``: a caller's
+        checks riding along this call's one host read, (an integer vector on the device, ``check``): ``check(*its
+        values)`` runs after the read and before any replay or capture (it raises to refuse the batch)."""
         params = [p for p in model.parameters() if p.requires_grad] if torch.is_grad_enabled() else []
-        if not input_ids.is_cuda:
-            raise ValueError(f"cuda_graphs=True needs the model and input_ids on a CUDA device, got {input_ids.device}")
         t = input_ids.numel()
         cu = cu_seqlens.to(device=input_ids.device, dtype=torch.int64)
-        lengths, scored = self._checked_lengths(model, input_ids, cu, score)
+        lengths, scored = self._checked_lengths(model, input_ids, cu, score, also)  # the inputs' faults first
+        if not input_ids.is_cuda:
+            raise ValueError(f"cuda_graphs=True needs the model and input_ids on a CUDA device, got {input_ids.device}")
         t_pad, n_seq, longest = buckets(lengths, self.token_step)
         now = tuple((p.data_ptr(), p.requires_grad) for p in model.parameters())
         if now != self.params:  # weights moved: every graph reads the old addresses
@@ -424,18 +426,23 @@ class LogprobGraphs:
             return torch.where(valid, g.logp[:t], 0.0), _kept_entropy(g.entropy, t, score, copy=True)
 
     @staticmethod
-    def _checked_lengths(model, input_ids: torch.Tensor, cu: torch.Tensor,
-                         score: torch.Tensor | None) -> tuple[list[int], int]:
+    def _checked_lengths(model, input_ids: torch.Tensor, cu: torch.Tensor, score: torch.Tensor | None,
+                         also: tuple[torch.Tensor, Callable] | None = None) -> tuple[list[int], int]:
         """(the sequences' lengths, how many tokens ``score`` holds (0 without)), after the eager pass's checks of
-        ``cu_seqlens``, the ids' range and the positions, in one host read (``score``'s shape and dtype:
-        ``packed_token_logprobs`` checked them)."""
+        ``cu_seqlens``, the ids' range and the positions, and ``also``'s check, in one host read (``score``'s
+        shape and dtype: ``packed_token_logprobs`` checked them)."""
         t = input_ids.numel()
-        also = [*torch.aminmax(input_ids)] if t else []
+        mine = [*torch.aminmax(input_ids)] if t else []
         if score is not None:
-            also.append(score.sum())
-        lengths, rest = packed_lengths(cu, t, also=torch.stack(also) if also else None)
+            mine.append(score.sum())
+        vec = [torch.stack(mine).to(torch.int64)] if mine else []
+        if also is not None:
+            vec.append(also[0].to(device=cu.device, dtype=torch.int64))
+        lengths, rest = packed_lengths(cu, t, also=torch.cat(vec) if vec else None)
         check_ids_range(*rest[:2], model.model.embed_tokens.weight.shape[0])
         check_last_position(max(lengths) - 1, model.config.max_position_embeddings)
+        if also is not None:
+            also[1](*rest[len(mine):])
         return lengths, (rest[2] if score is not None else 0)
 
     def _train(self, model, input_ids: torch.Tensor, cu: torch.Tensor, key: tuple, params: list,

@@ -257,7 +257,9 @@ def test_trls_fused_forward_under_cuda_graphs_enable(model):
     """``forward(..., labels, fused_lm_head=True)`` (TRL's protocol) after ``cuda_graphs_enable()``, on TRL's layout
     (left-padded prompts whose labels are -100, a right-padded completion): its log-probs, entropies, label mask and
     loss are the eager forward's bitwise, without gradients (the old-policy pass) and with them, and its gradients
-    the eager backward's of the padded batch."""
+    the eager backward's of the padded batch. A pass once captured waits on the GPU twice, both before its replay:
+    the packing's token count and the graphs' one read, which the labels' checks and count ride along (counted by
+    ``torch.cuda.set_sync_debug_mode``)."""
     from rlk_models.modeling.hf import pack
 
     g = torch.Generator(device="cuda").manual_seed(50)
@@ -290,8 +292,26 @@ def test_trls_fused_forward_under_cuda_graphs_enable(model):
         (got.log_probs * w).sum().backward()
         assert not _differing(_grads(model), want_grads, model)
         assert len(model.logprob_graphs.graphs) == 1 and len(model.logprob_graphs.train_graphs) == 1
+        with torch.no_grad():
+            assert _syncs(lambda: model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)) == 2
+        assert _syncs(lambda: model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)) == 2
     finally:
         model.cuda_graphs_disable()
+
+
+def _syncs(fn) -> int:
+    """How many times ``fn()`` made the host wait on the GPU (``set_sync_debug_mode``'s warnings)."""
+    import warnings
+
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    return sum("synchroniz" in str(w.message) for w in seen)
 
 
 def test_graphed_training_inside_ddp_hands_its_gradients_to_the_reducer(model):
