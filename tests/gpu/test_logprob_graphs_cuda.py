@@ -293,14 +293,16 @@ def test_trls_fused_forward_under_cuda_graphs_enable(model):
         assert not _differing(_grads(model), want_grads, model)
         assert len(model.logprob_graphs.graphs) == 1 and len(model.logprob_graphs.train_graphs) == 1
         with torch.no_grad():
-            assert _syncs(lambda: model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)) == 2
-        assert _syncs(lambda: model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)) == 2
+            waits = _syncs(lambda: model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True))
+        assert len(waits) == 2, waits
+        waits = _syncs(lambda: model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True))
+        assert len(waits) == 2, waits
     finally:
         model.cuda_graphs_disable()
 
 
-def _syncs(fn) -> int:
-    """How many times ``fn()`` made the host wait on the GPU (``set_sync_debug_mode``'s warnings)."""
+def _syncs(fn) -> list[str]:
+    """Where ``fn()`` made the host wait on the GPU (``set_sync_debug_mode``'s warnings): "file:line" each time."""
     import warnings
 
     torch.cuda.synchronize()
@@ -311,7 +313,7 @@ def _syncs(fn) -> int:
             fn()
         finally:
             torch.cuda.set_sync_debug_mode(0)
-    return sum("synchroniz" in str(w.message) for w in seen)
+    return [f"{Path(w.filename).name}:{w.lineno}" for w in seen if "synchroniz" in str(w.message)]
 
 
 def test_graphed_training_inside_ddp_hands_its_gradients_to_the_reducer(model):
