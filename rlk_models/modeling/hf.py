@@ -104,7 +104,7 @@ def next_token_targets(input_ids: torch.Tensor, cu_seqlens: torch.Tensor) -> tup
     t = input_ids.shape[0]
     nxt = torch.cat([input_ids[1:], input_ids.new_zeros(1)])
     last = torch.zeros(t + 1, dtype=torch.bool, device=input_ids.device)
-    last[cu_seqlens[1:].long()] = True
+    last.index_fill_(0, cu_seqlens[1:].long(), True)  # not last[idx] = True: its scalar is copied to the GPU, a wait
     valid = ~last[1:t + 1]
     return torch.where(valid, nxt, torch.zeros_like(nxt)), valid
 
@@ -492,6 +492,6 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
             return x.new_zeros(b * s).index_put((where,), x).view(b, s)[:, :-1]
 
         mask = torch.zeros(b * s, dtype=torch.bool, device=valid.device)
-        mask[where] = True
+        mask.index_fill_(0, where, True)
         return TokenLogprobsOutput(loss=self._loss_of(logp, valid, num_items_in_batch), log_probs=grid(logp),
                                    entropy=grid(ent), label_mask=mask.view(b, s)[:, :-1])

@@ -313,7 +313,7 @@ def _syncs(fn) -> list[str]:
             fn()
         finally:
             torch.cuda.set_sync_debug_mode(0)
-    return [f"{Path(w.filename).name}:{w.lineno}" for w in seen if "synchroniz" in str(w.message)]
+    return [f"{Path(w.filename).name}:{w.lineno}" for w in seen if "called a synchronizing" in str(w.message)]
 
 
 def test_graphed_training_inside_ddp_hands_its_gradients_to_the_reducer(model):
