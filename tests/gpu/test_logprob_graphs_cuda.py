@@ -89,15 +89,23 @@ def test_graphed_log_probs_follow_weight_updates(model):
 
 
 def test_graphed_token_logprobs_of_a_padded_batch_under_inference_mode(model):
+    """The padded batch's graphed pass (an RL step's old-policy and reference passes: ``token_logprobs`` with a score
+    mask) gives the eager bits and, once captured, waits on the GPU twice: the packing's token count and the graphs'
+    one read."""
     g = torch.Generator(device="cuda").manual_seed(3)
     ids = torch.randint(0, model.config.vocab_size, (4, 70), device="cuda", generator=g)
     mask = torch.ones_like(ids)
     for b, n in enumerate((70, 12, 1, 45)):
         mask[b, n:] = 0
+    comp = mask[:, 1:].bool() & (torch.arange(1, 70, device="cuda") >= 8)
     with torch.inference_mode():
         want = model.token_logprobs(ids, mask)
         got = model.token_logprobs(ids, mask, cuda_graphs=True)
+        scored = model.token_logprobs(ids, mask, cuda_graphs=True, score_mask=comp)
+        waits = _syncs(lambda: model.token_logprobs(ids, mask, cuda_graphs=True, score_mask=comp))
     assert torch.equal(got, want)
+    assert torch.equal(scored, torch.where(comp, want, 0.0))
+    assert len(waits) == 2, waits
     with torch.no_grad(), pytest.raises(IndexError, match="token ids must lie in"):
         model.packed_token_logprobs(ids.reshape(-1) + model.config.vocab_size, torch.tensor([0, 280]),
                                     cuda_graphs=True)
