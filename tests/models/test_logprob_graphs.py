@@ -71,7 +71,7 @@ def test_cuda_graphs_refuse_the_cpu(checkpoints):
 def test_cuda_graphs_enable_sets_the_log_prob_passes_default(checkpoints):
     """``cuda_graphs_enable()``: the log-prob passes (``token_logprobs``, ``packed_token_logprobs``, ``forward(...,
     fused_lm_head=True)``, TRL's) default to graphs (refused on the CPU, after the fused pass's label checks: labels
-    that are not the next input ids, skipping positions and embeddings are refused by name); an explicit
+    out of range or not the next input ids, skipping positions and embeddings are refused by name); an explicit
     ``cuda_graphs=False``, the logits' forward and ``cuda_graphs_disable()`` stay eager, with the eager bits."""
     from transformers import AutoModelForCausalLM
 
@@ -94,6 +94,9 @@ def test_cuda_graphs_enable_sets_the_log_prob_passes_default(checkpoints):
     other = labels.clone()
     other[0, 6] = (ids[0, 6] + 1) % model.config.vocab_size
     with pytest.raises(ValueError, match="labels other than the next input id"):
+        model(input_ids=ids, attention_mask=mask, labels=other, fused_lm_head=True)
+    other[0, 6] = model.config.vocab_size + 3  # out of range: named as such, before the comparison with the ids
+    with pytest.raises(IndexError, match=rf"labels must be -100 or lie in \[0, {model.config.vocab_size}\)"):
         model(input_ids=ids, attention_mask=mask, labels=other, fused_lm_head=True)
     packed = ids[:1].clone().masked_fill(torch.arange(9) == 5, -100)  # two sequences: no label at the second's start
     with pytest.raises(ValueError, match="positions that skip or repeat"):
