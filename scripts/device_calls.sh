@@ -222,8 +222,8 @@
 #   CALL=s64b bash scripts/device_calls.sh      # score_mask under graphs: its GPU tests, then its cost (~320 s)
 #   CALL=s65 bash scripts/device_calls.sh       # the graphed pass's GPU tests, then on an H200 CALL=s57search, on
 #                                              # another card the scored-rows training bench (no carry; ~450 s)
-#   CALL=s65c bash scripts/device_calls.sh      # the graphed pass's GPU tests, then on an H200 the qkv 8B search
-#                                              # without its proof (no carry; ~330 s on an H200)
+#   CALL=s65c bash scripts/device_calls.sh      # the graphed pass's GPU tests, then on an H200 CALL=s57search, its
+#                                              # proof where the call's limit allows (no carry; ~330-500 s on an H200)
 #   CALL=s61grpo bash scripts/device_calls.sh   # rlk-grpo at the 0.6B shape, eager against --cuda-graphs (15 steps
 #                                              # each, the trainer's seconds a step; carry .vllm-cuda; ~330 s)
 #   CALL=s58ab bash scripts/device_calls.sh     # host time per op, this tree's package and .probe_old's alternately,
@@ -1470,14 +1470,12 @@ s65)
     ;;
 s65c)
     # session 65's last call (~330 s of budget): the graphed pass's GPU tests (the padded pass's waits counted too),
-    # then on an H200 the qkv 8B search at 128 / 192 rows without its proof (session 57's s57q; its winners come back
-    # in launches.json for CALL=s44prove) (no carry)
+    # then on an H200 CALL=s57search, whose proof a short call's limit may cut (its winners come back in
+    # launches.json for CALL=s44prove) (no carry)
     part graphs 110 PART=tests TEST_TIMEOUT=100 XDIST=3 TESTS=tests/gpu/test_logprob_graphs_cuda.py
     test_summary graphs 30
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-        search_into_file s57q 200 --m 128,192 --shapes qkv --tiles 64x96,64x128,128x96,128x128,64x64,192x96 \
-            --block-k 64,128
-        search_summary "$ROOT_OUT"/s57*.log
+        NO_TAR=1 CALL=s57search bash "$0"
     fi
     ;;
 s62)

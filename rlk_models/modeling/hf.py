@@ -433,8 +433,7 @@ class RLKForCausalLM(RLKPreTrainedModel, GenerationMixin):
         """(log p, entropy or None, labelled [N], valid [T]): the head at each packed token whose next label
         (``labels[b, t+1]``, HF's shift) is not -100 (``labelled``: their indices, in order)."""
         shifted, valid, span = self._shifted_labels(p, labels)
-        if shifted.numel():
-            self._check_label_range(*span.tolist())  # one host read; hidden[labelled] reads anyway
+        self._check_label_range(*span.tolist())  # one host read ([V, -1]: none labelled); hidden[labelled] reads anyway
         labelled = valid.nonzero()[:, 0]
         with trusted_values():  # checked just now: the head's own read of the same targets would add a wait
             logp, ent = self._head(hidden[labelled], shifted[labelled], with_entropy)
