@@ -1478,6 +1478,16 @@ s65c)
         NO_TAR=1 CALL=s57search bash "$0"
     fi
     ;;
+s66)
+    # session 66's first call, by the card: on an H200, CALL=s57search (qkv 8B at 128 / 192 rows, never searched on an
+    # H200; winners proven and timed before / after); on another card, CALL=engine (stock, then rlk with the H100
+    # launch file's o 8B 641-768-row entry, which has not run inside the engine) (carry .vllm-cuda; ~400-600 s)
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        NO_TAR=1 CALL=s57search bash "$0"
+    else
+        NO_TAR=1 CALL=engine bash "$0"
+    fi
+    ;;
 s62)
     # session 62's second call: the graphed training pass's GPU tests (their two mended references), then CALL=s62trl
     # (carry .vllm-cuda and .wheels; ~560 s)
