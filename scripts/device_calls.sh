@@ -1488,6 +1488,18 @@ s66)
         NO_TAR=1 CALL=engine bash "$0"
     fi
     ;;
+s67cold)
+    # the warm start (session 66): the 8B engine's start where Triton's cache is empty (recording its kernel file), then
+    # with that file compiled ahead on threads, then warm (benchmarks/cold_start.py; carry .vllm-cuda; ~450 s; cut
+    # short, CALL=s67cold2 on the same machine replays the file). Then package $ROOT_OUT/cold/kernels_8b.jsonl as
+    # rlk_models/ops/triton/kernels/<GPU>.jsonl
+    part cold 590 PART=cold SHAPE=8b
+    tail -8 "$ROOT_OUT/cold.log"
+    ;;
+s67cold2)
+    part cold2 400 PART=cold SHAPE=8b COLD_ARGS="--runs preload,warm"
+    tail -8 "$ROOT_OUT/cold2.log"
+    ;;
 s62)
     # session 62's second call: the graphed training pass's GPU tests (their two mended references), then CALL=s62trl
     # (carry .vllm-cuda and .wheels; ~560 s)

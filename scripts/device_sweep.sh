@@ -8,6 +8,8 @@
 #                                              # XDIST=N: N pytest-xdist workers on the one GPU, for compile-bound
 #                                              # kernel tests only: each vLLM engine test takes most of the GPU)
 #   PART=vllm   bash scripts/device_sweep.sh   # benchmarks/vllm_cuda.py (SHAPE, ENGINES, TP, VLLM_ARGS)
+#   PART=cold   bash scripts/device_sweep.sh   # the engine's start, Triton's cache cold / compiled ahead / warm
+#                                              # (benchmarks/cold_start.py; SHAPE, COLD_ARGS)
 #   PART=sweep  bash scripts/device_sweep.sh   # the Triton benchmarks (SKIP_ATTN/OPS/HEAD/MATMUL=1; ATTN_ARGS=--decode:
 #                                              # paged decode at rollout shapes vs FA3; args -> matmul,
 #                                              # OPS_ARGS=--search -> ops_sweep: the RMSNorm backward tilings)
@@ -67,6 +69,12 @@ vllm)
     rm -rf /tmp/train_step
     python3 benchmarks/vllm_cuda.py --shape "${SHAPE:-small}" --engines "${ENGINES:-stock,rlk,rlk_eager}" \
         --tp "${TP:-1}" ${VLLM_ARGS:-} 2>&1 | tee "$OUT/vllm_cuda_${SHAPE:-small}_tp${TP:-1}.log" | tail -60
+    ;;
+cold)
+    # the engine's start where Triton's cache is empty, with the recorded kernel file compiled ahead, and warm
+    # (benchmarks/cold_start.py: SHAPE, COLD_ARGS); the recorded file comes back as $OUT/kernels_<shape>.jsonl
+    rm -rf /tmp/train_step
+    python3 benchmarks/cold_start.py --shape "${SHAPE:-small}" ${COLD_ARGS:-} 2>&1 | tee "$OUT/cold_start.log" | tail -20
     ;;
 sweep)
     python3 -c "from rlk_models.ops.selftest import self_test; print('selftest triton:', self_test('triton', use_cache=False))" \

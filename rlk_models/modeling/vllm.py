@@ -234,6 +234,11 @@ class RLKVllmForCausalLM(nn.Module):
         maybe_require(config)
         self.config = config
         backend = config.rlk_backend
+        if backend == "triton" and torch.cuda.is_available():  # the GPU model's recorded kernel variants, compiled
+            # on a thread pool now rather than one by one in the profile run and the graph capture (precompile.py)
+            from ..ops.triton.precompile import preload_device_kernels
+
+            preload_device_kernels()
         if compiles(vllm_config):  # the decoder's layers call the ops as opaque custom ops
             config = copy.copy(config)
             config.rlk_backend = OPAQUE + backend

@@ -30,6 +30,7 @@ from .embedding import embedding
 from .kv_cache import write_kv
 from .logprob_head import combine_shards, full_logprobs, logprob_head, shard_stats
 from .matmul import combine_partials, linear_unfolded, partials_per_rank, shard_partial
+from .precompile import record_from_env
 from .reduce import token_sum
 from .rms_norm import add_rms_norm, qk_norm_rope, rms_norm, rms_norm_rope
 from .rope import rope
@@ -50,6 +51,8 @@ FINGERPRINT = {"backend": NAME, "contract_version": 5, "block_k": BLOCK_K, "line
 linear, silu_mul, silu_mul_linear = dense_ops(DenseKernels(
     _mm.matmul, _mm.grad_output, _mm.grad_input, _mm.grad_weight, _mm.grad_bias, silu_mul_forward,
     silu_mul_backward))
+
+record_from_env()  # RLK_TRITON_RECORD: this process's kernel compiles, for a packaged kernel file (precompile.py)
 
 
 def is_available() -> tuple[bool, str]:
