@@ -75,6 +75,12 @@ def test_the_packaged_file_is_chosen_by_the_gpu_and_the_environment(tmp_path, mo
         precompile.preload_device_kernels("NVIDIA H200")
 
 
+def test_the_command_names_what_it_cannot_compile(capsys):
+    with pytest.raises(SystemExit):
+        precompile.main(["--gpu", "No Such GPU"])
+    assert "the package has no kernel file for 'No Such GPU'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("path", sorted(precompile.KERNEL_DIR.glob("*.jsonl")), ids=lambda p: p.stem)
 def test_packaged_kernel_files_name_the_kernels_as_they_are(path):
     """A packaged file's every variant names a kernel of this package with its current parameters (a kernel changed
