@@ -20,8 +20,10 @@ Here:
   ``=PATH``: that file instead).
 
 A variant changes no bits: it is the same kernel's code for arguments of the same kinds, compiled before it is
-called rather than at the call. A stale line (a kernel renamed, its parameters changed) cannot be replayed and is
-skipped with a warning: it costs that variant's compile at first use, as without this file.
+called rather than at the call. A line that no longer compiles (its kernel renamed or gone, a recorded constexpr the
+kernel no longer accepts) is skipped with a warning: its variant compiles at first use, as without the file. A
+kernel whose parameters changed may still compile from an old line, into a variant nothing calls: record the file
+anew after changing a kernel (``tests/ops/triton/test_precompile.py`` checks the packaged files' parameters).
 
 ``python -m rlk_models.ops.triton.precompile [FILE] [--gpu NAME]`` fills Triton's cache on this machine, with its
 GPU or without one (``compile_only``: a driver that compiles for sm_90 and launches nothing), e.g. while a container
@@ -108,7 +110,8 @@ def _workers(workers: int | None) -> int:
         if workers < 1:
             raise ValueError(f"preload: workers must be >= 1, got {workers}")
         return workers
-    return max(1, min(16, len(os.sched_getaffinity(0))))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(16, cpus))
 
 
 def preload(path, workers: int | None = None) -> PreloadReport:
@@ -150,6 +153,7 @@ def device_kernel_file(name: str) -> Path:
 def preload_device_kernels(device_name: str | None = None) -> PreloadReport | None:
     """Replay the current GPU model's packaged kernel file (``RLK_TRITON_PRELOAD=PATH``: that file; ``=0``: none).
     None where there is nothing to replay (no file for this GPU, or off)."""
+    global last_report
     choice = os.environ.get(PRELOAD_ENV, "")
     if choice == "0":
         return None
@@ -165,14 +169,13 @@ def preload_device_kernels(device_name: str | None = None) -> PreloadReport | No
         path = device_kernel_file(device_name)
         if not path.is_file():
             return None
-    global last_report
     report = last_report = preload(path)
     log.info("rlk: %d Triton kernel variants compiled ahead from %s on %d threads in %.1f s", report.compiled,
              path, report.workers, report.seconds)
     return report
 
 
-_recording: dict[str, object] = {}  # the file this process records into, its lock and the variants written
+_recording: dict[str, object] = {}  # the file this process records into ("path") and the variants written ("keys")
 _record_lock = threading.Lock()
 
 
