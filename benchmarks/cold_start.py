@@ -77,8 +77,8 @@ def main() -> None:
     stages = Stages(__file__, out / f"cold_start_{a.shape}.json", summary, ["--shape", a.shape, "--work", a.work],
                     a.limit)
     rlk = Path(a.work) / f"{a.shape}-rlk"
-    if not (rlk / "config.json").exists():
-        stages.run("ckpt", ["ckpt"])
+    if not (rlk / "config.json").exists() and "error" in stages.run("ckpt", ["ckpt"]):
+        return
     caches = Path(a.caches)
     kernels = caches / f"kernels_{a.shape}.jsonl"
     env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
