@@ -1496,6 +1496,12 @@ s67cold)
     part cold 590 PART=cold SHAPE=8b
     tail -8 "$ROOT_OUT/cold.log"
     ;;
+s67o)
+    # the H100 launch file's o 8B 641-768-row entry (one launch of 128 x 96 tiles; session 63) on this card: proven at
+    # the table edges and timed as a layer (product + residual add + RMSNorm) before / after at 641, 704 and 768 rows
+    # (no carry; three parts of up to 120 s). On an H200 a win by > 4% is a candidate for TUNED
+    PROVE_LAYER=1 PROVE_ROWS=641,704,768 prove_launches scripts/launch_candidates/s63_o_641_768.json s67o_ 120
+    ;;
 s67cold2)
     part cold2 400 PART=cold SHAPE=8b COLD_ARGS="--runs preload,warm"
     tail -8 "$ROOT_OUT/cold2.log"
