@@ -181,8 +181,8 @@ _record_lock = threading.Lock()
 
 def record_to(path) -> None:
     """Append every variant of an rlk kernel that this process compiles from now on to ``path`` (JSON lines; each
-    variant once a process, a line written whole so that processes may share the file). Chains any hook already
-    installed."""
+    variant once a process, a line written whole so that processes may share the file; the file and its directory
+    are made now). Chains any hook already installed."""
     from triton import knobs
 
     with _record_lock:
@@ -190,6 +190,9 @@ def record_to(path) -> None:
             if _recording["path"] != str(path):
                 raise RuntimeError(f"already recording Triton kernels into {_recording['path']}, not {path}")
             return
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # an unwritable file is refused here, not inside a kernel's compile
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
         _recording.update(path=str(path), keys=set())
         previous = knobs.runtime.jit_post_compile_hook
 

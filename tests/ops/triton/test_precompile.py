@@ -22,7 +22,7 @@ def test_recorded_variants_compile_ahead_on_threads_and_are_not_compiled_again(t
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
     out = subprocess.run([sys.executable, str(Path(__file__).with_name("precompile_child.py")),
-                          str(tmp_path / "kernels.jsonl"), str(tmp_path / "fresh_cache"), "2"],
+                          str(tmp_path / "new_dir" / "kernels.jsonl"), str(tmp_path / "fresh_cache"), "2"],
                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
