@@ -83,17 +83,15 @@ def main() -> None:
     kernels = caches / f"kernels_{a.shape}.jsonl"
     env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     for run in a.runs.split(","):
+        if run not in ("cold", "preload", "warm"):
+            raise SystemExit(f"--runs: unknown run {run!r} (cold, preload, warm)")
+        cache = caches / ("cold" if run == "cold" else "preload")  # warm: preload's cache again
+        if run != "warm":
+            shutil.rmtree(cache, ignore_errors=True)
+        run_env = {"TRITON_CACHE_DIR": str(cache), "RLK_TRITON_PRELOAD": str(kernels)}
         if run == "cold":
             kernels.unlink(missing_ok=True)
-            run_env = {"TRITON_CACHE_DIR": str(caches / "cold"), "RLK_TRITON_PRELOAD": "0",
-                       "RLK_TRITON_RECORD": str(kernels)}
-        elif run in ("preload", "warm"):
-            run_env = {"TRITON_CACHE_DIR": str(caches / "preload"), "RLK_TRITON_PRELOAD": str(kernels)}
-        else:
-            raise SystemExit(f"--runs: unknown run {run!r} (cold, preload, warm)")
-        if run != "warm":
-            cache = caches / ("cold" if run == "cold" else "preload")
-            shutil.rmtree(cache, ignore_errors=True)
+            run_env.update(RLK_TRITON_PRELOAD="0", RLK_TRITON_RECORD=str(kernels))
         stages.run(run, ["engine", "--model", str(rlk)], env={**env, **run_env})
         if kernels.exists():  # beside the caches (a later call on the same machine replays it), and into $OUT
             shutil.copy(kernels, out / kernels.name)

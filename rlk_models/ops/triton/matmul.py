@@ -68,7 +68,18 @@ import triton.language as tl
 from ..canonical import LINEAR_K_GROUPS as K_GROUPS
 from ..canonical import Partials
 from . import matmul_sm90
-from .utils import BLOCK_K, ONE_PASS, bind_cuda_context, cdiv, dot_k_range, fit_stages, next_power_of_2, num_sms, tma_ok
+from .utils import (
+    BLOCK_K,
+    ONE_PASS,
+    bind_cuda_context,
+    cdiv,
+    device_file,
+    dot_k_range,
+    fit_stages,
+    next_power_of_2,
+    num_sms,
+    tma_ok,
+)
 
 HALF = K_GROUPS // 2  # groups per half: the run folded in order before the halves are added
 
@@ -1178,7 +1189,7 @@ def use_launches(path=None) -> dict[tuple[str, int, int], list[tuple[int, int, L
 
 def device_launch_file(name: str) -> Path:
     """The packaged launch file of the GPU model ``name`` (``torch.cuda.get_device_name``'s), present or not."""
-    return DEVICE_LAUNCH_DIR / f"{name.replace(' ', '_')}.json"
+    return device_file(DEVICE_LAUNCH_DIR, name, ".json")
 
 
 def use_device_launches(name: str | None) -> dict[tuple[str, int, int], list[tuple[int, int, Launch]]]:

@@ -45,6 +45,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
+from .utils import device_file
+
 log = logging.getLogger(__name__)
 
 RECORD_ENV = "RLK_TRITON_RECORD"
@@ -147,7 +149,7 @@ last_report: PreloadReport | None = None  # preload_device_kernels' last (benchm
 
 def device_kernel_file(name: str) -> Path:
     """The packaged kernel file of the GPU model ``name`` (``torch.cuda.get_device_name``'s), present or not."""
-    return KERNEL_DIR / f"{name.replace(' ', '_')}.jsonl"
+    return device_file(KERNEL_DIR, name, ".jsonl")
 
 
 def preload_device_kernels(device_name: str | None = None) -> PreloadReport | None:

@@ -22,6 +22,12 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def device_file(directory, name: str, suffix: str):
+    """The packaged file of the GPU model ``name`` (``torch.cuda.get_device_name``'s, spaces as underscores) in
+    ``directory`` (a ``Path``), present or not: the launch files' and the kernel files' one naming rule."""
+    return directory / f"{name.replace(' ', '_')}{suffix}"
+
+
 def next_power_of_2(n: int) -> int:
     """``triton.next_power_of_2`` of a host int (0 for n <= 0, as Triton's gives for 0), without its constexpr call."""
     return 1 << (n - 1).bit_length() if n > 0 else 0
